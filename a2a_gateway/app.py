@@ -1,0 +1,186 @@
+"""The public A2A face: per-agent cards and JSON-RPC endpoints on a2a-sdk, as one ASGI app.
+
+Routes (under the ASGI router's ``/a2a/`` prefix, which is not stripped):
+
+* ``GET  /a2a/<tenant>/<agent>/.well-known/agent-card.json`` — the AgentCard;
+* ``POST /a2a/<tenant>/<agent>`` — JSON-RPC, A2A 1.0 and 0.3 on the same URL.
+
+The agent is resolved once, at the edge, by :class:`ResolveAgent`; an unknown
+one is a 404 before the SDK sees the request. Bodies over
+``A2A_MAX_BODY_BYTES`` are refused with 413.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from a2a.server.agent_execution import SimpleRequestContextBuilder
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
+from a2a.types import SendMessageRequest
+from django.conf import settings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from a2a_gateway.cards import agent_card, capability_card
+from a2a_gateway.executor import NegotiationExecutor
+from a2a_gateway.store import DjangoTaskStore
+from agents.models import Agent
+
+_AGENT_PATH = re.compile(r"^/a2a/(?P<tenant>[^/]+)/(?P<agent>[^/]+)(?:/.*)?$")
+JSONRPC_INVALID_REQUEST = -32600
+
+
+class AgentContextBuilder(DefaultServerCallContextBuilder):
+    """Keeps the SDK's context (headers included) and adds the resolved agent."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state["agent"] = request.scope["state"]["agent"]
+        return context
+
+
+class FillContextId(SimpleRequestContextBuilder):
+    """A follow-up naming only ``taskId`` gets the stored ``contextId`` (a2a-sdk-brief.md §1.6)."""
+
+    def __init__(self, store: DjangoTaskStore) -> None:
+        super().__init__(task_store=store)
+        self._store = store
+
+    async def build(  # type: ignore[override]
+        self,
+        context: ServerCallContext,
+        params: SendMessageRequest | None = None,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        task: Any = None,
+    ) -> Any:
+        if task_id and not context_id and (stored := await self._store.get(task_id, context)):
+            context_id = stored.context_id
+        return await super().build(
+            context=context, params=params, task_id=task_id, context_id=context_id, task=task
+        )
+
+
+def _rpc_error(status: int, message: str) -> JSONResponse:
+    body = {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": JSONRPC_INVALID_REQUEST, "message": message},
+    }
+    return JSONResponse(body, status_code=status)
+
+
+class ResolveAgent:
+    """ASGI middleware: find the agent named by the path (404 if none) and bound the body size."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        match = _AGENT_PATH.match(scope["path"])
+        agent = None
+        if match is not None:
+            agent = (
+                await Agent.objects.select_related("tenant")
+                .filter(tenant__slug=match["tenant"], slug=match["agent"])
+                .afirst()
+            )
+        if agent is None:
+            where = (
+                f"agent {match['agent']!r} in tenant {match['tenant']!r}" if match else "agent at this path"
+            )
+            await _rpc_error(404, f"There is no {where}.")(scope, receive, send)
+            return
+        scope.setdefault("state", {})["agent"] = agent
+        if scope["method"] == "POST":
+            body = await _read_body(receive, settings.A2A_MAX_BODY_BYTES)
+            if body is None:
+                limit = settings.A2A_MAX_BODY_BYTES
+                await _rpc_error(413, f"The request body is larger than {limit} bytes.")(scope, receive, send)
+                return
+            receive = _replay(body)
+        await self.app(scope, receive, send)
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+async def card_endpoint(request: Request) -> Response:
+    card = await _card_dict(request.scope["state"]["agent"])
+    return Response(json.dumps(card), media_type="application/json")
+
+
+async def _card_dict(agent: Agent) -> dict[str, Any]:
+    return agent_card_to_dict(agent_card(agent))
+
+
+def build_app() -> ASGIApp:
+    """The gateway application; one request handler and one executor serve every agent."""
+    store = DjangoTaskStore()
+    handler = DefaultRequestHandler(
+        agent_executor=NegotiationExecutor(),
+        task_store=store,
+        agent_card=capability_card(),
+        request_context_builder=FillContextId(store),
+        # Parties answer in days: release parked tasks from memory; the store rebuilds them.
+        interrupted_task_timeout=300,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if settings.EMBEDDED:
+            from parley.celery import start_embedded_worker
+
+            start_embedded_worker()
+        yield
+        await handler.aclose()
+
+    routes = [
+        Route("/a2a/{tenant}/{agent}/.well-known/agent-card.json", card_endpoint, methods=["GET"]),
+        *create_jsonrpc_routes(
+            handler,
+            rpc_url="/a2a/{tenant}/{agent}",
+            context_builder=AgentContextBuilder(),
+            enable_v0_3_compat=True,
+        ),
+    ]
+    return ResolveAgent(Starlette(routes=routes, lifespan=lifespan))

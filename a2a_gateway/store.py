@@ -1,0 +1,83 @@
+"""a2a-sdk's TaskStore over the Django ORM: every agent's Tasks in Postgres.
+
+The agent comes from the call context (the gateway resolves it from the URL
+before the SDK runs); the owner partition is the agent plus the caller, so one
+agent can never read another's Tasks, whatever id it is given.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import TaskStore
+from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
+from a2a.utils.task import decode_page_token, encode_page_token
+from google.protobuf.json_format import MessageToDict, ParseDict
+
+from a2a_gateway.models import A2ATask
+from agents.models import Agent
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+
+
+def call_agent(context: ServerCallContext) -> Agent:
+    """The agent the gateway resolved for this call (``state['agent']``)."""
+    agent = context.state.get("agent")
+    if not isinstance(agent, Agent):
+        raise LookupError("the call context carries no agent; the gateway must resolve it first")
+    return agent
+
+
+def owner_of(context: ServerCallContext) -> str:
+    """The Task partition of this call: the agent and the authenticated caller."""
+    return f"{call_agent(context).pk}|{context.user.user_name}"
+
+
+class DjangoTaskStore(TaskStore):
+    """Tasks as protobuf JSON in :class:`a2a_gateway.models.A2ATask`, owner-scoped."""
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        agent = call_agent(context)
+        timestamp = (
+            task.status.timestamp.ToDatetime(tzinfo=datetime.now().astimezone().tzinfo)
+            if task.status.HasField("timestamp")
+            else None
+        )
+        await A2ATask.objects.aupdate_or_create(
+            task_id=task.id,
+            owner=owner_of(context),
+            defaults={
+                "tenant_id": agent.tenant_id,
+                "agent": agent,
+                "context_id": task.context_id,
+                "state": TaskState.Name(task.status.state),
+                "status_timestamp": timestamp,
+                "data": MessageToDict(task),
+            },
+        )
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        row = await A2ATask.objects.filter(task_id=task_id, owner=owner_of(context)).afirst()
+        return ParseDict(row.data, Task(), ignore_unknown_fields=True) if row else None
+
+    async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        rows = A2ATask.objects.filter(owner=owner_of(context))
+        if params.context_id:
+            rows = rows.filter(context_id=params.context_id)
+        if params.status:
+            rows = rows.filter(state=TaskState.Name(params.status))
+        if params.HasField("status_timestamp_after"):
+            rows = rows.filter(status_timestamp__gte=params.status_timestamp_after.ToDatetime())
+        total = await rows.acount()
+        size = min(params.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        start = int(decode_page_token(params.page_token)) if params.page_token else 0
+        page = [
+            ParseDict(r.data, Task(), ignore_unknown_fields=True) async for r in rows[start : start + size]
+        ]
+        next_token = encode_page_token(str(start + size)) if start + size < total else None
+        return ListTasksResponse(tasks=page, next_page_token=next_token, total_size=total, page_size=size)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        await A2ATask.objects.filter(task_id=task_id, owner=owner_of(context)).adelete()

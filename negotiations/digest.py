@@ -1,0 +1,83 @@
+"""The digest a ``negotiate`` or ``answer`` call returns: one text for a batch of events.
+
+The format is the seed's, exactly (index-wire-protocol.md §4 "Digest text"),
+so a model trained on either reads the same thing. An event is a dict with
+``kind`` (settled | asking | budget | failed | skipped | recorded), ``id`` and
+optional ``peer`` and ``url``, plus per kind: ``settlement`` {outcome, terms,
+reason} or ``state``; ``question`` and ``last``; ``turns`` and ``last``;
+``error``; ``reason``. ``last`` is their last move {message, terms}.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Event = dict[str, Any]
+
+_GROUPS = (
+    ("settled", "Settled"),
+    ("asking", "Waiting on you"),
+    ("budget", "Out of turns"),
+    ("failed", "Failed"),
+    ("skipped", "Skipped"),
+    ("recorded", "Recorded"),
+)
+_UNANSWERED_HINT = (
+    " — the exchange is still open; answer this id with how to respond to their last move, "
+    "do not open a new one"
+)
+_WAITING_HINT = " — ask your party once with ask_user, then call answer with every id the answer applies to"
+
+
+def compact_json(value: Any) -> str:
+    """JSON as JavaScript's ``JSON.stringify`` writes it (no spaces)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def render(events: list[Event]) -> str:
+    """The digest text for ``events``; ``"No negotiations."`` for none."""
+    if not events:
+        return "No negotiations."
+    blocks = []
+    for kind, heading in _GROUPS:
+        group = [e for e in events if e["kind"] == kind]
+        if not group:
+            continue
+        hint = _WAITING_HINT if kind == "asking" else ""
+        lines = [f"{heading} ({len(group)}){hint}:"] + [_line(e) for e in group]
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+def _line(e: Event) -> str:
+    head = f"- {e['id']}"
+    if e.get("peer"):
+        head += f" with {e['peer']}"
+    if e.get("url"):
+        head += f" ({e['url']})"
+    kind = e["kind"]
+    if kind == "settled":
+        s = e.get("settlement")
+        if not s:
+            return f"{head} — ended ({e.get('state', '')})"
+        detail = compact_json(s["terms"]) if s.get("terms") else s.get("reason", "")
+        line = f"{head} — {s['outcome']}" + (f": {detail}" if detail else "")
+        if s["outcome"] == "unanswered":
+            line += _UNANSWERED_HINT
+        return line
+    if kind == "asking":
+        return f'{head} — asks: "{e["question"]}"{_last_move(e)}'
+    if kind == "budget":
+        return f"{head} — {e['turns']} turns, still open{_last_move(e)}"
+    if kind == "failed":
+        return f"{head} — {e['error']}"
+    return f"{head} — {e.get('reason', '')}"
+
+
+def _last_move(e: Event) -> str:
+    last = e.get("last")
+    if not last:
+        return ""
+    terms = f" {compact_json(last['terms'])}" if last.get("terms") else ""
+    return f' (their last move: "{last["message"]}"{terms})'

@@ -1,0 +1,120 @@
+"""``manage.py demo``: run "Bring in a fractional CFO" on a real server on loopback and print the result."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from a2a_gateway.cards import agent_url
+from agents.models import Question, Run
+from agents.services import question_answer, run_start
+from negotiations import demo
+
+ANSWER = "Up to €1,100 a day."
+
+
+class Command(BaseCommand):
+    help = "Run the fractional-CFO demo end to end on the embedded default and print every settlement."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+        parser.add_argument("--browser", action="store_true", help="wait for Tomas to answer in the browser")
+        parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each stage")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        port = options["port"] or _free_port()
+        base = f"http://127.0.0.1:{port}"
+        settings.PUBLIC_BASE_URL = base
+        call_command("migrate", verbosity=0)
+        world = demo.demo_seed()
+        server = _serve(port)
+        self.stdout.write(
+            f"Parley is serving on {base} (in-process worker, {settings.DATABASES['default']['ENGINE']})."
+        )
+        urls = [agent_url(a) for a in world.cfo_agents]
+        run = run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
+        self.stdout.write(f"Tomas's agent starts: {demo.demo_task(urls)}\n")
+
+        run = self._wait(run, {Run.Status.NEEDS_INPUT}, options["timeout"])
+        question = Question.objects.get(run=run, answered_at=None)
+        self.stdout.write(f"The agent stops and asks Tomas: {question.question}")
+        if options["browser"]:
+            self.stdout.write(
+                f"Answer it in the browser: {base}/login/ (user tomas, password {demo.TOMAS_PASSWORD})"
+            )
+            run = self._wait(run, {Run.Status.DONE, Run.Status.MAX_STEPS, Run.Status.FAILED}, None)
+        else:
+            tomas = get_user_model().objects.get(username="tomas")
+            question_answer(question=question, answer=ANSWER, user=tomas)
+            self.stdout.write(f"Tomas answers: {ANSWER}\n")
+            run = self._wait(
+                run, {Run.Status.DONE, Run.Status.MAX_STEPS, Run.Status.FAILED}, options["timeout"]
+            )
+        if run.status != Run.Status.DONE:
+            raise CommandError(f"The run ended {run.status}: {run.end_reason}")
+        self.stdout.write("The run is done. Its report:\n")
+        self.stdout.write(run.output + "\n")
+        self._print_pairs(demo.demo_pairs(world))
+        server.should_exit = True
+
+    def _wait(self, run: Run, statuses: set[str], timeout: float | None) -> Run:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            run.refresh_from_db()
+            if run.status in statuses:
+                return run
+            if run.status in (Run.Status.FAILED, Run.Status.MAX_STEPS, Run.Status.CANCELLED):
+                raise CommandError(f"The run ended {run.status}: {run.end_reason}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise CommandError(f"Timed out waiting; the run is {run.status}.")
+            time.sleep(0.2)
+
+    def _print_pairs(self, pairs: list[demo.SidePair]) -> None:
+        self.stdout.write("Settlements, as each side recorded them:")
+        for pair in pairs:
+            self.stdout.write(f"\n  {pair.counterparty}")
+            for side, s in (("acme (Tomas)", pair.ours), ("cfo-guild", pair.theirs)):
+                if s is None:
+                    self.stdout.write(f"    {side:13} no settlement recorded")
+                    continue
+                terms = f" terms={s.terms}" if s.terms else ""
+                self.stdout.write(f"    {side:13} {s.outcome} (basis {s.basis}){terms} — {s.reason}")
+            self.stdout.write(f"    verdicts match: {'yes' if pair.verdicts_match else 'NO'}")
+        outcomes = [p.ours.outcome for p in pairs if p.ours]
+        if not all(p.verdicts_match for p in pairs) or len(set(outcomes)) != len(pairs):
+            raise CommandError(
+                "The demo's settlements do not meet its bar (distinct outcomes, matching verdicts)."
+            )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve(port: int) -> uvicorn.Server:
+    server = uvicorn.Server(
+        uvicorn.Config(
+            "parley.asgi:application",
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+        )
+    )
+    threading.Thread(target=server.run, name="parley-demo-server", daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise CommandError("The server did not start within 30 s.")
+        time.sleep(0.05)
+    return server

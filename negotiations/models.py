@@ -1,0 +1,128 @@
+"""Negotiations, their turns and their settlements."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+from agents.models import Agent, Intent, Run
+from parley.models import TenantOwnedModel
+
+
+class Batch(TenantOwnedModel):
+    """One ``negotiate`` or ``answer`` tool call that waits for its negotiations to report.
+
+    ``events`` holds the events known at call time (skipped targets, recorded
+    guidance); the negotiations linked to the batch add theirs as they report.
+    When every one has reported, the digest becomes the tool call's result.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="negotiation_batches")
+    tool_call_id = models.CharField(max_length=200)
+    events = models.JSONField(default=list)
+    reported_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "tool_call_id"], name="one_batch_per_tool_call")
+        ]
+
+
+class Negotiation(TenantOwnedModel):
+    """One exchange with one counterparty over one A2A Task."""
+
+    class Direction(models.TextChoices):
+        OUTBOUND = "outbound"
+        INBOUND = "inbound"
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        WAITING = "waiting", "waiting on the party"
+        SETTLED = "settled"
+        OUT_OF_TURNS = "out_of_turns", "out of turns"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="negotiations")
+    intent = models.ForeignKey(
+        Intent, null=True, blank=True, on_delete=models.SET_NULL, related_name="negotiations"
+    )
+    direction = models.CharField(max_length=8, choices=Direction.choices)
+    counterparty_url = models.URLField(max_length=500, blank=True)
+    counterparty_name = models.CharField(max_length=200, blank=True)
+    context_id = models.CharField(max_length=200, blank=True)
+    task_id = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    task_state = models.CharField(max_length=32, blank=True, help_text="the last state stamped on the Task")
+    turn_count = models.PositiveIntegerField(default=0)
+    max_turns = models.PositiveIntegerField(default=10)
+    objective = models.TextField(blank=True)
+    guidance = models.JSONField(default=list, blank=True)
+    parked_question = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    batch = models.ForeignKey(
+        Batch, null=True, blank=True, on_delete=models.SET_NULL, related_name="negotiations"
+    )
+    event = models.JSONField(null=True, blank=True, help_text="the event last reported to the batch")
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "direction", "task_id"],
+                condition=~models.Q(task_id=""),
+                name="one_negotiation_per_task",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.direction} {self.pk} ({self.status})"
+
+
+class Turn(TenantOwnedModel):
+    """One move, in order: ours or theirs, as it went over the wire."""
+
+    class Side(models.TextChoices):
+        OURS = "ours"
+        THEIRS = "theirs"
+
+    negotiation = models.ForeignKey(Negotiation, on_delete=models.CASCADE, related_name="turns")
+    seq = models.PositiveIntegerField()
+    side = models.CharField(max_length=8, choices=Side.choices)
+    action = models.CharField(max_length=64, blank=True)
+    message = models.TextField(blank=True)
+    terms = models.JSONField(null=True, blank=True)
+    offer_id = models.CharField(max_length=64, blank=True)
+    accepts_offer_id = models.CharField(max_length=64, blank=True)
+    raw = models.JSONField(default=dict, help_text="the A2A Message as JSON")
+    task_state = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["seq"]
+        constraints = [models.UniqueConstraint(fields=["negotiation", "seq"], name="one_turn_per_seq")]
+
+
+class Settlement(TenantOwnedModel):
+    """The verdict on a closed exchange. A settled negotiation stays settled."""
+
+    class Outcome(models.TextChoices):
+        AGREED = "agreed"
+        DECLINED = "declined"
+        CONFLICT = "conflict"
+        UNCONFIRMED = "unconfirmed"
+        UNANSWERED = "unanswered"
+
+    class Basis(models.TextChoices):
+        PROSE = "prose"
+        STATE = "state"
+        TERMS = "terms"
+        REFERENCE = "reference"
+
+    negotiation = models.OneToOneField(Negotiation, on_delete=models.CASCADE, related_name="settlement")
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    basis = models.CharField(max_length=16, choices=Basis.choices)
+    terms = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    ended_by = models.CharField(max_length=8, choices=Turn.Side.choices, blank=True)
+    disputed = models.JSONField(null=True, blank=True)

@@ -1,0 +1,137 @@
+"""Decides one move per turn for an agent, whatever model it runs on, and checks it.
+
+Whatever decides, the same rules hold before a move may reach the wire: its
+action is in the agent's vocabulary, it carries terms only when the agent's
+terms are on, it breaks no term guard (DESIGN.md §5), and the platform — never
+the model — mints the ``offerId`` of every move with terms.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, Literal
+
+from agents.models import Agent
+from negotiations import offline
+from negotiations.wire import Move, TaskRecord
+
+ASK = "ask"
+# Actions that end a task in the seed's default vocabulary, whatever an agent's own says.
+SEED_TERMINAL = frozenset({"accept", "reject", "decline", "withdraw"})
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+}
+_CURRENCY = re.compile(r"\b(EUR|USD|GBP|CHF|JPY|CAD|AUD)\b")
+
+
+class NegotiatorError(Exception):
+    """No acceptable move could be decided; the message says why."""
+
+
+class GuardViolation(NegotiatorError):
+    """A move broke one of the party's term guards; it was not sent."""
+
+
+def terminal_actions(agent: Agent) -> frozenset[str]:
+    return SEED_TERMINAL | {a["name"] for a in agent.allowed_actions if a.get("terminal")}
+
+
+def task_state_for(agent: Agent, action: str) -> str:
+    """The A2A 0.3 task state our reply stamps: the action's terminal state, else input-required."""
+    for spec in agent.allowed_actions:
+        if spec["name"] == action and spec.get("terminal"):
+            return str(spec.get("state") or "rejected")
+    return "input-required"
+
+
+def numeric_term(agent: Agent) -> tuple[str, str]:
+    """(term, currency) the offline negotiator bargains over.
+
+    From the terms description ("amount (number, EUR per day)": the first field
+    and a currency code in it), else from the first term guard.
+    """
+    guard = agent.term_guards[0] if agent.term_guards else {}
+    if agent.terms.strip():
+        term = re.split(r"[\s(,]", agent.terms.strip(), maxsplit=1)[0]
+        found = _CURRENCY.search(agent.terms)
+        return term, found.group() if found else str(guard.get("currency", ""))
+    return str(guard.get("term", "amount")), str(guard.get("currency", ""))
+
+
+def check_guards(agent: Agent, move: Move) -> None:
+    """Raise :class:`GuardViolation` when ``move`` offers terms beyond a guard of the agent."""
+    for guard in agent.term_guards:
+        value = (move.terms or {}).get(guard["term"])
+        if value is None:
+            continue
+        if not _OPS[guard["op"]](value, guard["value"]):
+            raise GuardViolation(
+                f"{move.action} with {guard['term']}={value} breaks the guard "
+                f"{guard['term']} {guard['op']} {guard['value']}"
+            )
+
+
+def decide(
+    *,
+    agent: Agent,
+    record: TaskRecord,
+    our_role: Literal["user", "agent"],
+    guidance: list[str],
+    can_ask: bool,
+    max_moves: int,
+) -> Move:
+    """Decide, check and stamp our next move on the task ``record``.
+
+    Raises :class:`NegotiatorError` when the agent's model cannot negotiate or
+    the move is not allowed, and :class:`GuardViolation` when it breaks a guard.
+    """
+    if agent.model != "offline":
+        raise NegotiatorError(f"model {agent.model!r} cannot negotiate in this deployment; use 'offline'")
+    term, currency = numeric_term(agent)
+    offered = offline.their_offer(record, our_role, term)
+    limit = _guard_limit(agent, term) or offline.limit_from_guidance(
+        guidance, term, offered[1] if offered else None
+    )
+    try:
+        vocabulary = offline.Vocabulary.from_actions(agent.allowed_actions)
+    except ValueError as exc:
+        raise NegotiatorError(str(exc)) from exc
+    move = offline.decide(
+        offline.Situation(
+            record=record,
+            our_role=our_role,
+            vocabulary=vocabulary,
+            term=term,
+            currency=currency,
+            structured=bool(agent.terms.strip()),
+            limit=limit,
+            max_moves=max_moves,
+            can_ask=can_ask,
+        )
+    )
+    return stamp(agent, move, can_ask=can_ask)
+
+
+def stamp(agent: Agent, move: Move, *, can_ask: bool) -> Move:
+    """Check ``move`` against the agent's rules and mint its ``offerId``."""
+    allowed = {a["name"] for a in agent.allowed_actions} | ({ASK} if can_ask else set())
+    if move.action not in allowed:
+        raise NegotiatorError(f"action {move.action!r} is not one of {sorted(allowed)}")
+    if not agent.terms.strip():
+        move = replace(move, terms=None)
+    check_guards(agent, move)
+    return replace(move, offer_id=str(uuid.uuid4())) if move.terms else move
+
+
+def _guard_limit(agent: Agent, term: str) -> offline.Limit | None:
+    for guard in agent.term_guards:
+        if guard["term"] == term and guard["op"] in ("<=", ">="):
+            kind: Literal["ceiling", "floor"] = "ceiling" if guard["op"] == "<=" else "floor"
+            return offline.Limit(term=term, value=float(guard["value"]), kind=kind)
+    return None

@@ -1,0 +1,54 @@
+"""Reads of the negotiation record."""
+
+from __future__ import annotations
+
+from agents.models import Agent, Intent
+from negotiations.digest import compact_json
+from negotiations.models import Negotiation
+
+RECORD_LIMIT = 10
+
+
+def record_block(agent: Agent, intent: Intent) -> str:
+    """The system message's record of negotiations the agent is party to (seed §4, part 6).
+
+    The last ten, oldest first, both directions; "" when there are none.
+    """
+    recent = list(
+        Negotiation.objects.for_tenant(agent.tenant_id)
+        .filter(agent=agent)
+        .select_related("settlement")
+        .order_by("-updated_at")[:RECORD_LIMIT]
+    )[::-1]
+    if not recent:
+        return ""
+    lines = [
+        "Negotiations you are party to. This is the record of what happened, kept by the platform; "
+        "trust it over the conversation above:"
+    ]
+    for n in recent:
+        who = f" with {n.counterparty_name}" if n.counterparty_name else ""
+        how = "you contacted them" if n.direction == Negotiation.Direction.OUTBOUND else "they contacted you"
+        lines.append(f"- {n.pk}{who} — {how}; {_detail(n)}")
+    lines.append(
+        "Only negotiations you opened move on when you answer. Never open a second negotiation with a "
+        "counterparty you already have one with."
+    )
+    waiting = [str(n.pk) for n in recent if n.status == Negotiation.Status.WAITING]
+    if waiting:
+        lines.append(
+            f"Waiting on your party right now: {', '.join(waiting)}. Ask with ask_user, then call answer "
+            "with every id the answer applies to — before you report back, not after."
+        )
+    return "\n".join(lines)
+
+
+def _detail(n: Negotiation) -> str:
+    if n.status == Negotiation.Status.WAITING:
+        return f'waiting on your guidance: "{n.parked_question}"'
+    if n.status == Negotiation.Status.OPEN:
+        return f"still open, {n.turns.count()} turns so far"
+    settlement = getattr(n, "settlement", None)
+    if settlement is None:
+        return n.get_status_display()
+    return settlement.outcome + (f": {compact_json(settlement.terms)}" if settlement.terms else "")

@@ -1,0 +1,20 @@
+"""Celery interface of the negotiation engine: load ids, call one service."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from negotiations import services
+from parley.celery import TaskQueue
+
+
+@shared_task(
+    queue=TaskQueue.NEGOTIATION.value,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=1800,
+    time_limit=1860,
+)
+def pump(negotiation_id: str, tenant_id: int) -> None:
+    """Take outbound turns of one negotiation until an event (see :func:`services.negotiation_pump`)."""
+    services.negotiation_pump(negotiation_id=negotiation_id, tenant_id=tenant_id)

@@ -1,0 +1,9 @@
+from django.urls import path
+
+from negotiations import views
+
+app_name = "negotiations"
+urlpatterns = [
+    path("negotiations/", views.NegotiationListView.as_view(), name="list"),
+    path("negotiations/<uuid:pk>/", views.NegotiationDetailView.as_view(), name="detail"),
+]

@@ -1,0 +1,36 @@
+"""The one ASGI application (DESIGN.md §2): Django, the A2A gateway, and the live socket.
+
+``/a2a/…`` goes to the gateway (a Starlette app on a2a-sdk); every other HTTP
+path to Django; WebSockets to the dashboard consumer, behind session auth and
+an Origin check. In the embedded default the gateway's lifespan starts the
+in-process Celery worker.
+"""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "parley.settings.base")
+django_asgi = get_asgi_application()
+
+# Imported after Django is set up: these import models.
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.urls import path, re_path  # noqa: E402
+
+from a2a_gateway.app import build_app  # noqa: E402
+from parley.consumers import LiveConsumer  # noqa: E402
+
+a2a_app = build_app()
+
+application = ProtocolTypeRouter(
+    {
+        "http": URLRouter([re_path(r"^a2a/", a2a_app), re_path(r"", ASGIStaticFilesHandler(django_asgi))]),
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))
+        ),
+        "lifespan": a2a_app,
+    }
+)

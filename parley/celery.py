@@ -1,0 +1,59 @@
+"""The Celery application and its queues: the one place worker wiring lives.
+
+In the embedded default (no ``REDIS_URL``) the broker is ``memory://`` and
+:func:`start_embedded_worker` serves it from a daemon thread of the current
+process, so ``make demo`` needs nothing but Python.
+"""
+
+import enum
+import os
+import threading
+
+from celery import Celery
+from kombu import Queue
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "parley.settings.base")
+
+
+class TaskQueue(enum.StrEnum):
+    """Queue names, named in one place (DESIGN.md §2)."""
+
+    AGENT = "agent"
+    NEGOTIATION = "negotiation"
+    EVENTS = "events"
+
+
+app = Celery("parley")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.task_queues = [Queue(q.value) for q in TaskQueue]
+app.autodiscover_tasks()
+
+_embedded_lock = threading.Lock()
+_embedded_started = False
+
+
+def start_embedded_worker() -> None:
+    """Start a thread-pool worker inside this process, once.
+
+    Only meaningful on the in-memory broker: a worker in another process could
+    not see it. Raises ``RuntimeError`` when the broker is anything else.
+    """
+    global _embedded_started
+    from django.conf import settings
+
+    if not settings.EMBEDDED:
+        raise RuntimeError("The embedded worker serves only the in-memory broker (REDIS_URL unset).")
+    with _embedded_lock:
+        if _embedded_started:
+            return
+        worker = app.Worker(
+            pool="threads",
+            concurrency=settings.PARLEY_EMBEDDED_WORKER_THREADS,
+            queues=[q.value for q in TaskQueue],
+            loglevel="WARNING",
+            without_heartbeat=True,
+            without_mingle=True,
+            without_gossip=True,
+        )
+        threading.Thread(target=worker.start, name="parley-embedded-worker", daemon=True).start()
+        _embedded_started = True

@@ -1,0 +1,64 @@
+"""Live events: group names, payloads, and publishing after the transaction commits.
+
+Every service that changes what a dashboard shows publishes through
+:func:`publish_on_commit`; consumers only forward. A dropped push loses
+nothing: every fragment can be re-rendered from the database.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
+
+EVENTS = frozenset(
+    {
+        "question.opened",
+        "question.answered",
+        "run.updated",
+        "negotiation.turn",
+        "negotiation.settled",
+    }
+)
+
+
+def tenant_group(tenant_id: int) -> str:
+    """Group every member of a tenant's dashboard joins."""
+    return f"tenant-{tenant_id}"
+
+
+def user_group(user_id: int) -> str:
+    """Group of one user's sockets: the party their agents ask."""
+    return f"user-{user_id}"
+
+
+def publish_on_commit(
+    *, event: str, tenant_id: int, payload: dict[str, Any], user_ids: Iterable[int | None] = ()
+) -> None:
+    """Send ``event`` to the tenant's group and to each user's group once the transaction commits.
+
+    ``payload`` must be JSON-serialisable. Raises ``ValueError`` for an event
+    name not in :data:`EVENTS`. Outside a transaction the send happens at once.
+    """
+    if event not in EVENTS:
+        raise ValueError(f"unknown live event {event!r}")
+    groups = [tenant_group(tenant_id)] + [user_group(u) for u in user_ids if u is not None]
+    message = {"type": "live.event", "event": event, "payload": payload}
+    transaction.on_commit(lambda: _send(groups, message))
+
+
+def _send(groups: list[str], message: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    for group in groups:
+        try:
+            async_to_sync(layer.group_send)(group, message)
+        except Exception:  # a lost push never loses state; the page re-syncs from the database
+            logger.warning("live event %s to %s was not delivered", message["event"], group, exc_info=True)

@@ -1,0 +1,35 @@
+"""Reads about tenancy."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.http import Http404
+
+from parley.models import Membership, Tenant
+
+
+def tenant_ids_of(user: AbstractBaseUser | AnonymousUser) -> list[int]:
+    """Ids of the tenants ``user`` belongs to, in any role."""
+    if not user.is_authenticated:
+        return []
+    return list(Membership.objects.filter(user=user).values_list("tenant_id", flat=True))
+
+
+def membership_for(*, user: AbstractBaseUser | AnonymousUser, tenant_slug: str) -> Membership:
+    """The user's membership of the tenant named by ``tenant_slug``.
+
+    Raises ``Http404`` when the tenant does not exist or the user is not a
+    member: another tenant is indistinguishable from no tenant.
+    """
+    if not user.is_authenticated:
+        raise Http404("No such tenant.")
+    membership = (
+        Membership.objects.select_related("tenant").filter(user=user, tenant__slug=tenant_slug).first()
+    )
+    if membership is None:
+        raise Http404("No such tenant.")
+    return membership
+
+
+def tenant_by_slug(slug: str) -> Tenant | None:
+    return Tenant.objects.filter(slug=slug).first()

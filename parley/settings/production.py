@@ -1,0 +1,10 @@
+"""Production settings: everything that must be secret or explicit comes from the environment."""
+
+from parley.settings.base import *  # noqa: F403
+from parley.settings.base import env
+
+SECRET_KEY = env.str("SECRET_KEY")
+DEBUG = False
+SESSION_COOKIE_SECURE = True
+CSRF_COOKIE_SECURE = True
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

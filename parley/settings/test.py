@@ -1,0 +1,14 @@
+"""Settings for the test suite: the real Postgres and Redis on this machine.
+
+``DATABASE_URL`` and ``REDIS_URL`` may be overridden from the environment; the
+defaults point at the services this machine starts before a session and CI.
+"""
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/parley")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
+
+from parley.settings.base import *  # noqa: F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

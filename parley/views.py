@@ -1,0 +1,54 @@
+"""Dashboard plumbing shared by every app: the tenant, resolved once from the URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from parley.models import Membership, Tenant
+from parley.selectors import membership_for
+
+
+class TenantMixin(LoginRequiredMixin):
+    """Resolves ``self.tenant`` and ``self.membership`` from the ``tenant`` URL slug.
+
+    A tenant the user is not a member of answers 404, exactly like one that
+    does not exist.
+    """
+
+    tenant: Tenant
+    membership: Membership
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        if request.user.is_authenticated:
+            self.membership = membership_for(user=request.user, tenant_slug=kwargs["tenant"])
+            self.tenant = self.membership.tenant
+        return super().dispatch(request, *args, **kwargs)
+
+    def get_template_names(self) -> list[str]:
+        """The page, or only its live fragment when the live script asks with ``?fragment=1``."""
+        fragment = getattr(self, "fragment_template_name", "")
+        if fragment and self.request.GET.get("fragment"):  # type: ignore[attr-defined]
+            return [fragment]
+        names: list[str] = super().get_template_names()  # type: ignore[misc]
+        return names
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context: dict[str, Any] = super().get_context_data(**kwargs)  # type: ignore[misc]
+        context.update(tenant=self.tenant, membership=self.membership)
+        return context
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    """Send the user to their first tenant's inbox, or say they have none."""
+    membership = (
+        Membership.objects.select_related("tenant").filter(user=request.user).order_by("tenant__slug").first()
+    )
+    if membership is None:
+        return render(request, "parley/no_tenant.html", status=200)
+    return redirect("agents:inbox", tenant=membership.tenant.slug)
