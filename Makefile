@@ -1,0 +1,40 @@
+# Parley. `make demo` runs the main job on the embedded default; `make test` installs and runs the suite.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint run migrate bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	rm -f demo.sqlite3 demo.sqlite3-*
+	env -u REDIS_URL DATABASE_URL=sqlite:///demo.sqlite3 $(BIN)/python manage.py demo $(DEMO_ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+
+run: $(STAMP)
+	$(BIN)/python manage.py migrate
+	$(BIN)/python -m uvicorn parley.asgi:application --host 127.0.0.1 --port 8000
+
+migrate: $(STAMP)
+	$(BIN)/python manage.py migrate
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) demo.sqlite3* parley.sqlite3*

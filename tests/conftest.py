@@ -1,0 +1,206 @@
+"""Fixtures: tenants and people, and the live stack — a real web server and Celery worker.
+
+The live stack runs ``parley.asgi`` under uvicorn and a Celery worker as
+subprocesses against the test database (Postgres) and Redis, exactly as in
+production. Tests that use it need committed data: mark them
+``@pytest.mark.django_db(transaction=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractUser
+
+from agents.models import Agent, Intent
+from parley.models import Membership, Tenant
+
+ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "correct-horse-battery"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate, *, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):  # type: ignore[no-untyped-def]
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class LiveStack:
+    url: str
+    env: dict[str, str]
+
+
+def _database_url() -> str:
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def live_stack(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) -> Iterator[LiveStack]:
+    """A uvicorn web process and a Celery worker process on the test database, for the whole session."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "parley.settings.base",
+        "DATABASE_URL": _database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "PUBLIC_BASE_URL": url,
+        "A2A_SEND_TIMEOUT": "30",
+        "LOG_LEVEL": "WARNING",
+    }
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+    logs = ROOT / ".pytest_cache"
+    logs.mkdir(exist_ok=True)
+    web_log = (logs / "live-web.log").open("w")
+    worker_log = (logs / "live-worker.log").open("w")
+    web = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "parley.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=web_log,
+        stderr=subprocess.STDOUT,
+    )
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "parley",
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            "8",
+            "-Q",
+            "agent,negotiation,events",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=worker_log,
+        stderr=subprocess.STDOUT,
+    )
+    previous_base = settings.PUBLIC_BASE_URL
+    settings.PUBLIC_BASE_URL = url
+
+    def web_up() -> bool:
+        if web.poll() is not None:
+            pytest.fail(f"the web process exited; see {web_log.name}")
+        try:
+            return httpx.get(f"{url}/login/", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(web_up, timeout=30, what="the web process")
+    try:
+        yield LiveStack(url=url, env=env)
+    finally:
+        settings.PUBLIC_BASE_URL = previous_base
+        for process in (web, worker):
+            process.terminate()
+        for process in (web, worker):
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        web_log.close()
+        worker_log.close()
+
+
+def make_user(username: str) -> AbstractUser:
+    user = get_user_model().objects.create_user(username=username, password=PASSWORD)
+    return user  # type: ignore[return-value]
+
+
+@pytest.fixture
+def tenant(db: None) -> Tenant:
+    return Tenant.objects.create(slug="acme", name="Acme Robotics")
+
+
+@pytest.fixture
+def other_tenant(db: None) -> Tenant:
+    return Tenant.objects.create(slug="globex", name="Globex")
+
+
+@pytest.fixture
+def principal(tenant: Tenant) -> AbstractUser:
+    user = make_user("tomas")
+    Membership.objects.create(user=user, tenant=tenant, role=Membership.Role.PRINCIPAL)
+    return user
+
+
+@pytest.fixture
+def operator(tenant: Tenant) -> AbstractUser:
+    user = make_user("olga")
+    Membership.objects.create(user=user, tenant=tenant, role=Membership.Role.OPERATOR)
+    return user
+
+
+@pytest.fixture
+def agent(tenant: Tenant, principal: AbstractUser) -> Agent:
+    return Agent.objects.create(
+        tenant=tenant,
+        slug="tomas",
+        name="Tomas's agent",
+        party_id="acme:user:tomas",
+        system_prompt="You act for Tomas.",
+        terms="amount (number, EUR per day), currency",
+        principal=principal,
+    )
+
+
+@pytest.fixture
+def intent(agent: Agent) -> Intent:
+    return Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Bring in a fractional CFO.")
+
+
+@pytest.fixture
+def seller(other_tenant: Tenant) -> Agent:
+    """A counterparty agent in another tenant with a hidden floor of 950 EUR a day."""
+    return Agent.objects.create(
+        tenant=other_tenant,
+        slug="idris",
+        name="Idris Haddad",
+        terms="amount (number, EUR per day), currency",
+        term_guards=[{"term": "amount", "op": ">=", "value": 950, "currency": "EUR"}],
+    )

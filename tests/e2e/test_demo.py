@@ -1,0 +1,54 @@
+"""The demo scenario, end to end, on the live stack: three CFOs, one question, three settlements."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from a2a_gateway.cards import agent_url
+from agents.models import Question, Run
+from agents.services import question_answer, run_start
+from negotiations import demo
+from negotiations.models import Settlement
+from tests.conftest import LiveStack, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_fractional_cfo_scenario(live_stack: LiveStack) -> None:
+    world = demo.demo_seed()
+    urls = [agent_url(a) for a in world.cfo_agents]
+    run = run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
+
+    question = wait_until(
+        lambda: Question.objects.filter(run=run, answered_at=None).first(), timeout=60, what="the question"
+    )
+    run.refresh_from_db()
+    assert run.status == Run.Status.NEEDS_INPUT
+    assert question.question == "What is the limit on amount I may agree to?"
+
+    question_answer(
+        question=question, answer="Up to €1,100 a day.", user=get_user_model().objects.get(username="tomas")
+    )
+
+    def finished() -> Run | None:
+        run.refresh_from_db()
+        return run if run.status not in Run.ACTIVE else None
+
+    wait_until(finished, timeout=120, what="the run to finish")
+    assert run.status == Run.Status.DONE, run.end_reason
+    assert run.output.startswith("Here is where things stand.\nSettled (3):")
+
+    pairs = demo.demo_pairs(world)
+    assert [p.counterparty for p in pairs] == ["Idris Haddad", "Noor Lindqvist", "Priya Raman"]
+    assert all(p.verdicts_match for p in pairs)
+    outcomes = {p.counterparty: (p.ours.outcome, p.ours.basis) for p in pairs if p.ours}
+    assert outcomes == {
+        "Idris Haddad": (Settlement.Outcome.AGREED, Settlement.Basis.REFERENCE),
+        "Noor Lindqvist": (Settlement.Outcome.DECLINED, Settlement.Basis.STATE),
+        "Priya Raman": (Settlement.Outcome.UNCONFIRMED, Settlement.Basis.STATE),
+    }
+    agreed = pairs[0].ours
+    assert agreed is not None and agreed.terms is not None
+    assert 950 <= agreed.terms["amount"] <= 1100
+    assert agreed.terms["currency"] == "EUR"
