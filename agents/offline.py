@@ -5,9 +5,11 @@ wherever it appears. The policy, read off the last message:
 
 * a task from the party that names counterparties by URL → ``negotiate`` with
   every one of them, the task as the objective;
+* a task that names none → ``ask_user`` which agents to negotiate with;
 * a digest with a "Waiting on you" group → ``ask_user`` once, with every
   question in it;
-* the party's answer to that → ``answer`` every waiting id with it;
+* the party's answer to that → ``answer`` every waiting id with it; an answer
+  naming URLs instead → ``negotiate`` with them;
 * any other digest → finish, reporting the digest;
 * anything else → finish, saying what the offline model cannot do.
 """
@@ -21,6 +23,8 @@ from agents.llm import ChatMessage, ModelReply, ToolCall, ToolSpec
 
 _URL = re.compile(r"https?://[^\s,;]+[^\s,;.)]")
 _WAITING_HEADING = re.compile(r"^Waiting on you \(\d+\)")
+ASK_FOR_COUNTERPARTIES = "Which agents should I negotiate with? Give me their A2A URLs."
+NO_COUNTERPARTIES = "The offline model acts only on counterparties named by A2A URL, and none was given."
 _WAITING_LINE = re.compile(r'^- (?P<id>\S+).*? — asks: "(?P<question>.*?)"')
 
 
@@ -33,28 +37,33 @@ class OfflineModel:
         available = {t.name for t in tools}
         last = messages[-1]
         if last["role"] == "user":
-            urls = _URL.findall(last["content"] or "")
-            if urls and "negotiate" in available:
-                targets = [{"url": u, "objective": last["content"]} for u in dict.fromkeys(urls)]
-                return self._call(messages, "negotiate", {"targets": targets})
-            return self._say(
-                "The offline model acts only on tasks that name the counterparties to negotiate "
-                "with by URL, and this task names none."
-            )
+            task = last["content"] or ""
+            if _URL.search(task) and "negotiate" in available:
+                return self._negotiate(messages, task, objective=task)
+            if "ask_user" in available:
+                return self._call(messages, "ask_user", {"question": ASK_FOR_COUNTERPARTIES})
+            return self._say(NO_COUNTERPARTIES)
         if last["role"] == "tool":
             name = _tool_name(messages, last["tool_call_id"])
             if name == "ask_user":
+                answer = last["content"] or ""
                 waiting = _waiting(_last_digest(messages))
                 if waiting and "answer" in available:
                     ids = [i for i, _ in waiting]
-                    return self._call(messages, "answer", {"ids": ids, "guidance": last["content"]})
-                return self._say(f"Noted: {last['content']}")
+                    return self._call(messages, "answer", {"ids": ids, "guidance": answer})
+                if _URL.search(answer) and "negotiate" in available:
+                    return self._negotiate(messages, answer, objective=_first_task(messages))
+                return self._say(NO_COUNTERPARTIES)
             waiting = _waiting(last["content"] or "")
             if waiting and "ask_user" in available:
                 questions = list(dict.fromkeys(q for _, q in waiting))
                 return self._call(messages, "ask_user", {"question": " ".join(questions)})
             return self._say(f"Here is where things stand.\n{last['content']}")
         return self._say("There is nothing for the offline model to do.")
+
+    def _negotiate(self, messages: list[ChatMessage], text: str, *, objective: str) -> ModelReply:
+        targets = [{"url": u, "objective": objective} for u in dict.fromkeys(_URL.findall(text))]
+        return self._call(messages, "negotiate", {"targets": targets})
 
     def _call(self, messages: list[ChatMessage], name: str, arguments: dict[str, object]) -> ModelReply:
         call = ToolCall(id=f"offline-{len(messages)}", name=name, arguments=json.dumps(arguments))
@@ -69,6 +78,14 @@ def _tool_name(messages: list[ChatMessage], tool_call_id: str) -> str:
         for call in message.get("tool_calls") or []:
             if call["id"] == tool_call_id:
                 return str(call["function"]["name"])
+    return ""
+
+
+def _first_task(messages: list[ChatMessage]) -> str:
+    """The party's last task: the objective of negotiations opened later in the run."""
+    for message in reversed(messages):
+        if message["role"] == "user":
+            return str(message["content"] or "")
     return ""
 
 

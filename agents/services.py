@@ -11,7 +11,7 @@ import json
 import logging
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -223,7 +223,7 @@ def tool_call_complete(*, run: Run, tool_call_id: str, result: str) -> None:
         _publish_run(run)
 
 
-def question_answer(*, question: Question, answer: str, user: AbstractBaseUser) -> Question:
+def question_answer(*, question: Question, answer: str, user: User) -> Question:
     """Record the party's answer as the suspended tool call's result and resume the run.
 
     Raises :class:`QuestionAlreadyAnswered` when it was answered before (nothing

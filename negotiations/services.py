@@ -23,7 +23,7 @@ from agents.services import tool_call_complete
 from negotiations import client, digest, negotiator
 from negotiations.models import Batch, Negotiation, Settlement, Turn
 from negotiations.verdict import settle
-from negotiations.wire import Entry, Move, MoveError, TaskRecord, parse_move, task_record_from_json
+from negotiations.wire import Entry, Move, MoveError, Role, TaskRecord, parse_move, task_record_from_json
 from parley.live import publish_on_commit
 
 logger = logging.getLogger(__name__)
@@ -316,8 +316,8 @@ def inbound_turn(
 
 def turns_record(negotiation: Negotiation) -> TaskRecord:
     """The negotiation's Task as recorded in its turns (roles as on the wire)."""
-    ours = "user" if negotiation.direction == Negotiation.Direction.OUTBOUND else "agent"
-    theirs = "agent" if ours == "user" else "user"
+    ours: Role = "user" if negotiation.direction == Negotiation.Direction.OUTBOUND else "agent"
+    theirs: Role = "agent" if ours == "user" else "user"
     history = tuple(
         Entry(role=ours if t.side == Turn.Side.OURS else theirs, move=_move_of(t), text=t.message)
         for t in negotiation.turns.order_by("seq")

@@ -27,7 +27,12 @@ a2a_app = build_app()
 
 application = ProtocolTypeRouter(
     {
-        "http": URLRouter([re_path(r"^a2a/", a2a_app), re_path(r"", ASGIStaticFilesHandler(django_asgi))]),
+        "http": URLRouter(
+            [
+                re_path(r"^a2a/", a2a_app),  # type: ignore[arg-type]  # Channels routes ASGI apps too
+                re_path(r"", ASGIStaticFilesHandler(django_asgi)),  # type: ignore[arg-type]
+            ]
+        ),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))
         ),

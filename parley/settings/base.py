@@ -6,6 +6,7 @@ thread inside the process, and the in-memory Channels layer.
 """
 
 from pathlib import Path
+from typing import Any
 
 import environ
 
@@ -95,6 +96,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 REDIS_URL = env.str("REDIS_URL", default="")
 EMBEDDED = not REDIS_URL
 
+CHANNEL_LAYERS: dict[str, dict[str, Any]]
 if EMBEDDED:
     CELERY_BROKER_URL = "memory://"
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

@@ -1,0 +1,149 @@
+"""Our outbound side against a counterparty built here from plain a2a-sdk parts, not our gateway.
+
+The counterparty answers the way SDK servers tend to — its reply only in
+``status.message`` — and keeps its Tasks in the SDK's in-memory store, so the
+test can compute the verdict over *its* record and compare it with ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+from a2a.helpers import get_data_parts, new_data_part, new_task_from_user_message
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+from django.contrib.auth.models import AbstractUser
+from google.protobuf.json_format import MessageToDict
+from starlette.applications import Starlette
+
+from agents.models import Agent, Intent, Question, Run
+from agents.services import question_answer, run_start
+from negotiations.client import with_reply_in_history
+from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.negotiator import terminal_actions
+from negotiations.verdict import settle
+from negotiations.wire import task_record_from_json
+from tests.conftest import LiveStack, free_port, wait_until
+
+FLOOR = 1000
+ASKING = 1200
+
+
+class PlainSeller(AgentExecutor):
+    """Counters at 1,200 EUR until offered at least 1,000, then accepts that offer by its id."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.message is not None and context.task_id and context.context_id
+        if context.current_task is None:
+            await event_queue.enqueue_event(new_task_from_user_message(context.message))
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        move: dict[str, Any] = get_data_parts(context.message.parts)[0]
+        amount = (move.get("terms") or {}).get("amount", 0)
+        if move["action"] == "reject":
+            await updater.reject(self._say(updater, {"action": "reject", "message": "Understood."}))
+        elif amount >= FLOOR:
+            reply = {"action": "accept", "message": f"Agreed at €{amount:,.0f}.", "terms": move["terms"],
+                     "offerId": str(uuid.uuid4()), "acceptsOfferId": move["offerId"]}
+            await updater.complete(self._say(updater, reply))
+        else:
+            reply = {"action": "counter", "message": f"My rate is €{ASKING:,}.",
+                     "terms": {"amount": ASKING, "currency": "EUR"}, "offerId": str(uuid.uuid4())}
+            await updater.requires_input(self._say(updater, reply))
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id and context.context_id
+        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+
+    @staticmethod
+    def _say(updater: TaskUpdater, move: dict[str, Any]) -> Any:
+        return updater.new_agent_message([new_data_part(move)])
+
+
+class PlainCounterparty:
+    """The seller served by uvicorn on loopback, in a thread of the test process."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.store = InMemoryTaskStore()
+        card = AgentCard(
+            name="Plain Seller", description="A seller built from plain a2a-sdk parts.", version="1.0.0",
+            supported_interfaces=[AgentInterface(url=self.url, protocol_binding="JSONRPC", protocol_version="1.0")],
+            capabilities=AgentCapabilities(streaming=False), default_input_modes=["application/json"],
+            default_output_modes=["application/json"],
+            skills=[AgentSkill(id="negotiate", name="Negotiate", description="Sells CFO days.", tags=["negotiation"])],
+        )
+        handler = DefaultRequestHandler(agent_executor=PlainSeller(), task_store=self.store, agent_card=card)
+        app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")])
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        def serve() -> None:
+            self.loop = asyncio.new_event_loop()
+            self.loop.run_until_complete(self.server.serve())
+
+        threading.Thread(target=serve, daemon=True).start()
+        wait_until(lambda: self.server.started, what="the plain counterparty")
+
+    def stored_task(self, task_id: str) -> dict[str, Any]:
+        assert self.loop is not None
+        future = asyncio.run_coroutine_threadsafe(self.store.get(task_id, ServerCallContext()), self.loop)
+        task = future.result(timeout=5)
+        assert task is not None
+        return MessageToDict(task)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def counterparty() -> Iterator[PlainCounterparty]:
+    server = PlainCounterparty()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_our_client_negotiates_with_a_plain_sdk_counterparty(
+    live_stack: LiveStack, counterparty: PlainCounterparty, agent: Agent, intent: Intent, principal: AbstractUser
+) -> None:
+    run = run_start(agent=agent, intent=intent, task=f"Find me a fractional CFO. Talk to {counterparty.url}")
+    question = wait_until(lambda: Question.objects.filter(run=run).first(), timeout=60, what="the question")
+    question_answer(question=question, answer="Up to €1,100 a day.", user=principal)
+    wait_until(lambda: Run.objects.get(pk=run.pk).status == Run.Status.DONE, timeout=60, what="the run to finish")
+
+    negotiation = Negotiation.objects.get(agent=agent)
+    settlement = Settlement.objects.get(negotiation=negotiation)
+    turns = list(negotiation.turns.order_by("seq"))
+    assert negotiation.counterparty_name == "Plain Seller"
+    assert negotiation.status == Negotiation.Status.SETTLED
+    assert negotiation.task_state == "completed"
+    assert [t.side for t in turns] == [Turn.Side.OURS, Turn.Side.THEIRS] * (len(turns) // 2)
+    assert [t.action for t in turns[-2:]] == ["counter", "accept"]
+    closing, offer = turns[-1], turns[-2]
+    assert closing.accepts_offer_id == offer.offer_id
+    assert offer.terms is not None and FLOOR <= offer.terms["amount"] <= 1100
+    assert (settlement.outcome, settlement.basis, settlement.terms) == ("agreed", "reference", offer.terms)
+    assert settlement.ended_by == Turn.Side.THEIRS
+
+    # The counterparty's own record yields the same verdict by the same function.
+    theirs = task_record_from_json(with_reply_in_history(counterparty.stored_task(negotiation.task_id)))
+    verdict = settle(theirs, our_role="agent", terminal_actions=terminal_actions(agent))
+    assert verdict is not None
+    assert (verdict.outcome, verdict.basis, verdict.terms) == (settlement.outcome, settlement.basis, settlement.terms)
+    assert len(theirs.history) == len(turns)
