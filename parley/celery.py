@@ -8,8 +8,10 @@ process, so ``make demo`` needs nothing but Python.
 import enum
 import os
 import threading
+import warnings
 
 from celery import Celery
+from celery.exceptions import SecurityWarning
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "parley.settings.base")
@@ -46,7 +48,11 @@ def start_embedded_worker() -> None:
     with _embedded_lock:
         if _embedded_started:
             return
+        # Running as root is the norm in containers; the worker's warning about it is noise here.
+        warnings.filterwarnings("ignore", category=SecurityWarning)
         worker = app.Worker(
+            hostname="embedded@parley",
+            quiet=True,
             pool="threads",
             concurrency=settings.PARLEY_EMBEDDED_WORKER_THREADS,
             queues=[q.value for q in TaskQueue],

@@ -97,7 +97,7 @@ EMBEDDED = not REDIS_URL
 
 CHANNEL_LAYERS: dict[str, dict[str, Any]]
 if EMBEDDED:
-    CELERY_BROKER_URL = "memory://"
+    CELERY_BROKER_URL = "memory://localhost/"
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 else:
