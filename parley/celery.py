@@ -48,18 +48,28 @@ def start_embedded_worker() -> None:
     with _embedded_lock:
         if _embedded_started:
             return
-        # Running as root is the norm in containers; the worker's warning about it is noise here.
-        warnings.filterwarnings("ignore", category=SecurityWarning)
-        worker = app.Worker(
-            hostname="embedded@parley",
-            quiet=True,
-            pool="threads",
-            concurrency=settings.PARLEY_EMBEDDED_WORKER_THREADS,
-            queues=[q.value for q in TaskQueue],
-            loglevel="WARNING",
-            without_heartbeat=True,
-            without_mingle=True,
-            without_gossip=True,
-        )
-        threading.Thread(target=worker.start, name="parley-embedded-worker", daemon=True).start()
+        threading.Thread(target=_run_embedded_worker, name="parley-embedded-worker", daemon=True).start()
         _embedded_started = True
+
+
+def _run_embedded_worker() -> None:
+    """Build and run the worker in its own thread: its start-up touches the database, which
+    Django forbids from the event loop that calls :func:`start_embedded_worker`."""
+    from django.conf import settings
+
+    # Running as root is the norm in containers; the worker's warning about it is noise here.
+    warnings.filterwarnings("ignore", category=SecurityWarning)
+    app.Worker(
+        hostname="embedded@parley",
+        quiet=True,
+        pool="threads",
+        concurrency=settings.PARLEY_EMBEDDED_WORKER_THREADS,
+        queues=[q.value for q in TaskQueue],
+        loglevel="WARNING",
+        without_heartbeat=True,
+        without_mingle=True,
+        without_gossip=True,
+        # The host process owns stdout and logging; the worker must not take them over.
+        redirect_stdouts=False,
+        hijack_root_logger=False,
+    ).start()
