@@ -32,8 +32,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from a2a_gateway.cards import agent_card, capability_card
-from a2a_gateway.executor import NegotiationExecutor
-from a2a_gateway.store import DjangoTaskStore
+from a2a_gateway.executor import NegotiationExecutor, admit
+from a2a_gateway.store import DjangoTaskStore, call_agent
 from agents.models import Agent
 
 _AGENT_PATH = re.compile(r"^/a2a/(?P<tenant>[^/]+)/(?P<agent>[^/]+)(?:/.*)?$")
@@ -49,8 +49,14 @@ class AgentContextBuilder(DefaultServerCallContextBuilder):
         return context
 
 
-class FillContextId(SimpleRequestContextBuilder):
-    """A follow-up naming only ``taskId`` gets the stored ``contextId`` (a2a-sdk-brief.md §1.6)."""
+class InboundContextBuilder(SimpleRequestContextBuilder):
+    """Builds the executor's context for a message, refusing first what the agent cannot take.
+
+    The SDK calls it after looking the task up (unknown: -32001) and before it
+    starts the task, the last point at which a refusal writes nothing: see
+    :func:`a2a_gateway.executor.admit` for what is refused and with which error.
+    A follow-up naming only ``taskId`` gets the stored ``contextId`` (a2a-sdk-brief.md §1.6).
+    """
 
     def __init__(self, store: DjangoTaskStore) -> None:
         super().__init__(task_store=store)
@@ -64,6 +70,8 @@ class FillContextId(SimpleRequestContextBuilder):
         context_id: str | None = None,
         task: Any = None,
     ) -> Any:
+        if params is not None:
+            await admit(call_agent(context), params.message, task_id)
         if task_id and not context_id and (stored := await self._store.get(task_id, context)):
             context_id = stored.context_id
         return await super().build(
@@ -160,7 +168,7 @@ def build_app() -> ASGIApp:
         agent_executor=NegotiationExecutor(),
         task_store=store,
         agent_card=capability_card(),
-        request_context_builder=FillContextId(store),
+        request_context_builder=InboundContextBuilder(store),
         # Parties answer in days: release parked tasks from memory; the store rebuilds them.
         interrupted_task_timeout=300,
     )

@@ -4,11 +4,16 @@ Replies follow the Index wire (index-wire-protocol.md §1): the reply is the
 last entry of the Task's history — emitted as a WORKING status message, which
 the SDK moves into history (a2a-sdk-brief.md §9) — and the final state is the
 one our own action stamps. A terminal reply also carries the outcome artifact.
+
+Whatever ``execute`` raises, a2a-sdk 1.3.0 then stores the task as FAILED —
+creating it as FAILED if it was new (``EventConsumer._write_failed_status``).
+So a message we refuse is refused by :func:`admit` before the SDK starts the
+task; the same checks in ``execute`` only catch a race between two messages.
 """
 
 from __future__ import annotations
 
-from a2a.helpers import new_data_part, new_task_from_user_message
+from a2a.helpers import get_data_parts, new_data_part, new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
@@ -18,9 +23,11 @@ from asgiref.sync import sync_to_async
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a_gateway.store import call_agent
+from agents.models import Agent
 from negotiations import services
+from negotiations.models import Negotiation
 from negotiations.negotiator import NegotiatorError
-from negotiations.wire import MoveError, TaskRecord, task_record_from_proto
+from negotiations.wire import MoveError, TaskRecord, parse_move, task_record_from_proto
 
 OUTCOME_ARTIFACT_ID = "negotiator:negotiation-outcome"
 _STATES = {
@@ -30,6 +37,34 @@ _STATES = {
     "canceled": TaskState.TASK_STATE_CANCELED,
     "failed": TaskState.TASK_STATE_FAILED,
 }
+
+
+async def admit(agent: Agent, message: Message, task_id: str | None) -> None:
+    """Refuse ``message`` (to the task ``task_id``, None if new) if ``agent`` cannot take it.
+
+    The rules are :func:`negotiations.services.inbound_turn`'s, checked without writing.
+
+    Raises:
+        InvalidParamsError: (-32602) no data part, or the first one is not a valid move:
+            "Invalid negotiation move: move.action is required".
+        UnsupportedOperationError: (-32004) the task's negotiation is settled (it can be while
+            the task is open, e.g. "unanswered"): "negotiation on task <id> is settled; …".
+    """
+    data = get_data_parts(message.parts)
+    try:
+        if not data:
+            raise MoveError("the message has no data part carrying a move {action, message, …}")
+        parse_move(data[0])
+    except MoveError as exc:
+        raise InvalidParamsError(message=f"Invalid negotiation move: {exc}") from exc
+    settled = Negotiation.objects.filter(
+        agent=agent,
+        direction=Negotiation.Direction.INBOUND,
+        task_id=task_id,
+        status=Negotiation.Status.SETTLED,
+    )
+    if task_id and await settled.aexists():
+        raise UnsupportedOperationError(message=f"negotiation on task {task_id} is settled; open a new one")
 
 
 class NegotiationExecutor(AgentExecutor):

@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
@@ -13,58 +14,62 @@ from django.views import View
 from django.views.generic import DetailView, TemplateView
 
 from agents import selectors, services
-from agents.models import Agent, Question, Run
+from agents.models import Agent, Run
 from parley.models import Membership
 from parley.views import TenantMixin
 
-ANSWERING_ROLES = (Membership.Role.OWNER, Membership.Role.OPERATOR, Membership.Role.PRINCIPAL)
-
 
 class AnswerForm(forms.Form):
-    answer = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), max_length=4000, strip=True)
+    answer = forms.CharField(
+        max_length=4000,
+        strip=True,
+        error_messages={"required": "The answer is empty."},
+    )
 
 
 class InboxView(TenantMixin, TemplateView):
-    """The party's open questions (kept live by the socket) and their latest runs."""
+    """The party's open questions and their latest runs; ``?fragment=1`` gives the live regions alone."""
 
     template_name = "agents/inbox.html"
+    fragment_template_name = "agents/_inbox.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context["questions"] = selectors.open_questions_for(tenant=self.tenant, user=self.request.user)
         context["runs"] = selectors.runs_for(tenant=self.tenant, user=self.request.user)
-        context["form"] = AnswerForm()
+        # Every question listed is of one of the user's own agents, so only the role decides.
+        context["can_answer"] = self.membership.role != Membership.Role.VIEWER
         return context
 
 
-class QuestionListView(InboxView):
-    """The inbox's live fragments alone, re-rendered when an event arrives."""
-
-    template_name = "agents/_live.html"
-
-
 class QuestionAnswerView(TenantMixin, View):
-    """POST an answer: resumes the run in a worker."""
+    """POST ``answer`` to a question: records it and resumes the run in a worker.
+
+    Redirects to the run's page, which says what happened: the answer sent, or
+    why it was refused (answered before, empty, the run stopped) with nothing
+    changed. Another tenant's question is a 404; a member who may not answer
+    for the agent (a viewer, another party) gets a 403.
+    """
 
     def post(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
-        question = get_object_or_404(Question.objects.for_tenant(self.tenant).select_related("run"), pk=pk)
-        if self.membership.role not in ANSWERING_ROLES:
-            messages.error(request, "Your role cannot answer questions.")
-            return redirect("agents:inbox", tenant=tenant)
+        question = get_object_or_404(selectors.questions_of(tenant=self.tenant), pk=pk)
+        if not selectors.can_answer_for(membership=self.membership, agent=question.run.agent):
+            raise PermissionDenied("Only the agent's party, an owner or an operator can answer its questions.")
         form = AnswerForm(request.POST)
         if not form.is_valid():
-            messages.error(request, "The answer is empty.")
-            return redirect("agents:inbox", tenant=tenant)
-        try:
-            services.question_answer(question=question, answer=form.cleaned_data["answer"], user=request.user)
-        except services.RunError as exc:
-            messages.error(request, str(exc))
-            return redirect("agents:inbox", tenant=tenant)
+            messages.error(request, " ".join(form.errors["answer"]))
+        else:
+            try:
+                services.question_answer(question=question, answer=form.cleaned_data["answer"], user=request.user)
+            except services.RunError as exc:
+                messages.error(request, str(exc))
+            else:
+                messages.success(request, "Answer sent. Your agent carries on.")
         return redirect("agents:run", tenant=tenant, pk=question.run_id)
 
 
 class RunDetailView(TenantMixin, DetailView):
-    """A run with its status and every message of its steps."""
+    """A run: its status, its questions (with the answer form while open), its result and its steps."""
 
     template_name = "agents/run.html"
     fragment_template_name = "agents/_run.html"
@@ -75,8 +80,9 @@ class RunDetailView(TenantMixin, DetailView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["messages_"] = self.object.messages.order_by("seq")
-        context["questions"] = self.object.questions.order_by("created_at")
+        context["run_messages"] = selectors.run_messages(run=self.object)
+        context["questions"] = selectors.run_questions(run=self.object)
+        context["can_answer"] = selectors.can_answer_for(membership=self.membership, agent=self.object.agent)
         return context
 
 
@@ -87,4 +93,4 @@ class AgentDetailView(TenantMixin, DetailView):
     context_object_name = "agent"
 
     def get_queryset(self) -> QuerySet[Agent]:
-        return Agent.objects.for_tenant(self.tenant)
+        return Agent.objects.for_tenant(self.tenant).select_related("principal")

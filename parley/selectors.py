@@ -9,10 +9,12 @@ from parley.models import Membership, Tenant
 
 
 def tenant_ids_of(user: AbstractBaseUser | AnonymousUser) -> list[int]:
-    """Ids of the tenants ``user`` belongs to, in any role."""
+    """Ids of the tenants ``user`` belongs to, in any role, in ascending order."""
     if not user.is_authenticated:
         return []
-    return list(Membership.objects.filter(user=user).values_list("tenant_id", flat=True))
+    return list(
+        Membership.objects.filter(user=user).order_by("tenant_id").values_list("tenant_id", flat=True)
+    )
 
 
 def membership_for(*, user: AbstractBaseUser | AnonymousUser, tenant_slug: str) -> Membership:
@@ -29,6 +31,13 @@ def membership_for(*, user: AbstractBaseUser | AnonymousUser, tenant_slug: str) 
     if membership is None:
         raise Http404("No such tenant.")
     return membership
+
+
+def first_membership(user: AbstractBaseUser | AnonymousUser) -> Membership | None:
+    """The user's membership of their first tenant by slug, or ``None`` when they belong to none."""
+    if not user.is_authenticated:
+        return None
+    return Membership.objects.select_related("tenant").filter(user=user).order_by("tenant__slug").first()
 
 
 def tenant_by_slug(slug: str) -> Tenant | None:

@@ -10,18 +10,21 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from parley.models import Membership, Tenant
-from parley.selectors import membership_for
+from parley.selectors import first_membership, membership_for
 
 
 class TenantMixin(LoginRequiredMixin):
     """Resolves ``self.tenant`` and ``self.membership`` from the ``tenant`` URL slug.
 
     A tenant the user is not a member of answers 404, exactly like one that
-    does not exist.
+    does not exist. A view that sets ``fragment_template_name`` renders only
+    that template (its live regions) when asked with ``?fragment=1``: that is
+    what ``static/parley/live.js`` fetches when an event arrives.
     """
 
     tenant: Tenant
     membership: Membership
+    fragment_template_name = ""
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         if request.user.is_authenticated:
@@ -30,10 +33,8 @@ class TenantMixin(LoginRequiredMixin):
         return super().dispatch(request, *args, **kwargs)
 
     def get_template_names(self) -> list[str]:
-        """The page, or only its live fragment when the live script asks with ``?fragment=1``."""
-        fragment = getattr(self, "fragment_template_name", "")
-        if fragment and self.request.GET.get("fragment"):  # type: ignore[attr-defined]
-            return [fragment]
+        if self.fragment_template_name and self.request.GET.get("fragment"):  # type: ignore[attr-defined]
+            return [self.fragment_template_name]
         names: list[str] = super().get_template_names()  # type: ignore[misc]
         return names
 
@@ -46,9 +47,7 @@ class TenantMixin(LoginRequiredMixin):
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     """Send the user to their first tenant's inbox, or say they have none."""
-    membership = (
-        Membership.objects.select_related("tenant").filter(user=request.user).order_by("tenant__slug").first()
-    )
+    membership = first_membership(request.user)
     if membership is None:
-        return render(request, "parley/no_tenant.html", status=200)
+        return render(request, "parley/no_tenant.html")
     return redirect("agents:inbox", tenant=membership.tenant.slug)
