@@ -45,8 +45,8 @@ def run_start(*, agent: Agent, intent: Intent, task: str) -> Run:
     if intent.agent_id != agent.pk or intent.tenant_id != agent.tenant_id:
         raise RunError("That intent belongs to another agent.")
     with transaction.atomic():
-        Intent.objects.select_for_update().get(pk=intent.pk)
-        active = Run.objects.filter(intent=intent, status__in=Run.ACTIVE).first()
+        Intent.objects.for_tenant(agent.tenant_id).select_for_update().get(pk=intent.pk)
+        active = Run.objects.for_tenant(agent.tenant_id).filter(intent=intent, status__in=Run.ACTIVE).first()
         if active is not None:
             raise RunError(
                 f"Run {active.pk} of this intent is still {active.status}; wait for it or cancel it."
@@ -217,7 +217,11 @@ def tool_call_complete(*, run: Run, tool_call_id: str, result: str) -> None:
             run.status = Run.Status.RUNNING
             run.save(update_fields=["status", "updated_at"])
             _enqueue_step(run)
-        elif not Question.objects.filter(run=run, tool_call_id__in=pending, answered_at=None).exists():
+        elif (
+            not Question.objects.for_tenant(run.tenant_id)
+            .filter(run=run, tool_call_id__in=pending, answered_at=None)
+            .exists()
+        ):
             run.status = Run.Status.WAITING
             run.save(update_fields=["status", "updated_at"])
         _publish_run(run)
@@ -284,7 +288,7 @@ def _chat_messages(run: Run) -> list[ChatMessage]:
     chat: list[ChatMessage] = [
         {"role": "system", "content": system_message(agent=run.agent, intent=run.intent)}
     ]
-    for m in Message.objects.filter(intent_id=run.intent_id).order_by("seq"):
+    for m in Message.objects.for_tenant(run.tenant_id).filter(intent_id=run.intent_id).order_by("seq"):
         entry: ChatMessage = {"role": m.role, "content": m.content}
         if m.tool_calls:
             entry["tool_calls"] = [
@@ -312,7 +316,10 @@ def _append(
     name: str = "",
 ) -> Message:
     """Append to the thread; callers hold the run's row lock, so ``seq`` cannot collide."""
-    last = Message.objects.filter(intent_id=run.intent_id).aggregate(m=Max("seq"))["m"] or 0
+    last = (
+        Message.objects.for_tenant(run.tenant_id).filter(intent_id=run.intent_id).aggregate(m=Max("seq"))["m"]
+        or 0
+    )
     return Message.objects.create(
         tenant_id=run.tenant_id,
         intent_id=run.intent_id,

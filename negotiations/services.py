@@ -103,7 +103,7 @@ def batch_answer(*, run: Run, tool_call_id: str, ids: list[str], guidance: str) 
                 {"kind": "skipped", "id": raw_id, "reason": "no such negotiation of this agent"}
             )
             continue
-        negotiation = Negotiation.objects.select_for_update().get(pk=negotiation.pk)
+        negotiation = Negotiation.objects.for_tenant(run.tenant_id).select_for_update().get(pk=negotiation.pk)
         if negotiation.status in (Negotiation.Status.SETTLED, Negotiation.Status.FAILED):
             batch.events.append(
                 {
@@ -227,7 +227,9 @@ def _record_exchange(negotiation: Negotiation, exchange: client.Exchange) -> Set
     task = exchange.task
     record = task_record_from_json(task)
     with transaction.atomic():
-        negotiation = Negotiation.objects.select_for_update().get(pk=negotiation.pk)
+        negotiation = (
+            Negotiation.objects.for_tenant(negotiation.tenant_id).select_for_update().get(pk=negotiation.pk)
+        )
         known = negotiation.turns.count()
         for seq, (raw, entry) in enumerate(zip(task["history"], record.history, strict=True), start=1):
             if seq > known:
@@ -259,9 +261,11 @@ def inbound_turn(
     if not data:
         raise MoveError("the message has no data part carrying a move {action, message, …}")
     their_move = parse_move(data[0])
-    negotiation = Negotiation.objects.filter(
-        agent=agent, direction=Negotiation.Direction.INBOUND, task_id=task_id
-    ).first()
+    negotiation = (
+        Negotiation.objects.for_tenant(agent.tenant_id)
+        .filter(agent=agent, direction=Negotiation.Direction.INBOUND, task_id=task_id)
+        .first()
+    )
     if negotiation is not None and negotiation.status == Negotiation.Status.SETTLED:
         raise NegotiationClosed(f"negotiation on task {task_id} is settled; open a new one")
     record = TaskRecord(state="working", history=(*prior.history, Entry(role="user", move=their_move)))
@@ -285,16 +289,20 @@ def inbound_turn(
     }
     final = TaskRecord(state=state, history=(*record.history, Entry(role="agent", move=move)))
     with transaction.atomic():
-        negotiation, _ = Negotiation.objects.select_for_update().get_or_create(
-            agent=agent,
-            direction=Negotiation.Direction.INBOUND,
-            task_id=task_id,
-            defaults={
-                "tenant_id": agent.tenant_id,
-                "context_id": context_id,
-                "max_turns": agent.max_turns,
-                "intent": agent.intents.order_by("-created_at").first(),
-            },
+        negotiation, _ = (
+            Negotiation.objects.for_tenant(agent.tenant_id)
+            .select_for_update()
+            .get_or_create(
+                agent=agent,
+                direction=Negotiation.Direction.INBOUND,
+                task_id=task_id,
+                defaults={
+                    "tenant_id": agent.tenant_id,
+                    "context_id": context_id,
+                    "max_turns": agent.max_turns,
+                    "intent": agent.intents.order_by("-created_at").first(),
+                },
+            )
         )
         known = negotiation.turns.count()
         _add_turn(negotiation, known + 1, record.history[-1], incoming, our_role="agent", state=state)
@@ -401,8 +409,13 @@ def _report(negotiation: Negotiation, event: dict[str, Any]) -> None:
     if negotiation.batch_id is None:
         return
     with transaction.atomic():
-        batch = Batch.objects.select_for_update().select_related("run").get(pk=negotiation.batch_id)
-        Negotiation.objects.filter(pk=negotiation.pk).update(event=event)
+        batch = (
+            Batch.objects.for_tenant(negotiation.tenant_id)
+            .select_for_update()
+            .select_related("run")
+            .get(pk=negotiation.batch_id)
+        )
+        Negotiation.objects.for_tenant(negotiation.tenant_id).filter(pk=negotiation.pk).update(event=event)
         if batch.reported_at is not None or batch.negotiations.filter(event__isnull=True).exists():
             return
         events = [*batch.events, *(n.event for n in batch.negotiations.order_by("created_at"))]
