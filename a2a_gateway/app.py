@@ -18,12 +18,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from a2a.server.agent_execution import SimpleRequestContextBuilder
+from a2a.server.agent_execution import RequestContext, SimpleRequestContextBuilder
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
-from a2a.types import SendMessageRequest
+from a2a.types import SendMessageRequest, Task, TaskState
+from a2a.utils.errors import UnsupportedOperationError
 from django.conf import settings
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,7 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from a2a_gateway.cards import agent_card, capability_card
-from a2a_gateway.executor import NegotiationExecutor, admit
+from a2a_gateway.executor import FINISHED, NegotiationExecutor, admit
 from a2a_gateway.store import DjangoTaskStore, call_agent
 from agents.models import Agent
 
@@ -53,26 +54,34 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
     """Builds the executor's context for a message, refusing first what the agent cannot take.
 
     The SDK calls it after looking the task up (unknown: -32001) and before it
-    starts the task, the last point at which a refusal writes nothing: see
-    :func:`a2a_gateway.executor.admit` for what is refused and with which error.
-    A follow-up naming only ``taskId`` gets the stored ``contextId`` (a2a-sdk-brief.md §1.6).
+    starts the task, the last point at which a refusal writes nothing. Refused:
+    a message to a finished task (UnsupportedOperationError, -32004, "Task <id>
+    is in terminal state: TASK_STATE_COMPLETED"), then whatever
+    :func:`a2a_gateway.executor.admit` refuses. A follow-up naming only
+    ``taskId`` gets the stored ``contextId`` (a2a-sdk-brief.md §1.6).
     """
 
     def __init__(self, store: DjangoTaskStore) -> None:
         super().__init__(task_store=store)
         self._store = store
 
-    async def build(  # type: ignore[override]
+    async def build(
         self,
         context: ServerCallContext,
         params: SendMessageRequest | None = None,
         task_id: str | None = None,
         context_id: str | None = None,
-        task: Any = None,
-    ) -> Any:
+        task: Task | None = None,
+    ) -> RequestContext:
+        stored = await self._store.get(task_id, context) if task_id else None
+        if stored is not None and stored.status.state in FINISHED:
+            # The SDK's own refusal, word for word, made before it builds an ActiveTask: refusing
+            # there, a2a-sdk 1.3.0 leaves the task's queue dispatcher pending (logged on collection).
+            state = TaskState.Name(stored.status.state)
+            raise UnsupportedOperationError(message=f"Task {stored.id} is in terminal state: {state}")
         if params is not None:
             await admit(call_agent(context), params.message, task_id)
-        if task_id and not context_id and (stored := await self._store.get(task_id, context)):
+        if stored is not None and not context_id:
             context_id = stored.context_id
         return await super().build(
             context=context, params=params, task_id=task_id, context_id=context_id, task=task

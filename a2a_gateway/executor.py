@@ -7,13 +7,15 @@ one our own action stamps. A terminal reply also carries the outcome artifact.
 
 Whatever ``execute`` raises, a2a-sdk 1.3.0 then stores the task as FAILED —
 creating it as FAILED if it was new (``EventConsumer._write_failed_status``).
-So a message we refuse is refused by :func:`admit` before the SDK starts the
-task; the same checks in ``execute`` only catch a race between two messages.
+So a message we refuse is refused before the SDK starts the task, by the
+gateway's request context builder with :func:`admit`. ``execute`` still maps
+the same errors from ``inbound_turn``: a second message can settle the
+negotiation between the check and the turn.
 """
 
 from __future__ import annotations
 
-from a2a.helpers import get_data_parts, new_data_part, new_task_from_user_message
+from a2a.helpers import new_data_part, new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
@@ -25,9 +27,8 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from a2a_gateway.store import call_agent
 from agents.models import Agent
 from negotiations import services
-from negotiations.models import Negotiation
 from negotiations.negotiator import NegotiatorError
-from negotiations.wire import MoveError, TaskRecord, parse_move, task_record_from_proto
+from negotiations.wire import MoveError, TaskRecord, task_record_from_proto
 
 OUTCOME_ARTIFACT_ID = "negotiator:negotiation-outcome"
 _STATES = {
@@ -37,6 +38,14 @@ _STATES = {
     "canceled": TaskState.TASK_STATE_CANCELED,
     "failed": TaskState.TASK_STATE_FAILED,
 }
+FINISHED = frozenset(
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_REJECTED,
+    }
+)
 
 
 async def admit(agent: Agent, message: Message, task_id: str | None) -> None:
@@ -50,21 +59,14 @@ async def admit(agent: Agent, message: Message, task_id: str | None) -> None:
         UnsupportedOperationError: (-32004) the task's negotiation is settled (it can be while
             the task is open, e.g. "unanswered"): "negotiation on task <id> is settled; …".
     """
-    data = get_data_parts(message.parts)
     try:
-        if not data:
-            raise MoveError("the message has no data part carrying a move {action, message, …}")
-        parse_move(data[0])
+        await sync_to_async(services.inbound_check)(
+            agent=agent, task_id=task_id or "", incoming=MessageToDict(message)
+        )
     except MoveError as exc:
         raise InvalidParamsError(message=f"Invalid negotiation move: {exc}") from exc
-    settled = Negotiation.objects.filter(
-        agent=agent,
-        direction=Negotiation.Direction.INBOUND,
-        task_id=task_id,
-        status=Negotiation.Status.SETTLED,
-    )
-    if task_id and await settled.aexists():
-        raise UnsupportedOperationError(message=f"negotiation on task {task_id} is settled; open a new one")
+    except services.NegotiationClosed as exc:
+        raise UnsupportedOperationError(message=str(exc)) from exc
 
 
 class NegotiationExecutor(AgentExecutor):
@@ -94,7 +96,10 @@ class NegotiationExecutor(AgentExecutor):
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         await updater.update_status(TaskState.TASK_STATE_WORKING, message=ParseDict(reply.message, Message()))
-        if reply.settlement is not None:
+        state = _STATES[reply.state]
+        # On terminal replies only, as the Index peer does (index-wire-protocol.md §1, step 7): an
+        # open task can carry a settlement ("unanswered"), but its verdict is still "open".
+        if reply.settlement is not None and state in FINISHED:
             s = reply.settlement
             outcome = {
                 "state": reply.state,
@@ -109,7 +114,7 @@ class NegotiationExecutor(AgentExecutor):
                 artifact_id=OUTCOME_ARTIFACT_ID,
                 name="negotiation-outcome",
             )
-        await updater.update_status(_STATES[reply.state])
+        await updater.update_status(state)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         if not context.task_id or not context.context_id:

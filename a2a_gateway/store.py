@@ -13,6 +13,7 @@ from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskStore
 from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
 from a2a.utils.task import decode_page_token, encode_page_token
+from django.db.models import QuerySet
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a_gateway.models import A2ATask
@@ -59,11 +60,11 @@ class DjangoTaskStore(TaskStore):
         )
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
-        row = await A2ATask.objects.filter(task_id=task_id, owner=owner_of(context)).afirst()
+        row = await _tasks(context).filter(task_id=task_id).afirst()
         return ParseDict(row.data, Task(), ignore_unknown_fields=True) if row else None
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        rows = A2ATask.objects.filter(owner=owner_of(context))
+        rows = _tasks(context)
         if params.context_id:
             rows = rows.filter(context_id=params.context_id)
         if params.status:
@@ -80,4 +81,9 @@ class DjangoTaskStore(TaskStore):
         return ListTasksResponse(tasks=page, next_page_token=next_token, total_size=total, page_size=size)
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
-        await A2ATask.objects.filter(task_id=task_id, owner=owner_of(context)).adelete()
+        await _tasks(context).filter(task_id=task_id).adelete()
+
+
+def _tasks(context: ServerCallContext) -> QuerySet[A2ATask]:
+    """The Tasks of this call's partition, within the agent's tenant."""
+    return A2ATask.objects.for_tenant(call_agent(context).tenant_id).filter(owner=owner_of(context))

@@ -247,6 +247,27 @@ def _record_exchange(negotiation: Negotiation, exchange: client.Exchange) -> Set
 # Inbound turns.
 
 
+def inbound_check(*, agent: Agent, task_id: str, incoming: dict[str, Any]) -> Move:
+    """The move ``incoming`` (an A2A 1.0 JSON Message) carries, if ``agent`` can take it on ``task_id``.
+
+    Reads only: the gateway calls it before the SDK sets up the task, so a
+    refused message writes nothing. Raises :class:`MoveError` (no valid move in
+    the first data part) or :class:`NegotiationClosed` (the negotiation is settled).
+    """
+    data = [p["data"] for p in incoming.get("parts", []) if "data" in p]
+    if not data:
+        raise MoveError("the message has no data part carrying a move {action, message, …}")
+    move = parse_move(data[0])
+    settled = (
+        Negotiation.objects.for_tenant(agent.tenant_id)
+        .filter(agent=agent, direction=Negotiation.Direction.INBOUND, task_id=task_id)
+        .filter(status=Negotiation.Status.SETTLED)
+    )
+    if task_id and settled.exists():
+        raise NegotiationClosed(f"negotiation on task {task_id} is settled; open a new one")
+    return move
+
+
 def inbound_turn(
     *, agent: Agent, task_id: str, context_id: str, prior: TaskRecord, incoming: dict[str, Any]
 ) -> InboundReply:
@@ -257,17 +278,12 @@ def inbound_turn(
     :class:`negotiations.negotiator.NegotiatorError` when no move can be made.
     Nothing is written unless the reply is decided.
     """
-    data = [p["data"] for p in incoming.get("parts", []) if "data" in p]
-    if not data:
-        raise MoveError("the message has no data part carrying a move {action, message, …}")
-    their_move = parse_move(data[0])
+    their_move = inbound_check(agent=agent, task_id=task_id, incoming=incoming)
     negotiation = (
         Negotiation.objects.for_tenant(agent.tenant_id)
         .filter(agent=agent, direction=Negotiation.Direction.INBOUND, task_id=task_id)
         .first()
     )
-    if negotiation is not None and negotiation.status == Negotiation.Status.SETTLED:
-        raise NegotiationClosed(f"negotiation on task {task_id} is settled; open a new one")
     record = TaskRecord(state="working", history=(*prior.history, Entry(role="user", move=their_move)))
     move = negotiator.decide(
         agent=agent,
