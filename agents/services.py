@@ -16,11 +16,12 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agents import tools
+from agents import selectors, tools
 from agents.instructions import system_message
 from agents.llm import ChatMessage, ModelError, ModelReply, model_for
 from agents.models import Agent, Intent, Message, Question, Run
 from parley.live import publish_on_commit
+from parley.models import Membership
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,10 @@ class RunError(Exception):
 
 class QuestionAlreadyAnswered(RunError):
     pass
+
+
+class NotAllowed(RunError):
+    """The user may not do this for this agent."""
 
 
 def run_start(*, agent: Agent, intent: Intent, task: str) -> Run:
@@ -144,7 +149,6 @@ def _run_tools(run: Run, reply: ModelReply, offered: dict[str, tools.Tool]) -> s
                 event="question.opened",
                 tenant_id=run.tenant_id,
                 payload={"question": str(question.pk), "run": str(run.pk)},
-                user_ids=[run.agent.principal_id],
             )
         elif isinstance(outcome, tools.Defer):
             deferred = True
@@ -230,9 +234,15 @@ def tool_call_complete(*, run: Run, tool_call_id: str, result: str) -> None:
 def question_answer(*, question: Question, answer: str, user: User) -> Question:
     """Record the party's answer as the suspended tool call's result and resume the run.
 
-    Raises :class:`QuestionAlreadyAnswered` when it was answered before (nothing
-    changes) and :class:`RunError` for an empty answer or a run that stopped.
+    Raises :class:`NotAllowed` unless ``user`` may answer for the agent (see
+    :func:`agents.selectors.can_answer_for`), :class:`QuestionAlreadyAnswered`
+    when it was answered before (nothing changes) and :class:`RunError` for an
+    empty answer or a run that stopped.
     """
+    membership = Membership.objects.filter(user=user, tenant_id=question.tenant_id).first()
+    agent = Agent.objects.for_tenant(question.tenant_id).get(runs__questions=question)
+    if membership is None or not selectors.can_answer_for(membership=membership, agent=agent):
+        raise NotAllowed("Only the agent's party, an owner or an operator can answer its questions.")
     if not answer.strip():
         raise RunError("The answer is empty.")
     with transaction.atomic():
@@ -257,7 +267,6 @@ def question_answer(*, question: Question, answer: str, user: User) -> Question:
             event="question.answered",
             tenant_id=question.tenant_id,
             payload={"question": str(question.pk), "run": str(question.run_id)},
-            user_ids=[user.pk],
         )
     return question
 
@@ -346,5 +355,4 @@ def _publish_run(run: Run) -> None:
         event="run.updated",
         tenant_id=run.tenant_id,
         payload={"run": str(run.pk), "status": run.status},
-        user_ids=[run.agent.principal_id],
     )

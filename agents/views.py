@@ -53,14 +53,16 @@ class QuestionAnswerView(TenantMixin, View):
 
     def post(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
         question = get_object_or_404(selectors.questions_of(tenant=self.tenant), pk=pk)
-        if not selectors.can_answer_for(membership=self.membership, agent=question.run.agent):
-            raise PermissionDenied("Only the agent's party, an owner or an operator can answer its questions.")
         form = AnswerForm(request.POST)
         if not form.is_valid():
-            messages.error(request, " ".join(form.errors["answer"]))
+            messages.error(request, " ".join(str(e) for e in form.errors["answer"]))
         else:
             try:
-                services.question_answer(question=question, answer=form.cleaned_data["answer"], user=request.user)
+                services.question_answer(
+                    question=question, answer=form.cleaned_data["answer"], user=self.membership.user
+                )
+            except services.NotAllowed as exc:
+                raise PermissionDenied(str(exc)) from exc
             except services.RunError as exc:
                 messages.error(request, str(exc))
             else:

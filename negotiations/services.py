@@ -415,7 +415,6 @@ def _settle(
         event="negotiation.settled",
         tenant_id=negotiation.tenant_id,
         payload={"negotiation": str(negotiation.pk), "outcome": settlement.outcome},
-        user_ids=[negotiation.agent.principal_id],
     )
     return settlement
 

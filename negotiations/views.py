@@ -39,6 +39,8 @@ class NegotiationDetailView(TenantMixin, DetailView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["turns"] = Turn.objects.for_tenant(self.tenant).filter(negotiation=self.object).order_by("seq")
+        context["turns"] = (
+            Turn.objects.for_tenant(self.tenant).filter(negotiation=self.object).order_by("seq")
+        )
         context["settlement"] = getattr(self.object, "settlement", None)
         return context

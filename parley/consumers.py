@@ -36,7 +36,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if self.tenant_ids is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        self.joined = [live.user_group(user.pk)] + [live.tenant_group(t) for t in self.tenant_ids]
+        self.joined = [live.tenant_group(t) for t in self.tenant_ids]
         self.closing = False
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)

@@ -8,7 +8,6 @@ nothing: every fragment can be re-rendered from the database.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -33,22 +32,18 @@ def tenant_group(tenant_id: int) -> str:
     return f"tenant-{tenant_id}"
 
 
-def user_group(user_id: int) -> str:
-    """Group of one user's sockets: the party their agents ask."""
-    return f"user-{user_id}"
+def publish_on_commit(*, event: str, tenant_id: int, payload: dict[str, Any]) -> None:
+    """Send ``event`` to the tenant's group once the transaction commits.
 
-
-def publish_on_commit(
-    *, event: str, tenant_id: int, payload: dict[str, Any], user_ids: Iterable[int | None] = ()
-) -> None:
-    """Send ``event`` to the tenant's group and to each user's group once the transaction commits.
+    Every member's socket is in its tenants' groups; each page re-renders what
+    that member may see from the database, so events carry ids, never content.
 
     ``payload`` must be JSON-serialisable. Raises ``ValueError`` for an event
     name not in :data:`EVENTS`. Outside a transaction the send happens at once.
     """
     if event not in EVENTS:
         raise ValueError(f"unknown live event {event!r}")
-    groups = [tenant_group(tenant_id)] + [user_group(u) for u in user_ids if u is not None]
+    groups = [tenant_group(tenant_id)]
     message = {"type": "live.event", "event": event, "payload": payload}
     transaction.on_commit(lambda: _send(groups, message))
 

@@ -13,12 +13,12 @@ def tenant_ids_of(user: AbstractBaseUser | AnonymousUser) -> list[int]:
     if not user.is_authenticated:
         return []
     return list(
-        Membership.objects.filter(user=user).order_by("tenant_id").values_list("tenant_id", flat=True)
+        Membership.objects.filter(user_id=user.pk).order_by("tenant_id").values_list("tenant_id", flat=True)
     )
 
 
 def membership_for(*, user: AbstractBaseUser | AnonymousUser, tenant_slug: str) -> Membership:
-    """The user's membership of the tenant named by ``tenant_slug``.
+    """The user's membership of the tenant named by ``tenant_slug``, with the tenant and user loaded.
 
     Raises ``Http404`` when the tenant does not exist or the user is not a
     member: another tenant is indistinguishable from no tenant.
@@ -26,7 +26,9 @@ def membership_for(*, user: AbstractBaseUser | AnonymousUser, tenant_slug: str) 
     if not user.is_authenticated:
         raise Http404("No such tenant.")
     membership = (
-        Membership.objects.select_related("tenant").filter(user=user, tenant__slug=tenant_slug).first()
+        Membership.objects.select_related("tenant", "user")
+        .filter(user_id=user.pk, tenant__slug=tenant_slug)
+        .first()
     )
     if membership is None:
         raise Http404("No such tenant.")
@@ -37,8 +39,11 @@ def first_membership(user: AbstractBaseUser | AnonymousUser) -> Membership | Non
     """The user's membership of their first tenant by slug, or ``None`` when they belong to none."""
     if not user.is_authenticated:
         return None
-    return Membership.objects.select_related("tenant").filter(user=user).order_by("tenant__slug").first()
+    return (
+        Membership.objects.select_related("tenant").filter(user_id=user.pk).order_by("tenant__slug").first()
+    )
 
 
 def tenant_by_slug(slug: str) -> Tenant | None:
+    """The tenant with this slug, or ``None``. For trusted callers only (commands): no membership check."""
     return Tenant.objects.filter(slug=slug).first()

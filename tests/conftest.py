@@ -67,7 +67,7 @@ def live_stack(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) 
     url = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "parley.settings.base",
+        "DJANGO_SETTINGS_MODULE": "parley.settings.test",
         "DATABASE_URL": _database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "PUBLIC_BASE_URL": url,
@@ -77,8 +77,8 @@ def live_stack(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) 
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
     logs = ROOT / ".pytest_cache"
     logs.mkdir(exist_ok=True)
-    web_log = (logs / "live-web.log").open("w")
-    worker_log = (logs / "live-worker.log").open("w")
+    web_log = (logs / f"live-web-{port}.log").open("w")
+    worker_log = (logs / f"live-worker-{port}.log").open("w")
     web = subprocess.Popen(
         [
             sys.executable,

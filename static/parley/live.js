@@ -1,26 +1,66 @@
-// The dashboard's live socket. On every event it re-renders the page's live
-// regions from the server; on reconnect it re-syncs, so a dropped push loses nothing.
+// The dashboard's live socket (DESIGN.md §7). Every event, and every (re)connect,
+// re-renders the page's live regions from the server, so a dropped push loses
+// nothing: the page always ends up showing what the database holds.
+//
+// An element with data-live-src="<url>" holds regions marked data-live="<name>";
+// the URL answers the same regions, freshly rendered. Items marked data-key are
+// kept as they are (with what is typed in them) while the fresh copy has them.
 (function () {
   "use strict";
-  const status = document.getElementById("live-status");
+  const announcer = document.getElementById("live-status");
   let delay = 500;
+  let busy = false;
+  let again = false;
 
+  // One refresh at a time. Events during a refresh ask for one more pass, so
+  // responses never land out of order and a burst of events costs two passes.
   async function refresh() {
-    const holders = document.querySelectorAll("[data-live-src]");
-    for (const holder of holders) {
-      const response = await fetch(holder.dataset.liveSrc, { headers: { "X-Requested-With": "live" } });
-      if (!response.ok) continue;
-      const fresh = document.createElement("div");
-      fresh.innerHTML = await response.text();
-      for (const region of fresh.querySelectorAll("[data-live]")) {
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    try {
+      do {
+        again = false;
+        await refreshOnce();
+      } while (again);
+    } finally {
+      busy = false;
+    }
+  }
+
+  async function refreshOnce() {
+    for (const holder of document.querySelectorAll("[data-live-src]")) {
+      let html;
+      try {
+        const response = await fetch(holder.dataset.liveSrc, { headers: { "X-Requested-With": "live" } });
+        if (response.redirected) {
+          // Only the login page redirects a fragment: the session ended, so show the login form.
+          location.reload();
+          return;
+        }
+        if (!response.ok) continue;
+        html = await response.text();
+      } catch (error) {
+        return; // offline: the socket drops too, and its reconnect re-syncs
+      }
+      const fresh = document.createElement("template");
+      fresh.innerHTML = html;
+      for (const region of fresh.content.querySelectorAll("[data-live]")) {
         const current = holder.querySelector('[data-live="' + region.dataset.live + '"]');
         if (current) merge(current, region);
       }
     }
   }
 
-  // Replace a region but keep list items (and what is typed in them) that are still there.
   function merge(current, region) {
+    // Moving a node out of the document drops its focus; note it to give it back.
+    const focused = current.contains(document.activeElement) ? document.activeElement : null;
+    const selection =
+      focused && typeof focused.selectionStart === "number"
+        ? [focused.selectionStart, focused.selectionEnd, focused.selectionDirection]
+        : null;
     const kept = new Map();
     for (const item of current.querySelectorAll("[data-key]")) kept.set(item.dataset.key, item);
     for (const item of region.querySelectorAll("[data-key]")) {
@@ -28,6 +68,12 @@
       if (old) item.replaceWith(old);
     }
     current.replaceWith(region);
+    if (focused && region.contains(focused)) {
+      focused.focus({ preventScroll: true });
+      if (selection) focused.setSelectionRange(selection[0], selection[1], selection[2]);
+    }
+    const summary = region.dataset.announce;
+    if (announcer && summary && summary !== current.dataset.announce) announcer.textContent = summary;
   }
 
   function connect() {
@@ -36,11 +82,9 @@
     socket.onopen = function () {
       delay = 500;
       document.body.dataset.live = "connected";
-      refresh();
+      refresh(); // whatever happened while the page loaded or the socket was down
     };
-    socket.onmessage = function (message) {
-      const data = JSON.parse(message.data);
-      if (status) status.textContent = "Update: " + data.event;
+    socket.onmessage = function () {
       refresh();
     };
     socket.onclose = function () {

@@ -11,7 +11,8 @@ from agents import services
 from agents.instructions import system_message
 from agents.models import Agent, Intent, Message, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES, NO_COUNTERPARTIES
-from tests.conftest import LiveStack, wait_until
+from parley.models import Membership
+from tests.conftest import LiveStack, make_user, wait_until
 
 
 def _step(run: Run) -> Run:
@@ -22,7 +23,9 @@ def _step(run: Run) -> Run:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_suspend_answer_resume_in_a_worker(live_stack: LiveStack, agent: Agent, intent: Intent, principal: AbstractUser) -> None:
+def test_suspend_answer_resume_in_a_worker(
+    live_stack: LiveStack, agent: Agent, intent: Intent, principal: AbstractUser
+) -> None:
     run = services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
 
     question = wait_until(lambda: Question.objects.filter(run=run).first(), what="the question")
@@ -32,11 +35,15 @@ def test_suspend_answer_resume_in_a_worker(live_stack: LiveStack, agent: Agent, 
 
     services.question_answer(question=question, answer="Nobody yet.", user=principal)
 
-    wait_until(lambda: Run.objects.get(pk=run.pk).status == Run.Status.DONE, what="the run to resume and finish")
+    wait_until(
+        lambda: Run.objects.get(pk=run.pk).status == Run.Status.DONE, what="the run to resume and finish"
+    )
     run.refresh_from_db()
     assert run.output == NO_COUNTERPARTIES
     assert run.step_count == 2
-    history = list(Message.objects.filter(intent=intent).order_by("seq").values_list("role", "tool_call_id", "content"))
+    history = list(
+        Message.objects.filter(intent=intent).order_by("seq").values_list("role", "tool_call_id", "content")
+    )
     assert history == [
         ("user", "", "Find me a fractional CFO."),
         ("assistant", "", ""),
@@ -48,7 +55,9 @@ def test_suspend_answer_resume_in_a_worker(live_stack: LiveStack, agent: Agent, 
 
 
 @pytest.mark.django_db
-def test_the_answer_is_the_suspended_calls_result_not_a_user_message(agent: Agent, intent: Intent, principal: AbstractUser) -> None:
+def test_the_answer_is_the_suspended_calls_result_not_a_user_message(
+    agent: Agent, intent: Intent, principal: AbstractUser
+) -> None:
     run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     question = Question.objects.get(run=run)
     call = Message.objects.get(run=run, role=Message.Role.ASSISTANT).tool_calls[0]
@@ -59,12 +68,18 @@ def test_the_answer_is_the_suspended_calls_result_not_a_user_message(agent: Agen
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING
     result = Message.objects.get(run=run, role=Message.Role.TOOL)
-    assert (result.tool_call_id, result.name, result.content) == (question.tool_call_id, "ask_user", "Nobody yet.")
+    assert (result.tool_call_id, result.name, result.content) == (
+        question.tool_call_id,
+        "ask_user",
+        "Nobody yet.",
+    )
     assert Message.objects.filter(run=run, role=Message.Role.USER).count() == 1
 
 
 @pytest.mark.django_db
-def test_answering_twice_is_refused_and_changes_nothing(agent: Agent, intent: Intent, principal: AbstractUser) -> None:
+def test_answering_twice_is_refused_and_changes_nothing(
+    agent: Agent, intent: Intent, principal: AbstractUser
+) -> None:
     run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     question = Question.objects.get(run=run)
     services.question_answer(question=question, answer="First answer.", user=principal)
@@ -82,7 +97,7 @@ def test_answering_twice_is_refused_and_changes_nothing(agent: Agent, intent: In
 def test_an_empty_answer_is_refused(agent: Agent, intent: Intent, principal: AbstractUser) -> None:
     run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     question = Question.objects.get(run=run)
-    with pytest.raises(services.RunError, match="The answer is empty."):
+    with pytest.raises(services.RunError, match=r"^The answer is empty\.$"):
         services.question_answer(question=question, answer="   ", user=principal)
     question.refresh_from_db()
     assert question.is_open
@@ -129,3 +144,23 @@ def test_the_system_message_carries_prompt_identity_date_and_intent(agent: Agent
         "Call only the tools you are offered.",
         "Current intent: Bring in a fractional CFO.\nEverything you do in this session serves that intent.",
     ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("role", [Membership.Role.VIEWER, Membership.Role.PRINCIPAL, None])
+def test_only_the_party_or_staff_may_answer(agent: Agent, intent: Intent, role: str | None) -> None:
+    """A viewer, another party of the tenant, and a stranger are refused by the service itself."""
+    run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
+    question = Question.objects.get(run=run)
+    someone = make_user("someone")
+    if role is not None:
+        Membership.objects.create(user=someone, tenant=agent.tenant, role=role)
+
+    with pytest.raises(services.NotAllowed, match=r"^Only the agent's party, an owner or an operator"):
+        services.question_answer(question=question, answer="Sure.", user=someone)
+
+    question.refresh_from_db()
+    run.refresh_from_db()
+    assert question.is_open
+    assert run.status == Run.Status.NEEDS_INPUT
+    assert Message.objects.filter(run=run, role=Message.Role.TOOL).count() == 0

@@ -49,6 +49,7 @@ def test_fractional_cfo_scenario(live_stack: LiveStack) -> None:
         "Priya Raman": (Settlement.Outcome.UNCONFIRMED, Settlement.Basis.STATE),
     }
     agreed = pairs[0].ours
-    assert agreed is not None and agreed.terms is not None
+    assert agreed is not None
+    assert agreed.terms is not None
     assert 950 <= agreed.terms["amount"] <= 1100
     assert agreed.terms["currency"] == "EUR"

@@ -45,7 +45,9 @@ class PlainSeller(AgentExecutor):
     """Counters at 1,200 EUR until offered at least 1,000, then accepts that offer by its id."""
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        assert context.message is not None and context.task_id and context.context_id
+        assert context.message is not None
+        assert context.task_id
+        assert context.context_id
         if context.current_task is None:
             await event_queue.enqueue_event(new_task_from_user_message(context.message))
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
@@ -54,16 +56,26 @@ class PlainSeller(AgentExecutor):
         if move["action"] == "reject":
             await updater.reject(self._say(updater, {"action": "reject", "message": "Understood."}))
         elif amount >= FLOOR:
-            reply = {"action": "accept", "message": f"Agreed at €{amount:,.0f}.", "terms": move["terms"],
-                     "offerId": str(uuid.uuid4()), "acceptsOfferId": move["offerId"]}
+            reply = {
+                "action": "accept",
+                "message": f"Agreed at €{amount:,.0f}.",
+                "terms": move["terms"],
+                "offerId": str(uuid.uuid4()),
+                "acceptsOfferId": move["offerId"],
+            }
             await updater.complete(self._say(updater, reply))
         else:
-            reply = {"action": "counter", "message": f"My rate is €{ASKING:,}.",
-                     "terms": {"amount": ASKING, "currency": "EUR"}, "offerId": str(uuid.uuid4())}
+            reply = {
+                "action": "counter",
+                "message": f"My rate is €{ASKING:,}.",
+                "terms": {"amount": ASKING, "currency": "EUR"},
+                "offerId": str(uuid.uuid4()),
+            }
             await updater.requires_input(self._say(updater, reply))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        assert context.task_id and context.context_id
+        assert context.task_id
+        assert context.context_id
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
     @staticmethod
@@ -79,15 +91,28 @@ class PlainCounterparty:
         self.url = f"http://127.0.0.1:{self.port}"
         self.store = InMemoryTaskStore()
         card = AgentCard(
-            name="Plain Seller", description="A seller built from plain a2a-sdk parts.", version="1.0.0",
-            supported_interfaces=[AgentInterface(url=self.url, protocol_binding="JSONRPC", protocol_version="1.0")],
-            capabilities=AgentCapabilities(streaming=False), default_input_modes=["application/json"],
+            name="Plain Seller",
+            description="A seller built from plain a2a-sdk parts.",
+            version="1.0.0",
+            supported_interfaces=[
+                AgentInterface(url=self.url, protocol_binding="JSONRPC", protocol_version="1.0")
+            ],
+            capabilities=AgentCapabilities(streaming=False),
+            default_input_modes=["application/json"],
             default_output_modes=["application/json"],
-            skills=[AgentSkill(id="negotiate", name="Negotiate", description="Sells CFO days.", tags=["negotiation"])],
+            skills=[
+                AgentSkill(
+                    id="negotiate", name="Negotiate", description="Sells CFO days.", tags=["negotiation"]
+                )
+            ],
         )
         handler = DefaultRequestHandler(agent_executor=PlainSeller(), task_store=self.store, agent_card=card)
-        app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")])
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        app = Starlette(
+            routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")]
+        )
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> None:
@@ -120,12 +145,18 @@ def counterparty() -> Iterator[PlainCounterparty]:
 
 @pytest.mark.django_db(transaction=True)
 def test_our_client_negotiates_with_a_plain_sdk_counterparty(
-    live_stack: LiveStack, counterparty: PlainCounterparty, agent: Agent, intent: Intent, principal: AbstractUser
+    live_stack: LiveStack,
+    counterparty: PlainCounterparty,
+    agent: Agent,
+    intent: Intent,
+    principal: AbstractUser,
 ) -> None:
     run = run_start(agent=agent, intent=intent, task=f"Find me a fractional CFO. Talk to {counterparty.url}")
     question = wait_until(lambda: Question.objects.filter(run=run).first(), timeout=60, what="the question")
     question_answer(question=question, answer="Up to €1,100 a day.", user=principal)
-    wait_until(lambda: Run.objects.get(pk=run.pk).status == Run.Status.DONE, timeout=60, what="the run to finish")
+    wait_until(
+        lambda: Run.objects.get(pk=run.pk).status == Run.Status.DONE, timeout=60, what="the run to finish"
+    )
 
     negotiation = Negotiation.objects.get(agent=agent)
     settlement = Settlement.objects.get(negotiation=negotiation)
@@ -137,7 +168,8 @@ def test_our_client_negotiates_with_a_plain_sdk_counterparty(
     assert [t.action for t in turns[-2:]] == ["counter", "accept"]
     closing, offer = turns[-1], turns[-2]
     assert closing.accepts_offer_id == offer.offer_id
-    assert offer.terms is not None and FLOOR <= offer.terms["amount"] <= 1100
+    assert offer.terms is not None
+    assert FLOOR <= offer.terms["amount"] <= 1100
     assert (settlement.outcome, settlement.basis, settlement.terms) == ("agreed", "reference", offer.terms)
     assert settlement.ended_by == Turn.Side.THEIRS
 
@@ -145,5 +177,9 @@ def test_our_client_negotiates_with_a_plain_sdk_counterparty(
     theirs = task_record_from_json(with_reply_in_history(counterparty.stored_task(negotiation.task_id)))
     verdict = settle(theirs, our_role="agent", terminal_actions=terminal_actions(agent))
     assert verdict is not None
-    assert (verdict.outcome, verdict.basis, verdict.terms) == (settlement.outcome, settlement.basis, settlement.terms)
+    assert (verdict.outcome, verdict.basis, verdict.terms) == (
+        settlement.outcome,
+        settlement.basis,
+        settlement.terms,
+    )
     assert len(theirs.history) == len(turns)

@@ -1,0 +1,300 @@
+"""The inbox, answering a question, the run page and the agent page: permissions, tenancy, refusals."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import AbstractUser
+from django.test import Client
+from django.urls import reverse
+
+from agents.models import Agent, Intent, Message, Question, Run
+from parley.models import Membership, Tenant
+from tests.conftest import make_user
+
+QUESTION = "What is the limit on amount I may agree to?"
+ANSWER = "Up to €1,100 a day."
+
+
+def waiting_question(agent: Agent, intent: Intent, text: str = QUESTION) -> Question:
+    """A run suspended on its ``ask_user`` call, as the loop leaves it, and the question it asked."""
+    run = Run.objects.create(
+        tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.NEEDS_INPUT, step_count=1
+    )
+    Message.objects.create(
+        tenant=agent.tenant, intent=intent, run=run, seq=1, role=Message.Role.USER, content="Find me a CFO."
+    )
+    Message.objects.create(
+        tenant=agent.tenant,
+        intent=intent,
+        run=run,
+        seq=2,
+        step=1,
+        role=Message.Role.ASSISTANT,
+        tool_calls=[{"id": "call-1", "name": "ask_user", "arguments": '{"question": "limit?"}'}],
+    )
+    return Question.objects.create(tenant=agent.tenant, run=run, tool_call_id="call-1", question=text)
+
+
+def answer_url(question: Question, tenant: Tenant | None = None) -> str:
+    slug = (tenant or question.tenant).slug
+    return reverse("agents:question-answer", kwargs={"tenant": slug, "pk": question.pk})
+
+
+def run_url(run: Run, tenant: Tenant | None = None) -> str:
+    return reverse("agents:run", kwargs={"tenant": (tenant or run.tenant).slug, "pk": run.pk})
+
+
+def assert_unchanged(question: Question) -> None:
+    """The question is still open, its run still waits, and no tool result was written."""
+    question.refresh_from_db()
+    assert (question.answer, question.answered_by_id, question.answered_at) == ("", None, None)
+    assert question.run.messages.filter(role=Message.Role.TOOL).count() == 0
+    question.run.refresh_from_db()
+    assert question.run.status == Run.Status.NEEDS_INPUT
+
+
+@pytest.fixture
+def question(agent: Agent, intent: Intent) -> Question:
+    return waiting_question(agent, intent)
+
+
+@pytest.fixture
+def foreign_question(seller: Agent) -> Question:
+    """An open question of another tenant's agent."""
+    intent = Intent.objects.create(tenant=seller.tenant, agent=seller, statement="Take on CFO clients.")
+    return waiting_question(seller, intent, text="What is my floor?")
+
+
+@pytest.fixture
+def logged_in(client: Client, principal: AbstractUser) -> Client:
+    client.force_login(principal)
+    return client
+
+
+def member(tenant: Tenant, username: str, role: str) -> AbstractUser:
+    user = make_user(username)
+    Membership.objects.create(user=user, tenant=tenant, role=role)
+    return user
+
+
+class TestInbox:
+    def test_lists_the_partys_open_questions_with_a_labelled_answer_form(
+        self, logged_in: Client, question: Question
+    ) -> None:
+        response = logged_in.get(reverse("agents:inbox", kwargs={"tenant": "acme"}))
+
+        assert response.status_code == 200
+        html = response.content.decode()
+        assert QUESTION in html
+        assert f'<label for="answer-{question.pk}">Your answer</label>' in html
+        assert f'id="answer-{question.pk}" name="answer"' in html
+        assert 'data-announce="1 open question"' in html
+        assert "<h1>Acme Robotics</h1>" in html
+        assert 'aria-live="polite"' in html
+
+    def test_fragment_is_the_live_regions_alone(self, logged_in: Client, question: Question) -> None:
+        response = logged_in.get(reverse("agents:inbox", kwargs={"tenant": "acme"}), {"fragment": "1"})
+
+        html = response.content.decode()
+        assert response.status_code == 200
+        assert "<html" not in html
+        assert 'data-live="questions"' in html
+        assert 'data-live="runs"' in html
+        assert f'data-key="{question.pk}"' in html
+
+    def test_without_questions_says_so(self, logged_in: Client, agent: Agent) -> None:
+        response = logged_in.get(reverse("agents:inbox", kwargs={"tenant": "acme"}))
+
+        assert "No open questions." in response.content.decode()
+        assert 'data-announce="No open questions"' in response.content.decode()
+
+    def test_hides_answered_questions_and_other_parties_questions(
+        self, logged_in: Client, tenant: Tenant, question: Question, intent: Intent
+    ) -> None:
+        other_party = member(tenant, "ines", Membership.Role.PRINCIPAL)
+        other_agent = Agent.objects.create(
+            tenant=tenant, slug="ines", name="Ines's agent", principal=other_party
+        )
+        other_intent = Intent.objects.create(tenant=tenant, agent=other_agent, statement="Hire.")
+        waiting_question(other_agent, other_intent, text="Ines only?")
+        Question.objects.filter(pk=question.pk).update(answer="x", answered_at=question.created_at)
+
+        html = logged_in.get(reverse("agents:inbox", kwargs={"tenant": "acme"})).content.decode()
+
+        assert QUESTION not in html
+        assert "Ines only?" not in html
+        assert "No open questions." in html
+
+    @pytest.mark.parametrize("slug", ["globex", "no-such-tenant"])
+    def test_a_tenant_the_user_is_not_a_member_of_is_404(
+        self, logged_in: Client, other_tenant: Tenant, foreign_question: Question, slug: str
+    ) -> None:
+        for url in (
+            reverse("agents:inbox", kwargs={"tenant": slug}),
+            reverse("agents:inbox", kwargs={"tenant": slug}) + "?fragment=1",
+        ):
+            response = logged_in.get(url)
+            assert response.status_code == 404
+            assert "What is my floor?" not in response.content.decode()
+
+    def test_anonymous_is_sent_to_log_in(self, client: Client, tenant: Tenant) -> None:
+        response = client.get(reverse("agents:inbox", kwargs={"tenant": "acme"}))
+
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("login"))
+
+
+class TestAnswer:
+    def test_records_the_answer_and_resumes_the_run(
+        self, logged_in: Client, principal: AbstractUser, question: Question
+    ) -> None:
+        response = logged_in.post(answer_url(question), {"answer": f"  {ANSWER}  "}, follow=True)
+
+        assert response.redirect_chain == [(run_url(question.run), 302)]
+        assert "Answer sent. Your agent carries on." in response.content.decode()
+        question.refresh_from_db()
+        assert (question.answer, question.answered_by_id) == (ANSWER, principal.pk)
+        assert question.answered_at is not None
+        result = question.run.messages.get(role=Message.Role.TOOL)
+        assert (result.tool_call_id, result.content) == ("call-1", ANSWER)
+        question.run.refresh_from_db()
+        assert question.run.status == Run.Status.RUNNING
+
+    def test_a_second_answer_is_refused_and_changes_nothing(
+        self, logged_in: Client, principal: AbstractUser, question: Question
+    ) -> None:
+        logged_in.post(answer_url(question), {"answer": ANSWER}, follow=True)
+        question.refresh_from_db()
+        first = (question.answer, question.answered_by_id, question.answered_at)
+
+        response = logged_in.post(answer_url(question), {"answer": "Up to €5,000 a day."}, follow=True)
+
+        assert response.redirect_chain == [(run_url(question.run), 302)]
+        html = response.content.decode()
+        assert '<li class="error">This question was already answered.</li>' in html
+        assert "Answer sent" not in html
+        question.refresh_from_db()
+        assert (question.answer, question.answered_by_id, question.answered_at) == first
+        assert question.run.messages.filter(role=Message.Role.TOOL).count() == 1
+
+    def test_an_empty_answer_is_refused(self, logged_in: Client, question: Question) -> None:
+        response = logged_in.post(answer_url(question), {"answer": "   "}, follow=True)
+
+        assert '<li class="error">The answer is empty.</li>' in response.content.decode()
+        assert_unchanged(question)
+
+    def test_a_stopped_run_takes_no_answer(self, logged_in: Client, question: Question) -> None:
+        Run.objects.filter(pk=question.run_id).update(status=Run.Status.CANCELLED)
+
+        response = logged_in.post(answer_url(question), {"answer": ANSWER}, follow=True)
+
+        assert "The run is cancelled; it no longer takes answers." in response.content.decode()
+        question.refresh_from_db()
+        assert question.answered_at is None
+
+    def test_a_viewer_cannot_answer(self, client: Client, tenant: Tenant, question: Question) -> None:
+        client.force_login(member(tenant, "vera", Membership.Role.VIEWER))
+
+        response = client.post(answer_url(question), {"answer": ANSWER})
+
+        assert response.status_code == 403
+        assert "Only the agent&#x27;s party, an owner or an operator can answer" in response.content.decode()
+        assert_unchanged(question)
+
+    def test_a_viewer_sees_no_answer_form(self, client: Client, tenant: Tenant, question: Question) -> None:
+        client.force_login(member(tenant, "vera", Membership.Role.VIEWER))
+
+        html = client.get(run_url(question.run)).content.decode()
+
+        assert QUESTION in html
+        assert 'name="answer"' not in html
+        assert "Waiting for the agent's party to answer." in html
+
+    def test_another_party_of_the_tenant_cannot_answer(
+        self, client: Client, tenant: Tenant, question: Question
+    ) -> None:
+        client.force_login(member(tenant, "ines", Membership.Role.PRINCIPAL))
+
+        assert client.post(answer_url(question), {"answer": ANSWER}).status_code == 403
+        assert_unchanged(question)
+
+    def test_an_operator_may_answer_for_the_party(
+        self, client: Client, operator: AbstractUser, question: Question
+    ) -> None:
+        client.force_login(operator)
+
+        response = client.post(answer_url(question), {"answer": ANSWER})
+
+        assert response.status_code == 302
+        question.refresh_from_db()
+        assert (question.answer, question.answered_by_id) == (ANSWER, operator.pk)
+
+    def test_another_tenants_question_is_404_and_changes_nothing(
+        self, logged_in: Client, tenant: Tenant, foreign_question: Question
+    ) -> None:
+        # Through the user's own tenant, and through the other tenant's URL.
+        for url in (answer_url(foreign_question, tenant), answer_url(foreign_question)):
+            assert logged_in.post(url, {"answer": ANSWER}).status_code == 404
+        assert_unchanged(foreign_question)
+
+    def test_another_tenants_question_is_404_even_to_a_member_of_both(
+        self, client: Client, tenant: Tenant, other_tenant: Tenant, foreign_question: Question
+    ) -> None:
+        # An owner of acme who is also an owner of globex still cannot reach globex's question via acme.
+        user = member(tenant, "olivia", Membership.Role.OWNER)
+        Membership.objects.create(user=user, tenant=other_tenant, role=Membership.Role.OWNER)
+        client.force_login(user)
+
+        assert client.post(answer_url(foreign_question, tenant), {"answer": ANSWER}).status_code == 404
+        assert_unchanged(foreign_question)
+
+    def test_get_is_not_allowed(self, logged_in: Client, question: Question) -> None:
+        assert logged_in.get(answer_url(question)).status_code == 405
+
+
+class TestRunPage:
+    def test_shows_status_question_and_steps(self, logged_in: Client, question: Question) -> None:
+        response = logged_in.get(run_url(question.run))
+
+        html = response.content.decode()
+        assert response.status_code == 200
+        assert 'data-status="needs_input">Needs Input</strong>' in html
+        assert 'data-announce="Run status: Needs Input"' in html
+        assert QUESTION in html
+        assert f'id="answer-{question.pk}"' in html
+        assert "Find me a CFO." in html
+
+    def test_an_answered_question_shows_who_answered_and_what(
+        self, logged_in: Client, question: Question
+    ) -> None:
+        logged_in.post(answer_url(question), {"answer": ANSWER})
+
+        html = logged_in.get(run_url(question.run), {"fragment": "1"}).content.decode()
+
+        assert "<html" not in html
+        assert "Answered by tomas" in html
+        assert f"<q>{ANSWER}</q>" in html
+        assert 'name="answer"' not in html
+        assert 'data-status="running"' in html
+
+    def test_another_tenants_run_is_404(
+        self, logged_in: Client, tenant: Tenant, foreign_question: Question
+    ) -> None:
+        for url in (run_url(foreign_question.run, tenant), run_url(foreign_question.run)):
+            response = logged_in.get(url)
+            assert response.status_code == 404
+            assert "What is my floor?" not in response.content.decode()
+
+
+class TestAgentPage:
+    def test_shows_the_agent(self, logged_in: Client, agent: Agent) -> None:
+        response = logged_in.get(reverse("agents:agent", kwargs={"tenant": "acme", "pk": agent.pk}))
+
+        assert response.status_code == 200
+        assert "<h1>Tomas&#x27;s agent</h1>" in response.content.decode()
+
+    def test_another_tenants_agent_is_404(self, logged_in: Client, tenant: Tenant, seller: Agent) -> None:
+        for slug in ("acme", "globex"):
+            response = logged_in.get(reverse("agents:agent", kwargs={"tenant": slug, "pk": seller.pk}))
+            assert response.status_code == 404
+            assert "Idris" not in response.content.decode()

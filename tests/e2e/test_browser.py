@@ -1,0 +1,196 @@
+"""The party's dashboard in Debian's Chromium, on the live stack: questions arrive and leave live.
+
+Chromium is driven through Playwright's sync API and logs in through the real
+login form. The run is started in the test process, exactly as the host API
+would; the web and worker processes of ``live_stack`` do the rest, and every
+change reaches the open pages over the WebSocket, never by a reload.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import pytest
+from django.db import connections
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from a2a_gateway.cards import agent_url
+from agents.models import Question, Run
+from agents.services import run_start
+from negotiations import demo
+from parley import live
+from tests.conftest import LiveStack, wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+QUESTION = "What is the limit on amount I may agree to?"
+ANSWER = "Up to €1,100 a day."
+PHONE = {"width": 375, "height": 740}
+WAIT = 60_000  # ms: the offline model asks within seconds; a loaded machine may be slow
+T = TypeVar("T")
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    """Chromium for one test. Function-scoped: Playwright's sync API marks an event loop as
+    running on this thread until it stops, which later async tests would trip over."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def log_in(page: Page, base_url: str) -> None:
+    """Log in as Tomas through the form; he lands on his inbox with the live socket connected."""
+    page.goto(f"{base_url}/login/")
+    page.get_by_label("Username").fill("tomas")
+    page.get_by_label("Password").fill(demo.TOMAS_PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Acme Robotics", level=1)).to_be_visible()
+    wait_live(page)
+
+
+def wait_live(page: Page) -> None:
+    expect(page.locator("body")).to_have_attribute("data-live", "connected")
+    # A mark that only survives if the page is never reloaded.
+    page.evaluate("window.notReloaded = true")
+
+
+def not_reloaded(page: Page) -> bool:
+    return bool(page.evaluate("window.notReloaded === true"))
+
+
+def fits(page: Page) -> bool:
+    """Nothing on the page is wider than the viewport (no sideways scrolling)."""
+    return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
+
+
+def off_loop(fn: Callable[[], T]) -> T:
+    """Call ``fn`` in a thread of its own and return its result.
+
+    While Playwright runs, its event loop counts as running on the test's
+    thread, and under a running loop Django refuses ORM calls and
+    ``parley.live`` cannot publish (``async_to_sync``). The data is committed
+    (transactional test), so every thread and process sees it.
+    """
+
+    def call() -> T:
+        try:
+            return fn()
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(call).result()
+
+
+def start_demo_run(world: demo.DemoWorld) -> Run:
+    """Give Tomas's agent the demo task; its offline model asks for his limit within seconds."""
+    urls = [agent_url(a) for a in world.cfo_agents]
+    return run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
+
+
+def publish_run_updated(run: Run) -> None:
+    """Tell the run's tenant that it changed (it did not): every open page of the tenant refreshes."""
+    live.publish_on_commit(
+        event="run.updated", tenant_id=run.tenant_id, payload={"run": str(run.pk), "status": run.status}
+    )
+
+
+def wait_finished(run: Run) -> Run:
+    def finished() -> Run | None:
+        fresh = Run.objects.get(pk=run.pk)
+        return fresh if fresh.status not in Run.ACTIVE else None
+
+    return off_loop(lambda: wait_until(finished, timeout=120, what="the run to finish"))
+
+
+def test_a_question_arrives_live_and_the_answer_finishes_the_run(
+    live_stack: LiveStack, browser: Browser
+) -> None:
+    page = browser.new_page()
+    page.set_default_timeout(WAIT)
+    world = off_loop(demo.demo_seed)
+    log_in(page, live_stack.url)
+    expect(page.get_by_text("No open questions.")).to_be_visible()
+
+    run = off_loop(lambda: start_demo_run(world))
+
+    expect(page.get_by_text(QUESTION)).to_be_visible(timeout=WAIT)
+    expect(page.get_by_role("heading", name="Questions from your agents (1)")).to_be_visible()
+    expect(page.locator("#live-status")).to_have_text("1 open question")
+    assert not_reloaded(page)
+
+    # What the party is typing survives a live refresh of the list, and so does the focus.
+    field = page.get_by_label("Your answer")
+    field.press_sequentially("Up to ")
+    with page.expect_response(lambda r: r.url.endswith("/t/acme/?fragment=1")):
+        off_loop(lambda: publish_run_updated(run))
+    field.press_sequentially("€1,100 a day.")
+    expect(field).to_have_value(ANSWER)
+    expect(field).to_be_focused()
+    page.get_by_role("button", name="Send answer").click()
+
+    expect(page).to_have_url(re.compile(rf"/t/acme/runs/{run.pk}/$"))
+    expect(page.get_by_role("status").filter(has_text="Answer sent. Your agent carries on.")).to_be_visible()
+    expect(page.locator("q", has_text=ANSWER)).to_be_visible()
+    wait_live(page)
+    expect(page.locator("#main [data-status]")).to_have_text("Done", timeout=120_000)
+    # The announcer only speaks when a live refresh changed the region: the page saw the run finish.
+    expect(page.locator("#live-status")).to_have_text("Run status: Done")
+    assert not_reloaded(page)
+    output = page.locator("pre.output")
+    expect(output).to_contain_text("Settled (3):")
+    for name in ("Idris Haddad", "Noor Lindqvist", "Priya Raman"):
+        expect(output).to_contain_text(name)
+
+    assert wait_finished(run).status == Run.Status.DONE
+    question = off_loop(lambda: Question.objects.select_related("answered_by").get(run=run))
+    assert (question.answer, question.answered_by.get_username()) == (ANSWER, "tomas")
+
+
+def test_answering_in_one_tab_removes_the_question_from_the_other(
+    live_stack: LiveStack, browser: Browser
+) -> None:
+    context = browser.new_context()
+    context.set_default_timeout(WAIT)
+    desk = context.new_page()
+    world = off_loop(demo.demo_seed)
+    log_in(desk, live_stack.url)
+    phone = context.new_page()
+    phone.set_viewport_size(PHONE)
+    phone.goto(desk.url)
+    wait_live(phone)
+
+    run = off_loop(lambda: start_demo_run(world))
+
+    for page in (desk, phone):
+        expect(page.get_by_text(QUESTION)).to_be_visible(timeout=WAIT)
+    assert fits(phone)
+
+    desk.get_by_label("Your answer").fill(ANSWER)
+    desk.get_by_role("button", name="Send answer").click()
+
+    expect(phone.get_by_text(QUESTION)).to_be_hidden()
+    expect(phone.get_by_text("No open questions.")).to_be_visible()
+    expect(phone.locator("#live-status")).to_have_text("No open questions")
+    assert not_reloaded(phone)
+    assert fits(phone)
+    # Let the run finish before the test's data is flushed under the worker.
+    assert wait_finished(run).status == Run.Status.DONE
+    phone.goto(f"{live_stack.url}/t/acme/runs/{run.pk}/")
+    expect(phone.locator("pre.output")).to_contain_text("Settled (3):")
+    assert fits(phone)
+    context.close()
