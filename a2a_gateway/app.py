@@ -184,10 +184,6 @@ def build_app() -> ASGIApp:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if settings.EMBEDDED:
-            from parley.celery import start_embedded_worker
-
-            start_embedded_worker()
         yield
         await handler.aclose()
 

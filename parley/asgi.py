@@ -2,12 +2,14 @@
 
 ``/a2a/…`` goes to the gateway (a Starlette app on a2a-sdk); every other HTTP
 path to Django; WebSockets to the dashboard consumer, behind session auth and
-an Origin check. In the embedded default the gateway's lifespan starts the
-in-process Celery worker.
+an Origin check. In the embedded default the lifespan starts the in-process
+Celery worker and binds live events to the server's event loop.
 """
 
+import asyncio
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "parley.settings.base")
@@ -19,11 +21,23 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
+from starlette.types import Receive, Scope, Send  # noqa: E402
 
 from a2a_gateway.app import build_app  # noqa: E402
+from parley import live  # noqa: E402
+from parley.celery import start_embedded_worker  # noqa: E402
 from parley.consumers import LiveConsumer  # noqa: E402
 
 a2a_app = build_app()
+
+
+async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
+    """Process start-up: in the embedded default, the in-process worker and the live loop."""
+    if settings.EMBEDDED:
+        start_embedded_worker()
+        live.bind_server_loop(asyncio.get_running_loop())
+    await a2a_app(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {
@@ -36,6 +50,6 @@ application = ProtocolTypeRouter(
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))
         ),
-        "lifespan": a2a_app,
+        "lifespan": lifespan,
     }
 )

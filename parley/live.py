@@ -7,6 +7,7 @@ nothing: every fragment can be re-rendered from the database.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -48,12 +49,29 @@ def publish_on_commit(*, event: str, tenant_id: int, payload: dict[str, Any]) ->
     transaction.on_commit(lambda: _send(groups, message))
 
 
+_server_loop: asyncio.AbstractEventLoop | None = None
+
+
+def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Deliver events on ``loop``, the web server's event loop (embedded default only).
+
+    The in-memory channel layer's queues belong to the loop the consumers run
+    on; a worker thread must hand its sends to that loop rather than run them
+    on a loop of its own, or the sockets are not woken.
+    """
+    global _server_loop
+    _server_loop = loop
+
+
 def _send(groups: list[str], message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     for group in groups:
         try:
+            if _server_loop is not None and _server_loop.is_running():
+                asyncio.run_coroutine_threadsafe(layer.group_send(group, message), _server_loop)
+                continue
             async_to_sync(layer.group_send)(group, message)
         except Exception:  # a lost push never loses state; the page re-syncs from the database
             logger.warning("live event %s to %s was not delivered", message["event"], group, exc_info=True)
