@@ -24,6 +24,7 @@ from django.db import models, transaction
 from django.utils.text import slugify
 
 from agents.models import Agent, Intent
+from parley.jsontypes import json_type
 from parley.models import Tenant
 
 _TOP_KEYS = frozenset({"users"})
@@ -229,7 +230,7 @@ def _user(raw: object, place: str) -> ScenarioUser:
 
 def _object(raw: object, place: str, keys: frozenset[str]) -> Mapping[str, object]:
     if not isinstance(raw, dict):
-        raise ScenarioError(f"{place} must be an object, got {_json_type(raw)}")
+        raise ScenarioError(f"{place} must be an object, got {json_type(raw)}")
     unknown = sorted(str(k) for k in raw if k not in keys)
     if unknown:
         raise ScenarioError(f"{place} has unknown key{'s' if len(unknown) > 1 else ''} {_quoted(unknown)}")
@@ -242,7 +243,7 @@ def _list(parent: Mapping[str, object], key: str, parent_place: str) -> list[obj
         raise ScenarioError(f"{place} is required")
     value = parent[key]
     if not isinstance(value, list):
-        raise ScenarioError(f"{place} must be an array, got {_json_type(value)}")
+        raise ScenarioError(f"{place} must be an array, got {json_type(value)}")
     return value
 
 
@@ -261,25 +262,8 @@ def _text(parent: Mapping[str, object], key: str, parent_place: str, *, max_leng
 def _optional_text(parent: Mapping[str, object], key: str, parent_place: str) -> str:
     value = parent.get(key, "")
     if not isinstance(value, str):
-        raise ScenarioError(f"{parent_place}.{key} must be a string, got {_json_type(value)}")
+        raise ScenarioError(f"{parent_place}.{key} must be a string, got {json_type(value)}")
     return value
-
-
-def _json_type(value: object) -> str:
-    """The JSON name of a decoded value's type, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 def _quoted(keys: list[str]) -> str:

@@ -28,6 +28,8 @@ from typing import Any, Literal
 from a2a.types import Task
 from google.protobuf.json_format import MessageToDict
 
+from parley.jsontypes import json_type
+
 Role = Literal["user", "agent"]
 
 # The task states of A2A 0.3, the names TaskRecord.state is normalised to.
@@ -87,29 +89,12 @@ class Move:
         return data
 
 
-def _json_kind(value: object) -> str:
-    """The JSON name of a value's type, for error messages about wire input."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string" if value else "empty string"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, list | tuple):
-        return "array"
-    return type(value).__name__
-
-
 def _optional_id(data: Mapping[str, Any], key: str) -> str:
     if key not in data:
         return ""
     value = data[key]
     if not isinstance(value, str):
-        raise MoveError(f"move.{key} must be a string, got {_json_kind(value)}")
+        raise MoveError(f"move.{key} must be a string, got {json_type(value)}")
     return value
 
 
@@ -132,30 +117,30 @@ def parse_move(data: object) -> Move:
         MoveError: naming the field, e.g. "move.terms must be a flat JSON object, got array".
     """
     if not isinstance(data, Mapping):
-        raise MoveError(f"move must be a JSON object, got {_json_kind(data)}")
+        raise MoveError(f"move must be a JSON object, got {json_type(data)}")
 
     if "action" not in data:
         raise MoveError("move.action is required")
     action = data["action"]
     if not isinstance(action, str) or not action:
-        raise MoveError(f"move.action must be a non-empty string, got {_json_kind(action)}")
+        raise MoveError(f"move.action must be a non-empty string, got {json_type(action)}")
 
     if "message" not in data:
         raise MoveError("move.message is required")
     message = data["message"]
     if not isinstance(message, str):
-        raise MoveError(f"move.message must be a string, got {_json_kind(message)}")
+        raise MoveError(f"move.message must be a string, got {json_type(message)}")
 
     terms = data.get("terms")
     if terms is not None:
         if not isinstance(terms, Mapping):
-            raise MoveError(f"move.terms must be a flat JSON object, got {_json_kind(terms)}")
+            raise MoveError(f"move.terms must be a flat JSON object, got {json_type(terms)}")
         for key, value in terms.items():
             if not isinstance(key, str):
-                raise MoveError(f"move.terms keys must be strings, got {_json_kind(key)}")
+                raise MoveError(f"move.terms keys must be strings, got {json_type(key)}")
             if value is not None and not isinstance(value, str | int | float):
                 raise MoveError(
-                    f"move.terms.{key} must be a string, number, boolean or null, got {_json_kind(value)}"
+                    f"move.terms.{key} must be a string, number, boolean or null, got {json_type(value)}"
                 )
             if isinstance(value, float) and not math.isfinite(value):
                 raise MoveError(f"move.terms.{key} must be a finite number, got {value}")
@@ -241,7 +226,7 @@ def _part_kind(part: Mapping[str, Any]) -> str:
 def _entry(index: int, message: object) -> Entry:
     where = f"task.history[{index}]"
     if not isinstance(message, Mapping):
-        raise ValueError(f"{where} must be an object, got {_json_kind(message)}")
+        raise ValueError(f"{where} must be an object, got {json_type(message)}")
     raw_role = message.get("role")
     role = _ROLES.get(raw_role.lower()) if isinstance(raw_role, str) else None
     if role is None:
@@ -249,7 +234,7 @@ def _entry(index: int, message: object) -> Entry:
 
     parts = message.get("parts") or []
     if not isinstance(parts, list):
-        raise ValueError(f"{where}.parts must be an array, got {_json_kind(parts)}")
+        raise ValueError(f"{where}.parts must be an array, got {json_type(parts)}")
     move: Move | None = None
     text: str | None = None
     for part in parts:
@@ -279,7 +264,7 @@ def task_record_from_json(task: Mapping[str, Any]) -> TaskRecord:
     state = _state_name(status.get("state") if isinstance(status, Mapping) else None)
     history = task.get("history") or []
     if not isinstance(history, list):
-        raise ValueError(f"task.history must be an array, got {_json_kind(history)}")
+        raise ValueError(f"task.history must be an array, got {json_type(history)}")
     return TaskRecord(
         state=state,
         history=tuple(_entry(index, message) for index, message in enumerate(history)),
