@@ -114,9 +114,20 @@ def batch_answer(*, run: Run, tool_call_id: str, ids: list[str], guidance: str) 
                 }
             )
             continue
+        outbound = negotiation.direction == Negotiation.Direction.OUTBOUND
+        if outbound and negotiation.status == Negotiation.Status.OPEN:
+            # Its pump is still taking turns; a second pump would send moves twice.
+            batch.events.append(
+                {
+                    **_who(negotiation),
+                    "kind": "skipped",
+                    "reason": "still in progress — its result comes with the call that started it",
+                }
+            )
+            continue
         negotiation.guidance = [*negotiation.guidance, guidance]
         negotiation.parked_question = ""
-        if negotiation.direction == Negotiation.Direction.INBOUND:
+        if not outbound:
             negotiation.status = Negotiation.Status.OPEN
             negotiation.save(update_fields=["guidance", "parked_question", "status", "updated_at"])
             batch.events.append(
