@@ -189,6 +189,11 @@ def _call_tool(
             outcome = tool.handler(tools.ToolContext(run=run, tool_call_id=call_id), arguments)
     except tools.ToolError as exc:
         return tools.Result(f"Error: {exc}")
+    except Exception:
+        # DESIGN.md §5: a tool that raises becomes its call's result, never the end of the run.
+        # The savepoint above has undone whatever it wrote.
+        logger.exception("tool %s failed in run %s", name, run.pk)
+        return tools.Result(f"Error: {name} failed unexpectedly; try again or do without it.")
     if isinstance(outcome, tools.Suspend) and suspended:
         return tools.Result("Error: only one question at a time; ask again after this one is answered.")
     return outcome

@@ -11,6 +11,7 @@ reason} or ``state``; ``question`` and ``last``; ``turns`` and ``last``;
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 Event = dict[str, Any]
@@ -35,6 +36,18 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
+TEXT_LIMIT = 300
+
+
+def clean(text: object) -> str:
+    """Counterparty text made safe for one digest line: control characters and line breaks
+    become spaces (a peer must not forge a heading or a line of its own), and it is cut to
+    ``TEXT_LIMIT`` characters."""
+    flat = _CONTROL.sub(" ", str(text)).strip()
+    return flat if len(flat) <= TEXT_LIMIT else flat[: TEXT_LIMIT - 1] + "…"
+
+
 def render(events: list[Event]) -> str:
     """The digest text for ``events``; ``"No negotiations."`` for none."""
     if not events:
@@ -51,33 +64,33 @@ def render(events: list[Event]) -> str:
 
 
 def _line(e: Event) -> str:
-    head = f"- {e['id']}"
+    head = f"- {clean(e['id'])}"
     if e.get("peer"):
-        head += f" with {e['peer']}"
+        head += f" with {clean(e['peer'])}"
     if e.get("url"):
-        head += f" ({e['url']})"
+        head += f" ({clean(e['url'])})"
     kind = e["kind"]
     if kind == "settled":
         s = e.get("settlement")
         if not s:
             return f"{head} — ended ({e.get('state', '')})"
-        detail = compact_json(s["terms"]) if s.get("terms") else s.get("reason", "")
+        detail = clean(compact_json(s["terms"]) if s.get("terms") else s.get("reason", ""))
         line = f"{head} — {s['outcome']}" + (f": {detail}" if detail else "")
         if s["outcome"] == "unanswered":
             line += _UNANSWERED_HINT
         return line
     if kind == "asking":
-        return f'{head} — asks: "{e["question"]}"{_last_move(e)}'
+        return f'{head} — asks: "{clean(e["question"])}"{_last_move(e)}'
     if kind == "budget":
         return f"{head} — {e['turns']} turns, still open{_last_move(e)}"
     if kind == "failed":
-        return f"{head} — {e['error']}"
-    return f"{head} — {e.get('reason', '')}"
+        return f"{head} — {clean(e['error'])}"
+    return f"{head} — {clean(e.get('reason', ''))}"
 
 
 def _last_move(e: Event) -> str:
     last = e.get("last")
     if not last:
         return ""
-    terms = f" {compact_json(last['terms'])}" if last.get("terms") else ""
-    return f' (their last move: "{last["message"]}"{terms})'
+    terms = f" {clean(compact_json(last['terms']))}" if last.get("terms") else ""
+    return f' (their last move: "{clean(last["message"])}"{terms})'

@@ -66,15 +66,21 @@ def numeric_term(agent: Agent) -> tuple[str, str]:
 
 def check_guards(agent: Agent, move: Move) -> None:
     """Raise :class:`GuardViolation` when ``move`` offers terms beyond a guard of the agent."""
+    terms = move.terms or {}
     for guard in agent.term_guards:
-        value = (move.terms or {}).get(guard["term"])
-        if value is None:
+        if guard["term"] not in terms:
             continue
-        if not _OPS[guard["op"]](value, guard["value"]):
+        value = terms[guard["term"]]
+        rule = f"{guard['term']} {guard['op']} {guard['value']}"
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if guard["op"] != "==" and not numeric:
+            raise GuardViolation(f"{move.action} puts {value!r} where the guard {rule} needs a number")
+        if guard.get("currency") and terms.get("currency", guard["currency"]) != guard["currency"]:
             raise GuardViolation(
-                f"{move.action} with {guard['term']}={value} breaks the guard "
-                f"{guard['term']} {guard['op']} {guard['value']}"
+                f"{move.action} is in {terms['currency']}; the guard {rule} is in {guard['currency']}"
             )
+        if not _OPS[guard["op"]](value, guard["value"]):
+            raise GuardViolation(f"{move.action} with {guard['term']}={value} breaks the guard {rule}")
 
 
 def decide(
@@ -94,27 +100,26 @@ def decide(
     if agent.model != "offline":
         raise NegotiatorError(f"model {agent.model!r} cannot negotiate in this deployment; use 'offline'")
     term, currency = numeric_term(agent)
-    offered = offline.their_offer(record, our_role, term)
-    limit = _guard_limit(agent, term) or offline.limit_from_guidance(
-        guidance, term, offered[1] if offered else None
-    )
     try:
         vocabulary = offline.Vocabulary.from_actions(agent.allowed_actions)
     except ValueError as exc:
         raise NegotiatorError(str(exc)) from exc
-    move = offline.decide(
-        offline.Situation(
-            record=record,
-            our_role=our_role,
-            vocabulary=vocabulary,
-            term=term,
-            currency=currency,
-            structured=bool(agent.terms.strip()),
-            limit=limit,
-            max_moves=max_moves,
-            can_ask=can_ask,
-        )
+    situation = offline.Situation(
+        record=record,
+        our_role=our_role,
+        vocabulary=vocabulary,
+        term=term,
+        currency=currency,
+        structured=bool(agent.terms.strip()),
+        limit=_guard_limit(agent, term),
+        max_moves=max_moves,
+        can_ask=can_ask,
     )
+    if situation.limit is None:
+        offered = offline.their_offer(situation)
+        limit = offline.limit_from_guidance(guidance, term, offered[1] if offered else None)
+        situation = replace(situation, limit=limit)
+    move = offline.decide(situation)
     return stamp(agent, move, can_ask=can_ask)
 
 

@@ -73,7 +73,7 @@ class Situation:
     can_ask: bool
 
 
-def limit_from_guidance(guidance: list[str], term: str, their_offer: float | None) -> Limit | None:
+def limit_from_guidance(guidance: list[str], term: str, offered: float | None) -> Limit | None:
     """Read a limit from the party's standing guidance, newest first.
 
     The first number in a line is the value; "up to"/"at most" make it a
@@ -90,22 +90,33 @@ def limit_from_guidance(guidance: list[str], term: str, their_offer: float | Non
         elif _FLOOR_WORDS.search(line):
             kind = "floor"
         else:
-            kind = "ceiling" if their_offer is None or their_offer >= value else "floor"
+            kind = "ceiling" if offered is None or offered >= value else "floor"
         return Limit(term=term, value=value, kind=kind)
     return None
 
 
-def their_offer(record: TaskRecord, our_role: str, term: str) -> tuple[Entry, float] | None:
-    """The counterparty's last move and the value it puts on ``term`` (structured, else from prose)."""
-    for entry in reversed(record.history):
-        if entry.role == our_role or entry.move is None:
+def their_offer(s: Situation) -> tuple[Entry, float] | None:
+    """The counterparty's last move and the value it offers on ``s.term``, if it is one we can take.
+
+    With terms, only an offer on exactly our term (a number) and currency
+    counts: terms that add other keys, quote another currency or put a string
+    where the number goes are no offer, so accepting one can never agree to
+    anything but the number we bargain over. Without terms (a prose-only
+    counterparty), the first amount in its message counts.
+    """
+    for entry in reversed(s.record.history):
+        if entry.role == s.our_role or entry.move is None:
             continue
-        terms = entry.move.terms or {}
-        value = terms.get(term)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return entry, float(value)
-        amounts = prose_amounts(entry.move.message)
-        return (entry, amounts[0]) if amounts else None
+        terms = entry.move.terms
+        if terms is None:
+            amounts = prose_amounts(entry.move.message)
+            return (entry, amounts[0]) if amounts else None
+        value = terms.get(s.term)
+        if set(terms) - {s.term, "currency"} or not isinstance(value, int | float) or isinstance(value, bool):
+            return None
+        if s.currency and terms.get("currency", s.currency) != s.currency:
+            return None
+        return entry, float(value)
     return None
 
 
@@ -124,7 +135,7 @@ def decide(s: Situation) -> Move:
         if s.can_ask:
             return Move("ask", f"What is the limit on {s.term} I may agree to?")
         return Move(s.vocabulary.reject, "I cannot negotiate this without instructions from my party.")
-    offered = their_offer(s.record, s.our_role, s.term)
+    offered = their_offer(s)
     t = len(ours)
     mine = _offer_at(s.limit, t, s.max_moves)
     if offered is not None and _acceptable(s.limit, offered[1], mine):
@@ -133,7 +144,7 @@ def decide(s: Situation) -> Move:
         return Move(
             s.vocabulary.accept,
             f"Agreed: {_amount(s, value)}.",
-            terms=dict(entry.move.terms) if s.structured and entry.move.terms else _terms(s, value),
+            terms=_terms(s, value) if entry.move.terms is None else dict(entry.move.terms),
             accepts_offer_id=entry.move.offer_id,
         )
     if t >= s.max_moves - 1 and offered is not None:

@@ -28,7 +28,7 @@ from parley.live import publish_on_commit
 
 logger = logging.getLogger(__name__)
 
-OPEN_STATES = frozenset({"submitted", "working", "input-required", "auth-required", "unknown", ""})
+NAME_LIMIT: int = Negotiation._meta.get_field("counterparty_name").max_length or 200
 
 
 class NegotiationClosed(Exception):
@@ -57,19 +57,24 @@ def batch_open(*, run: Run, tool_call_id: str, targets: list[dict[str, str]]) ->
     batch = Batch.objects.create(tenant_id=run.tenant_id, run=run, tool_call_id=tool_call_id)
     agent = run.agent
     for target in targets:
-        url = target["url"].rstrip("/")
-        existing = (
-            _binding(agent, run.intent_id).filter(counterparty_url=url).first()
-            or _binding(agent, run.intent_id).filter(direction=Negotiation.Direction.INBOUND).first()
-        )
+        url = client.canonical_url(target["url"])
+        binding = _binding(agent, run.intent_id)
+        same_url = binding.filter(counterparty_url=url).first()
+        inbound = binding.filter(direction=Negotiation.Direction.INBOUND).first()
+        existing = same_url or inbound
         if existing is not None:
+            why = (
+                "with this counterparty is still binding"
+                if same_url
+                else "that another agent opened with you under this intent is still binding"
+            )
             batch.events.append(
                 {
                     "kind": "skipped",
                     "id": str(existing.pk),
                     "url": url,
-                    "reason": f"negotiation {existing.pk} with this counterparty is still binding under this "
-                    f"intent ({existing.status}); answer it instead of opening another",
+                    "reason": f"negotiation {existing.pk} {why} ({existing.status}); answer it instead "
+                    "of opening another",
                 }
             )
             continue
@@ -173,7 +178,12 @@ def negotiation_pump(*, negotiation_id: Any, tenant_id: int) -> None:
     if negotiation is None or negotiation.direction != Negotiation.Direction.OUTBOUND:
         return
     while negotiation.status == Negotiation.Status.OPEN:
-        event = _outbound_turn(negotiation)
+        try:
+            event = _outbound_turn(negotiation)
+        except Exception:
+            # Whatever broke, the batch must hear of it, or the run waits forever.
+            logger.exception("negotiation %s failed taking a turn", negotiation.pk)
+            event = _fail(negotiation, "an internal error stopped this negotiation")
         if event is not None:
             _report(negotiation, event)
             return
@@ -222,7 +232,11 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
         )
     except client.CounterpartyError as exc:
         return _fail(negotiation, str(exc))
-    settlement = _record_exchange(negotiation, exchange)
+    try:
+        settlement = _record_exchange(negotiation, move, exchange)
+    except client.CounterpartyError as exc:
+        return _fail(negotiation, str(exc))
+    negotiation.refresh_from_db()
     if settlement is not None:
         return {
             **_who(negotiation),
@@ -233,24 +247,44 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
     return None
 
 
-def _record_exchange(negotiation: Negotiation, exchange: client.Exchange) -> Settlement | None:
-    """Record the turns the returned Task adds, its ids and state, and the settlement if it ended."""
+def _record_exchange(negotiation: Negotiation, move: Move, exchange: client.Exchange) -> Settlement | None:
+    """Record our move and their reply, the Task's ids and state, and the settlement if it ended.
+
+    The returned Task must carry our record unchanged — every earlier message
+    by id, then the message we just sent — followed by their reply; anything
+    else is refused with :class:`client.CounterpartyError` and nothing is
+    written. The verdict is computed over our own record, never theirs.
+    """
     task = exchange.task
-    record = task_record_from_json(task)
+    returned = task_record_from_json(task)
+    history = task["history"]
     with transaction.atomic():
         negotiation = (
             Negotiation.objects.for_tenant(negotiation.tenant_id).select_for_update().get(pk=negotiation.pk)
         )
-        known = negotiation.turns.count()
-        for seq, (raw, entry) in enumerate(zip(task["history"], record.history, strict=True), start=1):
-            if seq > known:
-                _add_turn(negotiation, seq, entry, raw, our_role="user", state=record.state)
+        known = [t.raw.get("messageId") for t in negotiation.turns.order_by("seq")]
+        expected = [*known, exchange.sent["messageId"]]
+        if [m.get("messageId") for m in history[: len(expected)]] != expected:
+            raise client.CounterpartyError("its Task does not carry our record of this negotiation")
+        replies = list(zip(history, returned.history, strict=True))[len(expected) :]
+        if not replies or any(entry.role != "agent" for _, entry in replies):
+            raise client.CounterpartyError("its Task carries no reply of its own to our move")
+        _add_turn(
+            negotiation,
+            len(expected),
+            Entry(role="user", move=move),
+            exchange.sent,
+            our_role="user",
+            state=returned.state,
+        )
+        for seq, (raw, entry) in enumerate(replies, start=len(expected) + 1):
+            _add_turn(negotiation, seq, entry, raw, our_role="user", state=returned.state)
         negotiation.task_id = task.get("id", negotiation.task_id)
         negotiation.context_id = task.get("contextId", negotiation.context_id)
-        negotiation.counterparty_name = exchange.counterparty_name
-        negotiation.task_state = record.state
-        negotiation.turn_count = sum(1 for e in record.history if e.role == "user")
-        settlement = _settle(negotiation, record, our_role="user")
+        negotiation.counterparty_name = exchange.counterparty_name[:NAME_LIMIT]
+        negotiation.task_state = returned.state
+        negotiation.turn_count = negotiation.turns.filter(side=Turn.Side.OURS).count()
+        settlement = _settle(negotiation, turns_record(negotiation), our_role="user")
         negotiation.save()
     return settlement
 
@@ -341,6 +375,8 @@ def inbound_turn(
                 Negotiation.Status.WAITING,
                 move.message,
             )
+        elif negotiation.status == Negotiation.Status.WAITING:
+            negotiation.status, negotiation.parked_question = Negotiation.Status.OPEN, ""
         settlement = _settle(negotiation, final, our_role="agent")
         negotiation.save()
     return InboundReply(message=reply, state=state, settlement=settlement)

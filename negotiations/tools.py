@@ -7,6 +7,9 @@ from typing import Any
 from agents import tools
 from agents.llm import ToolSpec
 from negotiations import selectors, services
+from negotiations.models import Negotiation
+
+URL_LIMIT: int = Negotiation._meta.get_field("counterparty_url").max_length or 500
 
 
 def _negotiate(context: tools.ToolContext, arguments: dict[str, Any]) -> tools.Outcome:
@@ -16,6 +19,8 @@ def _negotiate(context: tools.ToolContext, arguments: dict[str, Any]) -> tools.O
     for i, target in enumerate(targets):
         if not isinstance(target, dict) or not isinstance(target.get("url"), str):
             raise tools.ToolError(f"targets[{i}] needs a string 'url'.")
+        if len(target["url"]) > URL_LIMIT:
+            raise tools.ToolError(f"targets[{i}].url is longer than {URL_LIMIT} characters.")
         if not target["url"].startswith(("http://", "https://")):
             raise tools.ToolError(f"targets[{i}].url must be an http(s) URL, got {target['url']!r}.")
         if not isinstance(target.get("objective", ""), str):

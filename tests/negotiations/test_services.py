@@ -6,6 +6,7 @@ import pytest
 
 from agents import services as agent_services
 from agents.models import Agent, Intent, Message, Run
+from agents.tools import Result
 from negotiations.models import Batch, Negotiation
 from negotiations.services import batch_answer, batch_open
 
@@ -43,14 +44,22 @@ def test_answering_a_negotiation_still_in_progress_is_skipped(agent: Agent, inte
     assert negotiation.batch == Batch.objects.get(run=run, tool_call_id=negotiate_call["id"])
 
 
-def test_a_second_negotiation_with_the_same_counterparty_is_skipped(agent: Agent, intent: Intent) -> None:
+@pytest.mark.parametrize(
+    "spelling", ["https://cfo.example/a2a/x/", "HTTPS://CFO.Example:443/a2a/%78", "https://cfo.example/a2a/x"]
+)
+def test_a_second_negotiation_with_the_same_counterparty_is_skipped(
+    agent: Agent, intent: Intent, spelling: str
+) -> None:
     run = _run_waiting_on(agent, intent)
     first = Negotiation.objects.get(agent=agent)
 
-    outcome = batch_open(run=run, tool_call_id="call-again", targets=[{"url": "https://cfo.example/a2a/x/"}])
+    outcome = batch_open(run=run, tool_call_id="call-again", targets=[{"url": spelling}])
 
-    assert outcome.text.startswith("Skipped (1):\n- " + str(first.pk))  # type: ignore[union-attr]
-    assert "still binding under this intent" in outcome.text  # type: ignore[union-attr]
+    assert outcome == Result(
+        "Skipped (1):\n"
+        f"- {first.pk} (https://cfo.example/a2a/x) — negotiation {first.pk} with this counterparty is "
+        "still binding (open); answer it instead of opening another"
+    )
     assert Negotiation.objects.filter(agent=agent).count() == 1
 
 
