@@ -27,6 +27,7 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
     "==": operator.eq,
 }
+_TYPE_WORDS = frozenset({"number", "integer", "string", "text", "boolean", "date"})
 _CURRENCY = re.compile(r"\b(EUR|USD|GBP|CHF|JPY|CAD|AUD)\b")
 
 
@@ -50,18 +51,24 @@ def task_state_for(agent: Agent, action: str) -> str:
     return "input-required"
 
 
-def numeric_term(agent: Agent) -> tuple[str, str]:
-    """(term, currency) the offline negotiator bargains over.
+def numeric_term(agent: Agent) -> tuple[str, str, str]:
+    """(term, currency, unit) the offline negotiator bargains over.
 
-    From the terms description ("amount (number, EUR per day)": the first field
-    and a currency code in it), else from the first term guard.
+    From the terms description — "amount (number, EUR per day), currency" gives
+    ("amount", "EUR", "EUR per day"): the first field, a currency code in it and
+    its description less the type word — else from the first term guard.
     """
     guard = agent.term_guards[0] if agent.term_guards else {}
-    if agent.terms.strip():
-        term = re.split(r"[\s(,]", agent.terms.strip(), maxsplit=1)[0]
-        found = _CURRENCY.search(agent.terms)
-        return term, found.group() if found else str(guard.get("currency", ""))
-    return str(guard.get("term", "amount")), str(guard.get("currency", ""))
+    description = agent.terms.strip()
+    if not description:
+        return str(guard.get("term", "amount")), str(guard.get("currency", "")), ""
+    term = re.split(r"[\s(,]", description, maxsplit=1)[0]
+    found = _CURRENCY.search(description)
+    currency = found.group() if found else str(guard.get("currency", ""))
+    detail = re.match(rf"{re.escape(term)}\s*\(([^)]*)\)", description)
+    words = [w.strip() for w in detail.group(1).split(",")] if detail else []
+    unit = ", ".join(w for w in words if w and w not in _TYPE_WORDS)
+    return term, currency, unit
 
 
 def check_guards(agent: Agent, move: Move) -> None:
@@ -99,7 +106,7 @@ def decide(
     """
     if agent.model != "offline":
         raise NegotiatorError(f"model {agent.model!r} cannot negotiate in this deployment; use 'offline'")
-    term, currency = numeric_term(agent)
+    term, currency, unit = numeric_term(agent)
     try:
         vocabulary = offline.Vocabulary.from_actions(agent.allowed_actions)
     except ValueError as exc:
@@ -114,6 +121,7 @@ def decide(
         limit=_guard_limit(agent, term),
         max_moves=max_moves,
         can_ask=can_ask,
+        unit=unit,
     )
     if situation.limit is None:
         offered = offline.their_offer(situation)

@@ -71,6 +71,7 @@ class Situation:
     limit: Limit | None
     max_moves: int
     can_ask: bool
+    unit: str = ""
 
 
 def limit_from_guidance(guidance: list[str], term: str, offered: float | None) -> Limit | None:
@@ -133,7 +134,11 @@ def decide(s: Situation) -> Move:
             return confirmed
     if s.limit is None:
         if s.can_ask:
-            return Move("ask", f"What is the limit on {s.term} I may agree to?")
+            unit = f" ({s.unit})" if s.unit else ""
+            return Move(
+                "ask",
+                f"What is your limit on {s.term}{unit}: the most you will pay, or the least you will take?",
+            )
         return Move(s.vocabulary.reject, "I cannot negotiate this without instructions from my party.")
     offered = their_offer(s)
     t = len(ours)

@@ -55,6 +55,16 @@ _ROLES: dict[str, Role] = {
 }
 
 
+# What parse_move lets through must fit the columns it lands in (negotiations.models.Turn: action,
+# offer_id and accepts_offer_id are 64 characters); the other bounds keep one move a sentence
+# and a handful of terms, well inside the gateway's body limit.
+MAX_ACTION = 64
+MAX_OFFER_ID = 64
+MAX_MESSAGE = 4000
+MAX_TERMS = 32
+MAX_TERM_KEY = 64
+
+
 class MoveError(ValueError):
     """An inbound move failed ``parse_move``; the message names the field and the problem."""
 
@@ -89,13 +99,22 @@ class Move:
         return data
 
 
+def _storable(where: str, value: str, limit: int | None = None) -> str:
+    """``value``, if Postgres can store it (no NUL) and it is at most ``limit`` characters."""
+    if "\x00" in value:
+        raise MoveError(f"{where} must not contain a NUL character")
+    if limit is not None and len(value) > limit:
+        raise MoveError(f"{where} must be at most {limit} characters")
+    return value
+
+
 def _optional_id(data: Mapping[str, Any], key: str) -> str:
     if key not in data:
         return ""
     value = data[key]
     if not isinstance(value, str):
         raise MoveError(f"move.{key} must be a string, got {json_type(value)}")
-    return value
+    return _storable(f"move.{key}", value, MAX_OFFER_ID)
 
 
 def integral_numbers(terms: Mapping[str, Any]) -> dict[str, Any]:
@@ -106,15 +125,20 @@ def integral_numbers(terms: Mapping[str, Any]) -> dict[str, Any]:
 def parse_move(data: object) -> Move:
     """Validate an inbound move dict strictly and return it as a ``Move``.
 
-    Rules: ``data`` is an object; ``action`` a non-empty string; ``message`` a string (may be
-    empty); ``terms``, if present and not null, a flat object whose values are string, number,
-    boolean or null (finite numbers only); ``offerId`` and ``acceptsOfferId``, if present,
-    strings. Unknown keys are ignored, as the peer ignores them (index-wire-protocol.md §1).
+    Rules: ``data`` is an object; ``action`` a non-empty string of at most ``MAX_ACTION``
+    characters; ``message`` a string (may be empty) of at most ``MAX_MESSAGE``; ``terms``, if
+    present and not null, a flat object of at most ``MAX_TERMS`` keys of at most ``MAX_TERM_KEY``
+    characters, whose values are string, number, boolean or null (finite numbers only);
+    ``offerId`` and ``acceptsOfferId``, if present, strings of at most ``MAX_OFFER_ID``. No
+    string checked here (term keys included) may hold a NUL, which Postgres cannot store.
+    Unknown keys are ignored, as the peer ignores them (index-wire-protocol.md §1).
 
     Stricter than the peer, which accepts nested terms: use ``decode_move`` to read a Task.
 
     Raises:
-        MoveError: naming the field, e.g. "move.terms must be a flat JSON object, got array".
+        MoveError: naming the field, e.g. "move.terms must be a flat JSON object, got array",
+            "move.action must be at most 64 characters", "move.message must not contain a NUL
+            character".
     """
     if not isinstance(data, Mapping):
         raise MoveError(f"move must be a JSON object, got {json_type(data)}")
@@ -124,20 +148,27 @@ def parse_move(data: object) -> Move:
     action = data["action"]
     if not isinstance(action, str) or not action:
         raise MoveError(f"move.action must be a non-empty string, got {json_type(action)}")
+    _storable("move.action", action, MAX_ACTION)
 
     if "message" not in data:
         raise MoveError("move.message is required")
     message = data["message"]
     if not isinstance(message, str):
         raise MoveError(f"move.message must be a string, got {json_type(message)}")
+    _storable("move.message", message, MAX_MESSAGE)
 
     terms = data.get("terms")
     if terms is not None:
         if not isinstance(terms, Mapping):
             raise MoveError(f"move.terms must be a flat JSON object, got {json_type(terms)}")
+        if len(terms) > MAX_TERMS:
+            raise MoveError(f"move.terms must have at most {MAX_TERMS} keys, got {len(terms)}")
         for key, value in terms.items():
             if not isinstance(key, str):
                 raise MoveError(f"move.terms keys must be strings, got {json_type(key)}")
+            _storable("move.terms keys", key, MAX_TERM_KEY)
+            if isinstance(value, str):
+                _storable(f"move.terms.{key}", value)
             if value is not None and not isinstance(value, str | int | float):
                 raise MoveError(
                     f"move.terms.{key} must be a string, number, boolean or null, got {json_type(value)}"

@@ -11,7 +11,7 @@ from agents.models import Agent, Intent, Message, Question, Run
 from parley.models import Membership, Tenant
 from tests.conftest import make_user
 
-QUESTION = "What is the limit on amount I may agree to?"
+QUESTION = "What is your limit on amount (EUR per day): the most you will pay, or the least you will take?"
 ANSWER = "Up to €1,100 a day."
 
 

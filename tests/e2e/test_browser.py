@@ -35,7 +35,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-sync",
 ]
-QUESTION = "What is the limit on amount I may agree to?"
+QUESTION = "What is your limit on amount (EUR per day): the most you will pay, or the least you will take?"
 ANSWER = "Up to €1,100 a day."
 PHONE = {"width": 375, "height": 740}
 WAIT = 60_000  # ms: the offline model asks within seconds; a loaded machine may be slow

@@ -25,7 +25,10 @@ def test_fractional_cfo_scenario(live_stack: LiveStack) -> None:
     )
     run.refresh_from_db()
     assert run.status == Run.Status.NEEDS_INPUT
-    assert question.question == "What is the limit on amount I may agree to?"
+    assert (
+        question.question
+        == "What is your limit on amount (EUR per day): the most you will pay, or the least you will take?"
+    )
 
     question_answer(
         question=question, answer="Up to €1,100 a day.", user=get_user_model().objects.get(username="tomas")

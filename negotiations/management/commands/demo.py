@@ -63,6 +63,13 @@ class Command(BaseCommand):
         self.stdout.write("The run is done. Its report:\n")
         self.stdout.write(run.output + "\n")
         self._print_pairs(demo.demo_pairs(world))
+        if options["browser"]:
+            self.stdout.write(f"\nStill serving on {base} so you can look around; press Ctrl-C to stop.")
+            try:
+                while True:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
         server.should_exit = True
 
     def _wait(self, run: Run, statuses: set[str], timeout: float | None) -> Run:
