@@ -2,12 +2,14 @@
 
 Routes (under the ASGI router's ``/a2a/`` prefix, which is not stripped):
 
-* ``GET  /a2a/<tenant>/<agent>/.well-known/agent-card.json`` — the AgentCard;
-* ``POST /a2a/<tenant>/<agent>`` — JSON-RPC, A2A 1.0 and 0.3 on the same URL.
+* ``GET  /a2a/<tenant>/<agent>/.well-known/agent-card.json`` — the AgentCard, also at
+  ``…/.well-known/agent.json``, the path A2A 0.3 clients fetch;
+* ``POST /a2a/<tenant>/<agent>`` — JSON-RPC, A2A 1.0 and 0.3 on the same URL; any other
+  method there is a 405 with a JSON-RPC error body.
 
 The agent is resolved once, at the edge, by :class:`ResolveAgent`; an unknown
-one is a 404 before the SDK sees the request. Bodies over
-``A2A_MAX_BODY_BYTES`` are refused with 413.
+one (or a path segment that is no slug) is a 404 before the SDK sees the
+request. Bodies over ``A2A_MAX_BODY_BYTES`` are refused with 413.
 """
 
 from __future__ import annotations
@@ -23,9 +25,17 @@ from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
-from a2a.types import SendMessageRequest, Task, TaskState
+from a2a.types import (
+    CancelTaskRequest,
+    ListTasksRequest,
+    ListTasksResponse,
+    SendMessageRequest,
+    Task,
+    TaskState,
+)
 from a2a.utils.errors import UnsupportedOperationError
 from django.conf import settings
+from django.core.validators import slug_re
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -88,17 +98,42 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
         )
 
 
-def _rpc_error(status: int, message: str) -> JSONResponse:
+class AnonymousCallerHandler(DefaultRequestHandler):
+    """The SDK's handler, minus what an anonymous caller must not do to other callers' tasks.
+
+    Until callers authenticate, every anonymous caller shares one task
+    partition per agent (owner ``<agent>|``, :func:`a2a_gateway.store.owner_of`),
+    so for them ListTasks answers an empty list and CancelTask -32004
+    (UnsupportedOperationError) "Cancelling needs an authenticated caller.".
+    GetTask still answers: a task id is an unguessable UUID the SDK minted.
+    """
+
+    async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        if not context.user.is_authenticated:
+            return ListTasksResponse()
+        return await super().on_list_tasks(params, context)
+
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        if not context.user.is_authenticated:
+            raise UnsupportedOperationError(message="Cancelling needs an authenticated caller.")
+        return await super().on_cancel_task(params, context)
+
+
+def _rpc_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     body = {
         "jsonrpc": "2.0",
         "id": None,
         "error": {"code": JSONRPC_INVALID_REQUEST, "message": message},
     }
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 class ResolveAgent:
-    """ASGI middleware: find the agent named by the path (404 if none) and bound the body size."""
+    """ASGI middleware: find the agent named by the path (404 if none) and bound the body size.
+
+    A segment outside Django's slug pattern names no agent, so it is a 404 without a query
+    (Postgres would refuse a NUL in one).
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -109,7 +144,7 @@ class ResolveAgent:
             return
         match = _AGENT_PATH.match(scope["path"])
         agent = None
-        if match is not None:
+        if match is not None and slug_re.match(match["tenant"]) and slug_re.match(match["agent"]):
             agent = (
                 await Agent.objects.select_related("tenant")
                 .filter(tenant__slug=match["tenant"], slug=match["agent"])
@@ -170,10 +205,15 @@ async def _card_dict(agent: Agent) -> dict[str, Any]:
     return agent_card_to_dict(agent_card(agent))
 
 
+async def rpc_needs_post(request: Request) -> Response:
+    """Any method but POST on the JSON-RPC URL: 405, as a JSON-RPC error a client can read."""
+    return _rpc_error(405, "Use POST for JSON-RPC.", headers={"Allow": "POST"})
+
+
 def build_app() -> ASGIApp:
     """The gateway application; one request handler and one executor serve every agent."""
     store = DjangoTaskStore()
-    handler = DefaultRequestHandler(
+    handler = AnonymousCallerHandler(
         agent_executor=NegotiationExecutor(),
         task_store=store,
         agent_card=capability_card(),
@@ -189,11 +229,14 @@ def build_app() -> ASGIApp:
 
     routes = [
         Route("/a2a/{tenant}/{agent}/.well-known/agent-card.json", card_endpoint, methods=["GET"]),
+        Route("/a2a/{tenant}/{agent}/.well-known/agent.json", card_endpoint, methods=["GET"]),
         *create_jsonrpc_routes(
             handler,
             rpc_url="/a2a/{tenant}/{agent}",
             context_builder=AgentContextBuilder(),
             enable_v0_3_compat=True,
         ),
+        # Starlette prefers the route whose methods match, so POST stays the SDK's; HEAD comes with GET.
+        Route("/a2a/{tenant}/{agent}", rpc_needs_post, methods=["GET", "PUT", "PATCH", "DELETE", "OPTIONS"]),
     ]
     return ResolveAgent(Starlette(routes=routes, lifespan=lifespan))

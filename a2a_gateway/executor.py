@@ -11,25 +11,36 @@ So a message we refuse is refused before the SDK starts the task, by the
 gateway's request context builder with :func:`admit`. ``execute`` still maps
 the same errors from ``inbound_turn``: a second message can settle the
 negotiation between the check and the turn.
+
+``admit`` and ``execute`` are the public boundary: the SDK would send any
+other exception's text to the counterparty, so anything else they raise — a
+negotiator error too, whose text can name the party's hidden limit — is logged
+here and answered with :data:`COULD_NOT_ANSWER`.
 """
 
 from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from a2a.helpers import new_data_part, new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
-from a2a.types import Message, TaskState
-from a2a.utils.errors import InternalError, InvalidParamsError, UnsupportedOperationError
+from a2a.types import Message, Role, TaskState
+from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, UnsupportedOperationError
 from asgiref.sync import sync_to_async
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from a2a_gateway.store import call_agent
+from a2a_gateway.store import call_agent, id_problem
 from agents.models import Agent
 from negotiations import services
-from negotiations.negotiator import NegotiatorError
 from negotiations.wire import MoveError, TaskRecord, task_record_from_proto
 
+logger = logging.getLogger(__name__)
+
+COULD_NOT_ANSWER = "The agent could not answer this move."
 OUTCOME_ARTIFACT_ID = "negotiator:negotiation-outcome"
 _STATES = {
     "input-required": TaskState.TASK_STATE_INPUT_REQUIRED,
@@ -51,75 +62,129 @@ FINISHED = frozenset(
 async def admit(agent: Agent, message: Message, task_id: str | None) -> None:
     """Refuse ``message`` (to the task ``task_id``, None if new) if ``agent`` cannot take it.
 
-    The rules are :func:`negotiations.services.inbound_turn`'s, checked without writing.
+    The move's rules are :func:`negotiations.services.inbound_check`'s, checked
+    without writing; the rest are what the task's rows can hold. The SDK has
+    already looked ``task_id`` up, so it names a stored task.
 
     Raises:
-        InvalidParamsError: (-32602) no data part, or the first one is not a valid move:
-            "Invalid negotiation move: move.action is required".
+        InvalidParamsError: (-32602) "message.role must be user"; the contextId cannot be
+            stored: "message.contextId must be at most 200 characters" (or "must not contain
+            a NUL character"); no data part, or the first one is not a valid move: "Invalid
+            negotiation move: move.action is required"; a NUL anywhere else in the message:
+            "message.parts[1].text must not contain a NUL character".
         UnsupportedOperationError: (-32004) the task's negotiation is settled (it can be while
             the task is open, e.g. "unanswered"): "negotiation on task <id> is settled; …".
+        InternalError: (-32603) :data:`COULD_NOT_ANSWER`, on anything unexpected (logged).
+    """
+    # Replies are ours to write; an agent-role message would reach the negotiation as the
+    # counterparty's move, and the SDK refuses it only once the turns are written.
+    if message.role != Role.ROLE_USER:
+        raise InvalidParamsError(message="message.role must be user")
+    if problem := id_problem(message.context_id):
+        raise InvalidParamsError(message=f"message.contextId {problem}")
+    incoming = MessageToDict(message)
+    async with _refusals(agent, task_id):
+        await sync_to_async(services.inbound_check)(agent=agent, task_id=task_id or "", incoming=incoming)
+    # The whole message is stored (the turn's raw JSON, the Task), and jsonb holds no NUL.
+    if where := _nul_in(incoming, "message"):
+        raise InvalidParamsError(message=f"{where} must not contain a NUL character")
+
+
+def _nul_in(value: object, where: str) -> str | None:
+    """The path of the first string in the JSON ``value`` that holds a NUL, or None.
+
+    A key holding one is reported as ``<object> keys``.
+    """
+    if isinstance(value, str):
+        return where if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if "\x00" in key:
+                return f"{where} keys"
+            if found := _nul_in(item, f"{where}.{key}"):
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if found := _nul_in(item, f"{where}[{index}]"):
+                return found
+    return None
+
+
+@asynccontextmanager
+async def _refusals(agent: Agent, task_id: str | None) -> AsyncIterator[None]:
+    """The public boundary: what the negotiation raises, as the A2A error the counterparty gets.
+
+    ``MoveError`` is -32602 "Invalid negotiation move: <why>", ``NegotiationClosed`` -32004,
+    A2A errors pass as they are; anything else (a ``NegotiatorError`` too) is logged with the
+    agent and task and answered -32603 :data:`COULD_NOT_ANSWER`, its text withheld.
     """
     try:
-        await sync_to_async(services.inbound_check)(
-            agent=agent, task_id=task_id or "", incoming=MessageToDict(message)
-        )
+        yield
     except MoveError as exc:
         raise InvalidParamsError(message=f"Invalid negotiation move: {exc}") from exc
     except services.NegotiationClosed as exc:
         raise UnsupportedOperationError(message=str(exc)) from exc
+    except A2AError:
+        raise
+    except Exception as exc:
+        logger.exception(
+            "Agent %s/%s could not answer a move on task %s",
+            agent.tenant.slug,
+            agent.slug,
+            task_id or "(new)",
+        )
+        raise InternalError(message=COULD_NOT_ANSWER) from exc
 
 
 class NegotiationExecutor(AgentExecutor):
     """Routes each call to the agent the gateway resolved and lets its negotiator answer."""
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Answer the move; -32603 :data:`COULD_NOT_ANSWER` if it cannot (see the module)."""
         agent = call_agent(context.call_context)
-        if context.message is None or not context.task_id or not context.context_id:
-            raise InvalidParamsError(message="The request carries no message.")
-        incoming = MessageToDict(context.message)
-        try:
-            reply = await sync_to_async(services.inbound_turn)(
-                agent=agent,
-                task_id=context.task_id,
-                context_id=context.context_id,
-                prior=_prior(context),
-                incoming=incoming,
-            )
-        except MoveError as exc:
-            raise InvalidParamsError(message=f"Invalid negotiation move: {exc}") from exc
-        except services.NegotiationClosed as exc:
-            raise UnsupportedOperationError(message=str(exc)) from exc
-        except NegotiatorError as exc:
-            raise InternalError(message=f"The agent could not decide a move: {exc}") from exc
-
-        if context.current_task is None:
-            await event_queue.enqueue_event(new_task_from_user_message(context.message))
-        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
-        await updater.update_status(TaskState.TASK_STATE_WORKING, message=ParseDict(reply.message, Message()))
-        state = _STATES[reply.state]
-        # On terminal replies only, as the Index peer does (index-wire-protocol.md §1, step 7): an
-        # open task can carry a settlement ("unanswered"), but its verdict is still "open".
-        if reply.settlement is not None and state in FINISHED:
-            s = reply.settlement
-            outcome = {
-                "state": reply.state,
-                "status": s.outcome,
-                "basis": s.basis,
-                "reason": s.reason,
-            }
-            if s.terms:
-                outcome["terms"] = s.terms
-            await updater.add_artifact(
-                [new_data_part(outcome)],
-                artifact_id=OUTCOME_ARTIFACT_ID,
-                name="negotiation-outcome",
-            )
-        await updater.update_status(state)
+        async with _refusals(agent, context.task_id):
+            await _answer(agent, context, event_queue)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         if not context.task_id or not context.context_id:
             raise InvalidParamsError(message="The request names no task.")
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+
+
+async def _answer(agent: Agent, context: RequestContext, event_queue: EventQueue) -> None:
+    """Let ``agent``'s negotiator answer the message and emit the reply and final state."""
+    if context.message is None or not context.task_id or not context.context_id:
+        raise InvalidParamsError(message="The request carries no message.")
+    reply = await sync_to_async(services.inbound_turn)(
+        agent=agent,
+        task_id=context.task_id,
+        context_id=context.context_id,
+        prior=_prior(context),
+        incoming=MessageToDict(context.message),
+    )
+    if context.current_task is None:
+        await event_queue.enqueue_event(new_task_from_user_message(context.message))
+    updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+    await updater.update_status(TaskState.TASK_STATE_WORKING, message=ParseDict(reply.message, Message()))
+    state = _STATES[reply.state]
+    # On terminal replies only, as the Index peer does (index-wire-protocol.md §1, step 7): an
+    # open task can carry a settlement ("unanswered"), but its verdict is still "open".
+    if reply.settlement is not None and state in FINISHED:
+        s = reply.settlement
+        outcome = {
+            "state": reply.state,
+            "status": s.outcome,
+            "basis": s.basis,
+            "reason": s.reason,
+        }
+        if s.terms:
+            outcome["terms"] = s.terms
+        await updater.add_artifact(
+            [new_data_part(outcome)],
+            artifact_id=OUTCOME_ARTIFACT_ID,
+            name="negotiation-outcome",
+        )
+    await updater.update_status(state)
 
 
 def _prior(context: RequestContext) -> TaskRecord:

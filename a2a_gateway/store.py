@@ -16,7 +16,7 @@ from a2a.utils.task import decode_page_token, encode_page_token
 from django.db.models import QuerySet
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from a2a_gateway.models import A2ATask
+from a2a_gateway.models import ID_LENGTH, A2ATask
 from agents.models import Agent
 
 DEFAULT_PAGE_SIZE = 50
@@ -29,6 +29,16 @@ def call_agent(context: ServerCallContext) -> Agent:
     if not isinstance(agent, Agent):
         raise LookupError("the call context carries no agent; the gateway must resolve it first")
     return agent
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a stored task or context id ("must be at most 200 characters",
+    "must not contain a NUL character", which Postgres refuses), or None if it can."""
+    if "\x00" in value:
+        return "must not contain a NUL character"
+    if len(value) > ID_LENGTH:
+        return f"must be at most {ID_LENGTH} characters"
+    return None
 
 
 def owner_of(context: ServerCallContext) -> str:
@@ -60,6 +70,9 @@ class DjangoTaskStore(TaskStore):
         )
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        if id_problem(task_id):
+            # No task has such an id, and asking Postgres would fail (NUL): the caller gets -32001.
+            return None
         row = await _tasks(context).filter(task_id=task_id).afirst()
         return ParseDict(row.data, Task(), ignore_unknown_fields=True) if row else None
 

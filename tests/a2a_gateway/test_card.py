@@ -69,6 +69,26 @@ def test_card_carries_the_v0_3_fields(seller_endpoint: Endpoint) -> None:
     assert body["defaultOutputModes"] == ["application/json", "text/plain"]
 
 
+def test_card_is_served_at_the_legacy_path_too(seller_endpoint: Endpoint) -> None:
+    """A2A 0.3 clients fetch ``/.well-known/agent.json`` (a2a-sdk-brief.md §5)."""
+    legacy = run(lambda http: http.get(f"{seller_endpoint.url}/.well-known/agent.json"))
+    current = run(lambda http: http.get(seller_endpoint.card_url))
+
+    assert legacy.status_code == 200
+    assert legacy.headers["content-type"] == "application/json"
+    assert legacy.json() == current.json()
+    card = run(
+        lambda http: A2ACardResolver(
+            http, seller_endpoint.url, agent_card_path="/.well-known/agent.json"
+        ).get_agent_card()
+    )
+    assert card == seller_endpoint.card()
+
+
+CARD_PATHS = ["/.well-known/agent-card.json", "/.well-known/agent.json"]
+
+
+@pytest.mark.parametrize("card_path", CARD_PATHS)
 @pytest.mark.parametrize(
     ("path", "named"),
     [
@@ -79,16 +99,16 @@ def test_card_carries_the_v0_3_fields(seller_endpoint: Endpoint) -> None:
     ],
 )
 def test_card_of_an_agent_that_is_not_there_is_404(
-    live_stack: LiveStack, seller: Agent, agent: Agent, path: str, named: str
+    live_stack: LiveStack, seller: Agent, agent: Agent, path: str, named: str, card_path: str
 ) -> None:
     url = f"{live_stack.url}/a2a/{path}"
 
-    response = run(lambda http: http.get(f"{url}/.well-known/agent-card.json"))
+    response = run(lambda http: http.get(f"{url}{card_path}"))
 
     assert response.status_code == 404
     assert response.headers["content-type"] == "application/json"
     assert response.json()["error"]["message"] == f"There is no {named}."
 
     with pytest.raises(AgentCardResolutionError) as raised:
-        run(lambda http: A2ACardResolver(http, url).get_agent_card())
+        run(lambda http: A2ACardResolver(http, url, agent_card_path=card_path).get_agent_card())
     assert raised.value.status_code == 404

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -269,3 +270,277 @@ def test_context_that_is_not_the_tasks_is_invalid_params(seller_endpoint: Endpoi
     )
     assert snapshot(task) == before
     assert counts() == before_counts
+
+
+# --- Messages the negotiation must never see -----------------------------------------------
+
+
+NOTHING = {"Negotiation": 0, "Turn": 0, "Settlement": 0, "A2ATask": 0}
+
+
+@pytest.mark.parametrize(
+    ("method", "version", "message"),
+    [
+        ("SendMessage", "1.0", {"role": "ROLE_AGENT", "parts": [{"data": proposal(800)}]}),
+        ("message/send", None, {"role": "agent", "parts": [{"kind": "data", "data": proposal(800)}]}),
+    ],
+    ids=["1.0", "0.3"],
+)
+def test_agent_role_message_is_refused(
+    seller_endpoint: Endpoint, method: str, version: str | None, message: dict[str, Any]
+) -> None:
+    """The counterparty speaks as the user; a message posing as our agent never reaches the negotiation."""
+    response = seller_endpoint.rpc(method, {"message": {"messageId": "m-agent", **message}}, version=version)
+
+    error = error_of(response)
+    assert error["code"] == INVALID_PARAMS
+    assert error["message"] == "message.role must be user"
+    assert counts() == NOTHING
+
+
+def test_agent_role_follow_up_leaves_the_open_task_as_it_was(seller_endpoint: Endpoint) -> None:
+    task = seller_endpoint.send(user_message(proposal(800)))
+    before, before_counts = snapshot(task), counts()
+    params = send_message([{"data": proposal(900)}], task)
+    params["message"]["role"] = "ROLE_AGENT"
+
+    response = seller_endpoint.rpc("SendMessage", params)
+
+    error = error_of(response)
+    assert error["code"] == INVALID_PARAMS
+    assert error["message"] == "message.role must be user"
+    assert snapshot(task) == before
+    assert counts() == before_counts
+
+
+UNSTORABLE_MOVES = [
+    pytest.param({"action": "a" * 65}, "move.action must be at most 64 characters", id="long-action"),
+    pytest.param({"action": "pro\x00pose"}, "move.action must not contain a NUL character", id="nul-action"),
+    pytest.param({"message": "€" * 4001}, "move.message must be at most 4000 characters", id="long-message"),
+    pytest.param({"message": "8\x0000"}, "move.message must not contain a NUL character", id="nul-message"),
+    pytest.param({"offerId": "o" * 65}, "move.offerId must be at most 64 characters", id="long-offer-id"),
+    pytest.param(
+        {"terms": {"amount": 800, "currency": "EU\x00R"}},
+        "move.terms.currency must not contain a NUL character",
+        id="nul-term-value",
+    ),
+    pytest.param(
+        {"terms": {"amo\x00unt": 800}}, "move.terms keys must not contain a NUL character", id="nul-term-key"
+    ),
+    pytest.param(
+        {"terms": {"k" * 65: 800}}, "move.terms keys must be at most 64 characters", id="long-term-key"
+    ),
+    pytest.param(
+        {"terms": {f"t{i}": i for i in range(33)}},
+        "move.terms must have at most 32 keys, got 33",
+        id="many-terms",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "problem"), UNSTORABLE_MOVES)
+def test_move_the_database_cannot_hold_is_invalid_params(
+    seller_endpoint: Endpoint, change: dict[str, Any], problem: str
+) -> None:
+    response = seller_endpoint.rpc("SendMessage", send_message([{"data": {**proposal(800), **change}}]))
+
+    error = error_of(response)
+    assert error["code"] == INVALID_PARAMS
+    assert error["message"] == f"Invalid negotiation move: {problem}"
+    assert counts() == NOTHING
+
+
+def test_move_the_database_cannot_hold_over_0_3_is_invalid_params(seller_endpoint: Endpoint) -> None:
+    data = {**proposal(800), "action": "a" * 65}
+    message = {"messageId": "m-bad", "role": "user", "parts": [{"kind": "data", "data": data}]}
+
+    response = seller_endpoint.rpc("message/send", {"message": message}, version=None)
+
+    error = error_of(response)
+    assert error["code"] == INVALID_PARAMS
+    assert error["message"] == "Invalid negotiation move: move.action must be at most 64 characters"
+    assert counts() == NOTHING
+
+
+UNSTORABLE_MESSAGES = [
+    pytest.param(
+        {"contextId": "c" * 201}, "message.contextId must be at most 200 characters", id="long-context"
+    ),
+    pytest.param(
+        {"contextId": "ctx\x00"}, "message.contextId must not contain a NUL character", id="nul-context"
+    ),
+    pytest.param({"messageId": "m\x00"}, "message.messageId must not contain a NUL character", id="nul-id"),
+    pytest.param(
+        {"parts": [{"data": proposal(800)}, {"text": "800\x00"}]},
+        "message.parts[1].text must not contain a NUL character",
+        id="nul-text-part",
+    ),
+    pytest.param(
+        {"parts": [{"data": {**proposal(800), "note": ["ok", "\x00"]}}]},
+        "message.parts[0].data.note[1] must not contain a NUL character",
+        id="nul-unknown-move-key",
+    ),
+    pytest.param(
+        {"metadata": {"trace\x00": 1}}, "message.metadata keys must not contain a NUL character", id="nul-key"
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "problem"), UNSTORABLE_MESSAGES)
+def test_message_the_database_cannot_hold_is_invalid_params(
+    seller_endpoint: Endpoint, change: dict[str, Any], problem: str
+) -> None:
+    params = send_message([{"data": proposal(800)}])
+    params["message"].update(change)
+
+    response = seller_endpoint.rpc("SendMessage", params)
+
+    error = error_of(response)
+    assert error["code"] == INVALID_PARAMS
+    assert error["message"] == problem
+    assert counts() == NOTHING
+
+
+def test_context_id_at_the_limit_is_accepted(seller_endpoint: Endpoint) -> None:
+    params = send_message([{"data": proposal(800)}])
+    params["message"]["contextId"] = "c" * 200
+
+    response = seller_endpoint.rpc("SendMessage", params)
+
+    assert response.json()["result"]["task"]["contextId"] == "c" * 200
+    assert Negotiation.objects.get().context_id == "c" * 200
+
+
+@pytest.mark.parametrize("task_id", ["t\x00", "t" * 201], ids=["nul", "long"])
+@pytest.mark.parametrize(
+    ("method", "params", "message"),
+    [
+        ("SendMessage", send_message([{"data": proposal(800)}]), "Task {} not found"),
+        ("GetTask", {}, "Task not found"),
+    ],
+    ids=["SendMessage", "GetTask"],
+)
+def test_task_id_no_task_can_have_is_not_found(
+    seller_endpoint: Endpoint, task_id: str, method: str, params: dict[str, Any], message: str
+) -> None:
+    """A task id the database cannot hold names no task: -32001, as for any unknown id."""
+    params = json.loads(json.dumps(params))
+    if method == "SendMessage":
+        params["message"]["taskId"] = task_id
+    else:
+        params["id"] = task_id
+
+    response = seller_endpoint.rpc(method, params)
+
+    error = error_of(response)
+    assert error["code"] == -32001
+    assert error["message"] == message.format(task_id)
+    assert counts() == NOTHING
+
+
+# --- Failures of our own: withheld from the counterparty -----------------------------------
+
+
+COULD_NOT_ANSWER = "The agent could not answer this move."
+
+BROKEN_AGENTS = [
+    # GuardViolation: the guard's text names the seller's hidden floor.
+    pytest.param(
+        {"term_guards": [{"term": "amount", "op": ">=", "value": 950, "currency": "USD"}]},
+        id="guard-violation",
+    ),
+    # NegotiatorError: the text names the deployment's model.
+    pytest.param({"model": "gpt-4o"}, id="negotiator-error"),
+    # Anything else: a malformed guard fails with a KeyError deep in the negotiator.
+    pytest.param({"term_guards": [{"term": "amount", "value": 950}]}, id="unexpected"),
+]
+
+
+@pytest.mark.parametrize("broken", BROKEN_AGENTS)
+def test_a_failure_of_ours_is_internal_error_without_details(
+    seller_endpoint: Endpoint, seller: Agent, broken: dict[str, Any]
+) -> None:
+    for field, value in broken.items():
+        setattr(seller, field, value)
+    seller.save()
+
+    response = seller_endpoint.rpc("SendMessage", send_message([{"data": proposal(800)}]))
+
+    error = error_of(response)
+    assert error["code"] == -32603
+    assert error["message"] == COULD_NOT_ANSWER
+    for detail in ("950", "guard", "gpt-4o", "'op'", "Traceback"):
+        assert detail not in response.text
+    # The negotiation is untouched; the SDK records the task it had set up as FAILED.
+    assert (Negotiation.objects.count(), Turn.objects.count()) == (0, 0)
+    assert list(A2ATask.objects.values_list("state", flat=True)) == ["TASK_STATE_FAILED"]
+
+
+def test_a_failure_of_ours_on_a_follow_up_adds_no_turn(seller_endpoint: Endpoint, seller: Agent) -> None:
+    task = seller_endpoint.send(user_message(proposal(800)))
+    before_turns = snapshot(task)[1]
+    seller.term_guards = [{"term": "amount", "op": ">=", "value": 950, "currency": "USD"}]
+    seller.save()
+
+    response = seller_endpoint.rpc("SendMessage", send_message([{"data": proposal(900)}], task))
+
+    error = error_of(response)
+    assert error["code"] == -32603
+    assert error["message"] == COULD_NOT_ANSWER
+    assert "950" not in response.text
+    assert snapshot(task)[1] == before_turns
+    assert Negotiation.objects.get().turns.count() == 2
+
+
+# --- The HTTP edge ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS"])
+def test_rpc_url_answers_other_methods_with_a_json_rpc_405(seller_endpoint: Endpoint, method: str) -> None:
+    response = run(lambda http: http.request(method, seller_endpoint.url, headers={"A2A-Version": "1.0"}))
+
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    assert response.headers["content-type"] == "application/json"
+    if method != "HEAD":
+        assert response.json() == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32600, "message": "Use POST for JSON-RPC."},
+        }
+    assert counts() == NOTHING
+
+
+@pytest.mark.parametrize(
+    ("path", "named"),
+    [
+        ("globex/id%00ris", "agent 'id\\x00ris' in tenant 'globex'"),
+        ("glo%00bex/idris", "agent 'idris' in tenant 'glo\\x00bex'"),
+        ("globex/id%20ris", "agent 'id ris' in tenant 'globex'"),
+        ("globex/idr%C3%ADs", "agent 'idrís' in tenant 'globex'"),
+    ],
+    ids=["nul-agent", "nul-tenant", "space", "non-ascii"],
+)
+def test_path_segment_that_is_no_slug_is_404(
+    live_stack: LiveStack, seller: Agent, path: str, named: str
+) -> None:
+    url = f"{live_stack.url}/a2a/{path}"
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": send_message([{"data": proposal()}]),
+    }
+
+    responses = run(
+        lambda http: asyncio.gather(
+            http.post(url, json=body, headers={"A2A-Version": "1.0"}),
+            http.get(f"{url}/.well-known/agent-card.json"),
+        )
+    )
+
+    for response in responses:
+        assert response.headers["content-type"] == "application/json"
+        error = error_of(response, status=404)
+        assert error == {"code": -32600, "message": f"There is no {named}."}
+    assert counts() == NOTHING

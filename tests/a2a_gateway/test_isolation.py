@@ -1,15 +1,25 @@
-"""One agent's Tasks are invisible at every other agent's endpoint: its task id there is "not found"."""
+"""Each agent's Tasks are invisible at every other endpoint; anonymous callers may not list or cancel."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
 import pytest
+from a2a.auth.user import User
 from a2a.client import ClientConfig, ClientFactory
-from a2a.types import GetTaskRequest, Task
+from a2a.helpers import new_task
+from a2a.server.context import ServerCallContext
+from a2a.types import GetTaskRequest, ListTasksRequest, ListTasksResponse, Task, TaskState
 from a2a.utils.errors import TaskNotFoundError
+from asgiref.sync import sync_to_async
+from django.db import connections
 
+from a2a_gateway.app import AnonymousCallerHandler
+from a2a_gateway.cards import capability_card
+from a2a_gateway.executor import NegotiationExecutor
+from a2a_gateway.store import DjangoTaskStore
 from agents.models import Agent
 from parley.models import Tenant
 from tests.a2a_gateway.conftest import Endpoint, counts, endpoint_of, proposal, run, user_message
@@ -18,6 +28,7 @@ from tests.conftest import LiveStack
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TASK_NOT_FOUND = -32001
+UNSUPPORTED_OPERATION = -32004
 
 
 @pytest.fixture
@@ -84,25 +95,104 @@ def test_another_agents_task_is_not_found_by_the_sdk_client(
     assert counts() == before_counts
 
 
-@pytest.mark.parametrize("method", ["GetTask", "CancelTask"])
-def test_reading_or_cancelling_another_agents_task_is_not_found(
-    seller_endpoint: Endpoint, stranger: Endpoint, method: str
-) -> None:
+def test_reading_another_agents_task_is_not_found(seller_endpoint: Endpoint, stranger: Endpoint) -> None:
     task = seller_endpoint.send(user_message(proposal(800)))
     before = stored_state(seller_endpoint, task)
 
-    response = stranger.rpc(method, {"id": task.id})
+    response = stranger.rpc("GetTask", {"id": task.id})
 
     assert response.json()["error"]["code"] == TASK_NOT_FOUND
     assert response.json()["error"]["message"] == "Task not found"
     assert stored_state(seller_endpoint, task) == before
 
 
-def test_listing_shows_only_the_agents_own_tasks(seller_endpoint: Endpoint, stranger: Endpoint) -> None:
+# --- Anonymous callers share one partition per agent: no listing, no cancelling -------------
+
+
+def test_anonymous_listing_is_empty(seller_endpoint: Endpoint) -> None:
+    seller_endpoint.send(user_message(proposal(800)))
+    seller_endpoint.send(user_message(proposal(850)))
+
+    listing = seller_endpoint.rpc("ListTasks", {})
+    over_0_3 = seller_endpoint.rpc("tasks/list", {}, version=None)
+
+    assert listing.json()["result"] == {"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}
+    # A2A 0.3 has no listing method at all.
+    assert over_0_3.json()["error"] == {"code": -32601, "message": "Method not found"}
+
+
+@pytest.mark.parametrize(("method", "version"), [("CancelTask", "1.0"), ("tasks/cancel", None)])
+def test_anonymous_cancel_is_unsupported(
+    seller_endpoint: Endpoint, live_stack: LiveStack, agent: Agent, method: str, version: str | None
+) -> None:
+    task = seller_endpoint.send(user_message(proposal(800)))
+    before, before_counts = stored_state(seller_endpoint, task), counts()
+
+    for endpoint in (seller_endpoint, endpoint_of(live_stack, agent)):
+        response = endpoint.rpc(method, {"id": task.id}, version=version)
+
+        assert response.status_code == 200
+        error = response.json()["error"]
+        assert error["code"] == UNSUPPORTED_OPERATION
+        assert error["message"] == "Cancelling needs an authenticated caller."
+    assert stored_state(seller_endpoint, task) == before
+    assert counts() == before_counts
+    assert before["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+
+@pytest.mark.parametrize(("method", "version"), [("GetTask", "1.0"), ("tasks/get", None)])
+def test_anonymous_caller_still_reads_a_task_by_id(
+    seller_endpoint: Endpoint, method: str, version: str | None
+) -> None:
     task = seller_endpoint.send(user_message(proposal(800)))
 
-    own = seller_endpoint.rpc("ListTasks", {}).json()["result"]
-    elsewhere = stranger.rpc("ListTasks", {}).json()["result"]
+    result = seller_endpoint.rpc(method, {"id": task.id}, version=version).json()["result"]
 
-    assert [t["id"] for t in own["tasks"]] == [task.id]
-    assert elsewhere.get("tasks", []) == []
+    assert result["id"] == task.id
+    assert result["status"]["state"] in ("TASK_STATE_INPUT_REQUIRED", "input-required")
+
+
+class Caller(User):
+    """An authenticated caller, as per-caller auth will present one."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    @property
+    def user_name(self) -> str:
+        return self._name
+
+
+def test_an_authenticated_caller_lists_only_its_own_tasks_with_the_agent(seller: Agent, agent: Agent) -> None:
+    mine = ServerCallContext(state={"agent": seller}, user=Caller("buyer-a"))
+    others = [
+        ServerCallContext(state={"agent": seller}, user=Caller("buyer-b")),
+        ServerCallContext(state={"agent": seller}),
+        ServerCallContext(state={"agent": agent}, user=Caller("buyer-a")),
+    ]
+
+    async def scenario() -> ListTasksResponse:
+        store = DjangoTaskStore()
+        handler = AnonymousCallerHandler(
+            agent_executor=NegotiationExecutor(), task_store=store, agent_card=capability_card()
+        )
+        for index, context in enumerate([mine, *others]):
+            await store.save(
+                new_task(f"task-{index}", f"ctx-{index}", TaskState.TASK_STATE_INPUT_REQUIRED), context
+            )
+        try:
+            return await handler.on_list_tasks(ListTasksRequest(), mine)
+        finally:
+            await handler.aclose()
+            # The async ORM ran in asgiref's worker thread: close its connection, or the test
+            # database cannot be dropped.
+            await sync_to_async(connections.close_all)()
+
+    listing = asyncio.run(scenario())
+
+    assert [t.id for t in listing.tasks] == ["task-0"]
+    assert listing.total_size == 1

@@ -10,7 +10,10 @@ from a2a.types import Message, Part, Role, Task, TaskState, TaskStatus
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import ParseDict
 
+from negotiations.models import Turn
 from negotiations.wire import (
+    MAX_ACTION,
+    MAX_OFFER_ID,
     Entry,
     Move,
     MoveError,
@@ -139,11 +142,64 @@ def test_parse_move_accepts(data: dict[str, Any], expected: Move) -> None:
             {"action": "accept", "message": "x", "acceptsOfferId": None},
             "move.acceptsOfferId must be a string, got null",
         ),
+        # What Postgres cannot store, or what exceeds the columns a move lands in.
+        ({"action": "a" * 65, "message": "x"}, "move.action must be at most 64 characters"),
+        ({"action": "pro\x00pose", "message": "x"}, "move.action must not contain a NUL character"),
+        ({"action": "accept", "message": "x" * 4001}, "move.message must be at most 4000 characters"),
+        ({"action": "accept", "message": "\x00"}, "move.message must not contain a NUL character"),
+        (
+            {"action": "accept", "message": "x", "offerId": "o" * 65},
+            "move.offerId must be at most 64 characters",
+        ),
+        (
+            {"action": "accept", "message": "x", "acceptsOfferId": "o" * 65},
+            "move.acceptsOfferId must be at most 64 characters",
+        ),
+        (
+            {"action": "accept", "message": "x", "acceptsOfferId": "o\x00"},
+            "move.acceptsOfferId must not contain a NUL character",
+        ),
+        (
+            {"action": "propose", "message": "x", "terms": {f"t{i}": i for i in range(33)}},
+            "move.terms must have at most 32 keys, got 33",
+        ),
+        (
+            {"action": "propose", "message": "x", "terms": {"k" * 65: 1}},
+            "move.terms keys must be at most 64 characters",
+        ),
+        (
+            {"action": "propose", "message": "x", "terms": {"amo\x00unt": 1}},
+            "move.terms keys must not contain a NUL character",
+        ),
+        (
+            {"action": "propose", "message": "x", "terms": {"currency": "EU\x00R"}},
+            "move.terms.currency must not contain a NUL character",
+        ),
     ],
 )
 def test_parse_move_rejects(data: object, error: str) -> None:
     with pytest.raises(MoveError, match=f"^{re.escape(error)}$"):
         parse_move(data)
+
+
+def test_parse_move_accepts_each_bound_exactly() -> None:
+    data = {
+        "action": "a" * 64,
+        "message": "m" * 4000,
+        "terms": {f"{i:064d}": i for i in range(32)},
+        "offerId": "o" * 64,
+        "acceptsOfferId": "p" * 64,
+    }
+
+    assert parse_move(data).to_data() == data
+
+
+@pytest.mark.parametrize(
+    ("column", "bound"),
+    [("action", MAX_ACTION), ("offer_id", MAX_OFFER_ID), ("accepts_offer_id", MAX_OFFER_ID)],
+)
+def test_bounds_fit_the_turn_columns(column: str, bound: int) -> None:
+    assert Turn._meta.get_field(column).max_length == bound
 
 
 def test_move_error_is_value_error() -> None:

@@ -1,0 +1,62 @@
+"""The executor's public boundary, in process: a failure of ours is logged here and withheld there."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+from a2a.server.agent_execution import RequestContext
+from a2a.server.context import ServerCallContext
+from a2a.server.events import Event, EventQueue
+from a2a.types import SendMessageRequest
+from a2a.utils.errors import InternalError
+
+from a2a_gateway.executor import NegotiationExecutor
+from agents.models import Agent
+from negotiations import services
+from tests.a2a_gateway.conftest import proposal, user_message
+
+
+class Recorder(EventQueue):
+    """An event queue that keeps what the executor emits."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    async def enqueue_event(self, event: Event) -> None:
+        self.events.append(event)
+
+
+def test_an_unexpected_error_is_logged_with_agent_and_task_and_withheld(
+    seller: Agent, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    failure = RuntimeError("connection to 10.0.0.7:5432 refused")
+
+    def inbound_turn(**kwargs: Any) -> None:
+        raise failure
+
+    monkeypatch.setattr(services, "inbound_turn", inbound_turn)
+    context = RequestContext(
+        call_context=ServerCallContext(state={"agent": seller}),
+        request=SendMessageRequest(message=user_message(proposal(800))),
+        task_id="task-1",
+        context_id="ctx-1",
+    )
+    events = Recorder()
+
+    with (
+        caplog.at_level(logging.ERROR, logger="a2a_gateway.executor"),
+        pytest.raises(InternalError) as raised,
+    ):
+        asyncio.run(NegotiationExecutor().execute(context, events))
+
+    assert raised.value.message == "The agent could not answer this move."
+    assert "10.0.0.7" not in str(raised.value)
+    assert events.events == []
+    [record] = caplog.records
+    assert record.name == "a2a_gateway.executor"
+    assert record.getMessage() == "Agent globex/idris could not answer a move on task task-1"
+    assert record.exc_info is not None
+    assert record.exc_info[1] is failure
