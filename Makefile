@@ -25,6 +25,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
+	$(BIN)/python manage.py makemigrations --check --dry-run
 
 run: $(STAMP)
 	$(BIN)/python manage.py migrate
