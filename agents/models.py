@@ -37,8 +37,9 @@ class Agent(TenantOwnedModel):
     ``terms`` describes the structured terms the agent negotiates over ("" means
     prose only). ``allowed_actions`` is a list of ActionSpec dicts
     ``{name, description, terminal, state}``. ``term_guards`` is a list of
-    ``{term, op, value}`` hard limits (``op`` one of ``<=``, ``>=``, ``==``)
-    checked in code on every outgoing move.
+    ``{term, op, value}`` hard limits (``op`` one of ``<=``, ``>=``, ``==``,
+    ``in`` with a list value; an optional ``currency``) checked in code on
+    every outgoing move; an intent may add its own.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -51,7 +52,24 @@ class Agent(TenantOwnedModel):
     terms = models.TextField(blank=True, default="amount (number)")
     allowed_actions = models.JSONField(default=default_actions)
     term_guards = models.JSONField(default=list, blank=True)
+
+    class Strategy(models.TextChoices):
+        """The offline negotiator's concession strategy (time-dependent, or tit-for-tat)."""
+
+        BOULWARE = "boulware", "Boulware (holds firm, concedes late)"
+        LINEAR = "linear", "Linear"
+        CONCEDER = "conceder", "Conceder (concedes early)"
+        TIT_FOR_TAT = "tit_for_tat", "Tit for tat (mirrors the counterparty's concessions)"
+
     model = models.CharField(max_length=200, default="offline")
+    strategy = models.CharField(max_length=16, choices=Strategy.choices, default=Strategy.BOULWARE)
+    model_timeout = models.FloatField(default=120.0, help_text="seconds a model call may take per turn")
+    turn_timeout = models.FloatField(
+        default=180.0, help_text="seconds a counterparty may take to answer one move"
+    )
+    evaluation_url = models.URLField(
+        max_length=500, blank=True, help_text="host hook that attaches an Artifact to each turn"
+    )
     max_steps = models.PositiveIntegerField(default=10)
     max_turns = models.PositiveIntegerField(default=10)
     timezone = models.CharField(max_length=64, default="UTC")
@@ -73,6 +91,9 @@ class Intent(TenantOwnedModel):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="intents")
     statement = models.TextField()
     external_id = models.CharField(max_length=200, blank=True)
+    term_guards = models.JSONField(
+        default=list, blank=True, help_text="hard limits for this intent, added to the agent's"
+    )
 
     class Meta:
         constraints = [

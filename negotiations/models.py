@@ -96,6 +96,7 @@ class Turn(TenantOwnedModel):
     offer_id = models.CharField(max_length=64, blank=True)
     accepts_offer_id = models.CharField(max_length=64, blank=True)
     raw = models.JSONField(default=dict, help_text="the A2A Message as JSON")
+    artifact = models.JSONField(null=True, blank=True, help_text="what the evaluation hook attached")
     task_state = models.CharField(max_length=32, blank=True)
 
     class Meta:

@@ -67,3 +67,18 @@ class TenantOwnedModel(TimeStampedModel):
 
     class Meta:
         abstract = True
+
+
+class Event(TenantOwnedModel):
+    """Something that happened, kept for the tenant's webhooks: ``kind`` is a live event name
+    (``negotiation.turn``, ``negotiation.settled``, …) and ``payload`` its JSON body."""
+
+    kind = models.CharField(max_length=64)
+    payload = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        indexes = [models.Index(fields=["tenant", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} @ {self.created_at:%Y-%m-%d %H:%M:%S}"
