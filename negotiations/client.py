@@ -64,19 +64,21 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
 
 
-def send_move(*, url: str, move: Move, task_id: str = "", context_id: str = "") -> Exchange:
+def send_move(
+    *, url: str, move: Move, task_id: str = "", context_id: str = "", timeout: float | None = None
+) -> Exchange:
     """Send ``move`` to the agent at ``url`` (its card sits at ``url/.well-known/agent-card.json``).
 
     ``task_id``/``context_id`` continue an existing Task; both are sent
-    together (a2a-sdk-brief.md §1.6). Blocks for at most ``A2A_SEND_TIMEOUT``
-    seconds. The card's endpoint must be on the origin of ``url``, so a card
+    together (a2a-sdk-brief.md §1.6). Blocks for at most ``timeout`` seconds
+    (default ``A2A_SEND_TIMEOUT``). The card's endpoint must be on the origin of ``url``, so a card
     cannot send our moves elsewhere. Raises :class:`CounterpartyError`.
     """
-    return asyncio.run(_send(url, move, task_id, context_id))
+    return asyncio.run(_send(url, move, task_id, context_id, timeout or settings.A2A_SEND_TIMEOUT))
 
 
-async def _send(url: str, move: Move, task_id: str, context_id: str) -> Exchange:
-    timeout = httpx.Timeout(settings.A2A_SEND_TIMEOUT, connect=settings.A2A_CARD_TIMEOUT)
+async def _send(url: str, move: Move, task_id: str, context_id: str, seconds: float) -> Exchange:
+    timeout = httpx.Timeout(seconds, connect=min(seconds, settings.A2A_CARD_TIMEOUT))
     message = Message(
         message_id=str(uuid.uuid4()),
         role=Role.ROLE_USER,

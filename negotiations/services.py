@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -229,6 +230,7 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
             move=move,
             task_id=negotiation.task_id,
             context_id=negotiation.context_id,
+            timeout=min(agent.turn_timeout, settings.A2A_SEND_TIMEOUT),
         )
     except client.CounterpartyError as exc:
         return _fail(negotiation, str(exc))
