@@ -36,6 +36,7 @@ migrate: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/negotiate.py
 
 clean:
 	rm -rf $(VENV) demo.sqlite3* parley.sqlite3*

@@ -1,0 +1,180 @@
+"""Benchmark: one ``negotiate`` call with 1, 10 and 50 counterparties, on the production shape.
+
+A uvicorn web process and two Celery worker processes run against Postgres
+and Redis on this machine; every counterparty is a Parley agent reached over
+HTTP A2A on loopback; every model is ``offline``. For each size, one run of a
+buyer agent negotiates with all counterparties at once; the wall time is from
+``run_start`` to the run being done.
+
+    .venv/bin/python bench/negotiate.py [--sizes 1 10 50] [--threads 8]
+
+Uses the database ``parley_bench`` (created and migrated if missing) and Redis
+DB 8, which it empties.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATABASE_URL = "postgres://postgres@127.0.0.1:5432/parley_bench"
+REDIS_URL = "redis://127.0.0.1:6379/8"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 50])
+    parser.add_argument("--threads", type=int, default=8, help="threads per worker process")
+    args = parser.parse_args()
+
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": DATABASE_URL,
+        "REDIS_URL": REDIS_URL,
+        "PUBLIC_BASE_URL": base,
+        "DJANGO_SETTINGS_MODULE": "parley.settings.base",
+        "LOG_LEVEL": "ERROR",
+    }
+    os.environ.update(env)
+    subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", "create database parley_bench"],
+        capture_output=True,
+        check=False,
+    )
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+
+    import django
+
+    sys.path.insert(0, str(ROOT))
+    django.setup()
+    import httpx
+    import redis
+
+    from a2a_gateway.cards import agent_url
+    from agents.models import Agent, Intent, Run
+    from agents.services import run_start
+    from parley.models import Tenant
+
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    Tenant.objects.filter(slug__in=["bench-buyer", "bench-sellers"]).delete()
+    buyer_tenant = Tenant.objects.create(slug="bench-buyer", name="Buyer")
+    sellers_tenant = Tenant.objects.create(slug="bench-sellers", name="Sellers")
+    terms = "amount (number, EUR per day), currency"
+    buyer = Agent.objects.create(
+        tenant=buyer_tenant,
+        slug="buyer",
+        name="Buyer",
+        terms=terms,
+        term_guards=[{"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"}],
+    )
+    sellers = [
+        Agent.objects.create(
+            tenant=sellers_tenant,
+            slug=f"seller-{i}",
+            name=f"Seller {i}",
+            terms=terms,
+            term_guards=[{"term": "amount", "op": ">=", "value": 950, "currency": "EUR"}],
+        )
+        for i in range(max(args.sizes))
+    ]
+
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "parley.asgi:application",
+                "--port",
+                str(port),
+                "--log-level",
+                "error",
+            ],
+            cwd=ROOT,
+            env=env,
+        ),
+        *(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "parley",
+                    "worker",
+                    "--pool",
+                    "threads",
+                    "--concurrency",
+                    str(args.threads),
+                    "-n",
+                    f"bench{i}@%h",
+                    "-Q",
+                    "agent,negotiation,events",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--loglevel",
+                    "ERROR",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for i in range(2)
+        ),
+    ]
+    try:
+        _wait(lambda: httpx.get(f"{base}/login/", timeout=1).status_code == 200)
+        time.sleep(2)  # the workers connect to the broker
+        print(f"web 1 process, workers 2 x {args.threads} threads, Postgres, Redis, offline model")
+        results = {}
+        for size in args.sizes:
+            intent = Intent.objects.create(tenant=buyer_tenant, agent=buyer, statement=f"Bench with {size}")
+            urls = " ".join(agent_url(s) for s in sellers[:size])
+            started = time.perf_counter()
+            run = run_start(agent=buyer, intent=intent, task=f"Negotiate with {urls}")
+            run_id = run.pk
+            _wait(lambda: Run.objects.get(pk=run_id).status not in Run.ACTIVE, timeout=600)
+            elapsed = time.perf_counter() - started
+            run.refresh_from_db()
+            settled = run.output.count("— agreed")
+            results[size] = elapsed
+            print(f"{size:>3} counterparties  {elapsed:7.2f} s  run {run.status}, {settled} agreed")
+        if 1 in results and 50 in results:
+            print(f"ratio 50/1          {results[50] / results[1]:7.1f}")
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=20)
+
+
+def _wait(predicate, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():
+                return
+        except Exception:  # the server may not be up yet
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit("timed out")
+        time.sleep(0.1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+if __name__ == "__main__":
+    main()
