@@ -9,7 +9,10 @@ Routes (under the ASGI router's ``/a2a/`` prefix, which is not stripped):
 
 The agent is resolved once, at the edge, by :class:`ResolveAgent`; an unknown
 one (or a path segment that is no slug) is a 404 before the SDK sees the
-request. Bodies over ``A2A_MAX_BODY_BYTES`` are refused with 413.
+request. Bodies over ``A2A_MAX_BODY_BYTES`` are refused with 413. The edge
+also answers what the SDK cannot: a :class:`a2a_gateway.executor.Refused`
+raised while admitting a message (409 with -32010 or -32002) replaces the
+SDK's own answer, so JSON-RPC is parsed only by the SDK.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from a2a.types import (
     ListTasksResponse,
     SendMessageRequest,
     Task,
-    TaskState,
 )
 from a2a.utils.errors import UnsupportedOperationError
 from django.conf import settings
@@ -43,21 +45,38 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from a2a_gateway.cards import agent_card, capability_card
-from a2a_gateway.executor import FINISHED, NegotiationExecutor, admit
+from a2a_gateway.executor import FINISHED, NegotiationExecutor, Refused, admit, finished
 from a2a_gateway.store import DjangoTaskStore, call_agent
 from agents.models import Agent
 
 _AGENT_PATH = re.compile(r"^/a2a/(?P<tenant>[^/]+)/(?P<agent>[^/]+)(?:/.*)?$")
 JSONRPC_INVALID_REQUEST = -32600
+# The 0.3 method a message comes by (streaming never gets this far: the card does not offer it).
+V0_3_SEND = "message/send"
 
 
 class AgentContextBuilder(DefaultServerCallContextBuilder):
-    """Keeps the SDK's context (headers included) and adds the resolved agent."""
+    """Keeps the SDK's context (headers included) and adds the resolved agent.
+
+    ``state["edge"]`` is the request's ASGI state, where a refusal for the edge
+    to answer is left (:func:`refuse`).
+    """
 
     def build(self, request: Request) -> ServerCallContext:
         context = super().build(request)
         context.state["agent"] = request.scope["state"]["agent"]
+        context.state["edge"] = request.scope["state"]
         return context
+
+
+def refuse(context: ServerCallContext, refusal: Refused) -> None:
+    """Leave ``refusal`` for the edge: its status, and its code in a JSON-RPC error with the request's id."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": context.state.get("request_id"),
+        "error": {"code": refusal.code, "message": refusal.message},
+    }
+    context.state["edge"]["refusal"] = JSONResponse(body, status_code=refusal.status)
 
 
 class InboundContextBuilder(SimpleRequestContextBuilder):
@@ -65,8 +84,8 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
 
     The SDK calls it after looking the task up (unknown: -32001) and before it
     starts the task, the last point at which a refusal writes nothing. Refused:
-    a message to a finished task (UnsupportedOperationError, -32004, "Task <id>
-    is in terminal state: TASK_STATE_COMPLETED"), then whatever
+    a message to a finished task (:func:`a2a_gateway.executor.finished`: the
+    SDK's -32004 on 1.0, an Index server's 409/-32002 on 0.3), then whatever
     :func:`a2a_gateway.executor.admit` refuses. A follow-up naming only
     ``taskId`` gets the stored ``contextId`` (a2a-sdk-brief.md §1.6).
     """
@@ -84,13 +103,17 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
         task: Task | None = None,
     ) -> RequestContext:
         stored = await self._store.get(task_id, context) if task_id else None
-        if stored is not None and stored.status.state in FINISHED:
-            # The SDK's own refusal, word for word, made before it builds an ActiveTask: refusing
-            # there, a2a-sdk 1.3.0 leaves the task's queue dispatcher pending (logged on collection).
-            state = TaskState.Name(stored.status.state)
-            raise UnsupportedOperationError(message=f"Task {stored.id} is in terminal state: {state}")
-        if params is not None:
-            await admit(call_agent(context), params.message, task_id)
+        wire_0_3 = context.state.get("method") == V0_3_SEND
+        try:
+            if stored is not None and stored.status.state in FINISHED:
+                # Refused before the SDK builds an ActiveTask: refusing there, a2a-sdk 1.3.0 leaves
+                # the task's queue dispatcher pending (logged on collection).
+                raise finished(stored.id, stored.status.state, wire_0_3=wire_0_3)
+            if params is not None:
+                await admit(call_agent(context), params.message, task_id, wire_0_3=wire_0_3)
+        except Refused as refusal:
+            refuse(context, refusal)
+            raise
         if stored is not None and not context_id:
             context_id = stored.context_id
         return await super().build(
@@ -156,7 +179,8 @@ class ResolveAgent:
             )
             await _rpc_error(404, f"There is no {where}.")(scope, receive, send)
             return
-        scope.setdefault("state", {})["agent"] = agent
+        state = scope.setdefault("state", {})
+        state["agent"] = agent
         if scope["method"] == "POST":
             body = await _read_body(receive, settings.A2A_MAX_BODY_BYTES)
             if body is None:
@@ -164,7 +188,23 @@ class ResolveAgent:
                 await _rpc_error(413, f"The request body is larger than {limit} bytes.")(scope, receive, send)
                 return
             receive = _replay(body)
-        await self.app(scope, receive, send)
+        await self.app(scope, receive, _answering_refusals(state, scope, receive, send))
+
+
+def _answering_refusals(state: dict[str, Any], scope: Scope, receive: Receive, send: Send) -> Send:
+    """``send``, except that once a refusal is left in ``state`` (:func:`refuse`) before the
+    SDK starts its answer, the refusal is the answer and the SDK's is dropped."""
+    replaced = False
+
+    async def answer(message: Message) -> None:
+        nonlocal replaced
+        if message["type"] == "http.response.start" and "refusal" in state:
+            replaced = True
+            await state["refusal"](scope, receive, send)
+        if not replaced:
+            await send(message)
+
+    return answer
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:

@@ -18,7 +18,6 @@ def agent_url(agent: Agent) -> str:
 def agent_card(agent: Agent) -> AgentCard:
     """The card counterparties fetch: identity, both protocol versions on one URL, the negotiate skill."""
     url = agent_url(agent)
-    actions = ", ".join(a["name"] for a in agent.allowed_actions)
     return AgentCard(
         name=agent.name,
         description=agent.description or f"Negotiates on behalf of {agent.name}.",
@@ -36,13 +35,23 @@ def agent_card(agent: Agent) -> AgentCard:
                 id="negotiate",
                 name="Negotiate",
                 description=(
-                    f"Negotiates on its party's behalf over A2A message/send. Understands: {actions}."
+                    "Negotiates on its party's behalf over A2A message/send. "
+                    f"Understands: {vocabulary(agent)}."
                 ),
                 tags=["negotiation"],
                 input_modes=["application/json"],
                 output_modes=["application/json"],
             )
         ],
+    )
+
+
+def vocabulary(agent: Agent) -> str:
+    """The actions the agent uses, each ``name (description)`` or the bare name when it has none:
+    "propose (put an offer on the table), counter (answer an offer with another), …"."""
+    return ", ".join(
+        f"{a['name']} ({a['description']})" if a.get("description") else a["name"]
+        for a in agent.allowed_actions
     )
 
 

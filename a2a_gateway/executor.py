@@ -16,6 +16,12 @@ negotiation between the check and the turn.
 other exception's text to the counterparty, so anything else they raise — a
 negotiator error too, whose text can name the party's hidden limit — is logged
 here and answered with :data:`COULD_NOT_ANSWER`.
+
+Two refusals follow the Index wire rather than the SDK, which can give neither
+their HTTP status nor their code: :class:`Refused` carries both, and the
+gateway's edge answers it (``a2a_gateway.app``). They are the -32010
+:data:`BUSY` refusal, and on the 0.3 wire 409/-32002 for a task that takes no
+more messages (index-wire-protocol.md §1, server step 4).
 """
 
 from __future__ import annotations
@@ -35,12 +41,20 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a_gateway.store import call_agent, id_problem
 from agents.models import Agent
-from negotiations import services
+from negotiations import selectors, services
 from negotiations.wire import MoveError, TaskRecord, task_record_from_proto
 
 logger = logging.getLogger(__name__)
 
 COULD_NOT_ANSWER = "The agent could not answer this move."
+BUSY = (
+    "This agent already has an unfinished negotiation of its own about the same thing; "
+    "try again once it has settled."
+)
+BUSY_CODE = -32010
+# index-wire-protocol.md §1: an Index server refuses a message to a finished task with 409/-32002.
+FINISHED_CODE = -32002
+HTTP_CONFLICT = 409
 OUTCOME_ARTIFACT_ID = "negotiator:negotiation-outcome"
 _STATES = {
     "input-required": TaskState.TASK_STATE_INPUT_REQUIRED,
@@ -59,12 +73,44 @@ FINISHED = frozenset(
 )
 
 
-async def admit(agent: Agent, message: Message, task_id: str | None) -> None:
+class Refused(A2AError):
+    """A refusal with its own HTTP ``status`` and JSON-RPC ``code``, which the gateway's edge answers.
+
+    Left to the SDK, it would be HTTP 200 with -32603 and the same message.
+    """
+
+    def __init__(self, message: str, *, code: int, status: int = HTTP_CONFLICT) -> None:
+        super().__init__(message=message)
+        self.code = code
+        self.status = status
+
+
+def finished(task_id: str, state: int, *, wire_0_3: bool) -> A2AError:
+    """The refusal of a message to the finished task ``task_id``.
+
+    On the 0.3 wire, an Index server's: :class:`Refused` 409/-32002 'Task "<id>" is
+    completed and cannot accept further messages. Start a new task to negotiate
+    again.'; on 1.0, the SDK's own: UnsupportedOperationError (-32004) "Task <id>
+    is in terminal state: TASK_STATE_COMPLETED".
+    """
+    name = TaskState.Name(state)
+    if not wire_0_3:
+        return UnsupportedOperationError(message=f"Task {task_id} is in terminal state: {name}")
+    state_0_3 = name.removeprefix("TASK_STATE_").lower().replace("_", "-")
+    return Refused(
+        f'Task "{task_id}" is {state_0_3} and cannot accept further messages. '
+        "Start a new task to negotiate again.",
+        code=FINISHED_CODE,
+    )
+
+
+async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3: bool = False) -> None:
     """Refuse ``message`` (to the task ``task_id``, None if new) if ``agent`` cannot take it.
 
     The move's rules are :func:`negotiations.services.inbound_check`'s, checked
     without writing; the rest are what the task's rows can hold. The SDK has
-    already looked ``task_id`` up, so it names a stored task.
+    already looked ``task_id`` up, so it names a stored task. ``wire_0_3``: the
+    message came as 0.3 ``message/send``.
 
     Raises:
         InvalidParamsError: (-32602) "message.role must be user"; the contextId cannot be
@@ -73,7 +119,11 @@ async def admit(agent: Agent, message: Message, task_id: str | None) -> None:
             negotiation move: move.action is required"; a NUL anywhere else in the message:
             "message.parts[1].text must not contain a NUL character".
         UnsupportedOperationError: (-32004) the task's negotiation is settled (it can be while
-            the task is open, e.g. "unanswered"): "negotiation on task <id> is settled; …".
+            the task is open, e.g. "unanswered"): "negotiation on task <id> is settled; …";
+            on the 0.3 wire :class:`Refused` 409/-32002 with the same message instead.
+        Refused: 409/-32010 :data:`BUSY`, a first message while the agent has a binding
+            outbound negotiation under the intent inbound ones join
+            (:func:`negotiations.selectors.binding_outbound`).
         InternalError: (-32603) :data:`COULD_NOT_ANSWER`, on anything unexpected (logged).
     """
     # Replies are ours to write; an agent-role message would reach the negotiation as the
@@ -83,11 +133,18 @@ async def admit(agent: Agent, message: Message, task_id: str | None) -> None:
     if problem := id_problem(message.context_id):
         raise InvalidParamsError(message=f"message.contextId {problem}")
     incoming = MessageToDict(message)
-    async with _refusals(agent, task_id):
+    async with _refusals(agent, task_id, wire_0_3=wire_0_3):
         await sync_to_async(services.inbound_check)(agent=agent, task_id=task_id or "", incoming=incoming)
+        if task_id is None and await sync_to_async(_busy)(agent):
+            raise Refused(BUSY, code=BUSY_CODE)
     # The whole message is stored (the turn's raw JSON, the Task), and jsonb holds no NUL.
     if where := _nul_in(incoming, "message"):
         raise InvalidParamsError(message=f"{where} must not contain a NUL character")
+
+
+def _busy(agent: Agent) -> bool:
+    """Whether ``agent`` negotiates on its own behalf about what a new inbound one would be about."""
+    return selectors.binding_outbound(agent, selectors.inbound_intent(agent)) is not None
 
 
 def _nul_in(value: object, where: str) -> str | None:
@@ -111,18 +168,21 @@ def _nul_in(value: object, where: str) -> str | None:
 
 
 @asynccontextmanager
-async def _refusals(agent: Agent, task_id: str | None) -> AsyncIterator[None]:
+async def _refusals(agent: Agent, task_id: str | None, *, wire_0_3: bool = False) -> AsyncIterator[None]:
     """The public boundary: what the negotiation raises, as the A2A error the counterparty gets.
 
-    ``MoveError`` is -32602 "Invalid negotiation move: <why>", ``NegotiationClosed`` -32004,
-    A2A errors pass as they are; anything else (a ``NegotiatorError`` too) is logged with the
-    agent and task and answered -32603 :data:`COULD_NOT_ANSWER`, its text withheld.
+    ``MoveError`` is -32602 "Invalid negotiation move: <why>", ``NegotiationClosed`` -32004
+    (409/-32002 on the 0.3 wire), A2A errors pass as they are; anything else (a
+    ``NegotiatorError`` too) is logged with the agent and task and answered -32603
+    :data:`COULD_NOT_ANSWER`, its text withheld.
     """
     try:
         yield
     except MoveError as exc:
         raise InvalidParamsError(message=f"Invalid negotiation move: {exc}") from exc
     except services.NegotiationClosed as exc:
+        if wire_0_3:
+            raise Refused(str(exc), code=FINISHED_CODE) from exc
         raise UnsupportedOperationError(message=str(exc)) from exc
     except A2AError:
         raise
@@ -183,6 +243,10 @@ async def _answer(agent: Agent, context: RequestContext, event_queue: EventQueue
             [new_data_part(outcome)],
             artifact_id=OUTCOME_ARTIFACT_ID,
             name="negotiation-outcome",
+        )
+    for artifact in reply.artifacts:
+        await updater.add_artifact(
+            [new_data_part(artifact["data"])], artifact_id=artifact["artifactId"], name=artifact["name"]
         )
     await updater.update_status(state)
 

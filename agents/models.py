@@ -38,8 +38,9 @@ class Agent(TenantOwnedModel):
     prose only). ``allowed_actions`` is a list of ActionSpec dicts
     ``{name, description, terminal, state}``. ``term_guards`` is a list of
     ``{term, op, value}`` hard limits (``op`` one of ``<=``, ``>=``, ``==``,
-    ``in`` with a list value; an optional ``currency``) checked in code on
-    every outgoing move; an intent may add its own.
+    ``in`` with a list value; optional ``currency``, and ``aspiration``, the
+    offline negotiator's opening value) checked in code on every outgoing
+    move; an intent may add its own.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

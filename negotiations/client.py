@@ -1,8 +1,12 @@
 """Our outbound A2A client: read the counterparty's card, send one move, get its Task back.
 
-Built on a2a-sdk's card resolver and client factory, so the counterparty may
-speak A2A 1.0 or 0.3 (the SDK picks by the card). Errors of any kind reach the
-caller as :class:`CounterpartyError`.
+Built on a2a-sdk's card parser and client factory, so the counterparty may
+speak A2A 1.0 or 0.3 (the SDK picks by the card). Cards are read leniently, as
+Index Network peers publish them (index-wire-protocol.md §1 "Interop
+checklist"): at the origin root when not beside the URL, without
+``protocolVersion`` (0.3) and without any usable interface (then the URL we
+were given is the endpoint). Errors of any kind reach the caller as
+:class:`CounterpartyError`.
 """
 
 from __future__ import annotations
@@ -15,14 +19,18 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.client import ClientConfig, ClientFactory
+from a2a.client.card_resolver import parse_agent_card
 from a2a.helpers import new_data_part
-from a2a.types import Message, Role, SendMessageRequest
-from a2a.utils.errors import A2AError
+from a2a.types import AgentCard, AgentInterface, Message, Role, SendMessageRequest
+from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError
 from django.conf import settings
 from google.protobuf.json_format import MessageToDict, ParseError
 
 from negotiations.wire import Move
+
+CARD_PATH = "/.well-known/agent-card.json"
+JSONRPC = "JSONRPC"  # the only protocol binding our client speaks (the SDK's default)
 
 
 class CounterpartyError(Exception):
@@ -67,12 +75,13 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 def send_move(
     *, url: str, move: Move, task_id: str = "", context_id: str = "", timeout: float | None = None
 ) -> Exchange:
-    """Send ``move`` to the agent at ``url`` (its card sits at ``url/.well-known/agent-card.json``).
+    """Send ``move`` to the agent at ``url`` and return the exchange (see :func:`read_card` for the card).
 
     ``task_id``/``context_id`` continue an existing Task; both are sent
     together (a2a-sdk-brief.md §1.6). Blocks for at most ``timeout`` seconds
     (default ``A2A_SEND_TIMEOUT``). The card's endpoint must be on the origin of ``url``, so a card
-    cannot send our moves elsewhere. Raises :class:`CounterpartyError`.
+    cannot send our moves elsewhere. Raises :class:`CounterpartyError`, whose message names a
+    refusal's HTTP status and JSON-RPC code (see :func:`_failure`).
     """
     return asyncio.run(_send(url, move, task_id, context_id, timeout or settings.A2A_SEND_TIMEOUT))
 
@@ -88,10 +97,7 @@ async def _send(url: str, move: Move, task_id: str, context_id: str, seconds: fl
     )
     try:
         async with httpx.AsyncClient(timeout=timeout) as http:
-            card = await A2ACardResolver(http, url.rstrip("/")).get_agent_card()
-            elsewhere = [i.url for i in card.supported_interfaces if _origin(i.url) != _origin(url)]
-            if elsewhere:
-                raise CounterpartyError(f"{url}: its card points to another origin ({elsewhere[0]})")
+            card = await read_card(http, url)
             client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
             task = None
             async for event in client.send_message(SendMessageRequest(message=message)):
@@ -101,12 +107,102 @@ async def _send(url: str, move: Move, task_id: str, context_id: str, seconds: fl
             answer = MessageToDict(task) if task is not None else None
     # What a hostile or broken peer sends can fail anywhere in the SDK's parsing.
     except (A2AError, httpx.HTTPError, ParseError, ValueError, TypeError, KeyError) as exc:
-        raise CounterpartyError(f"{url}: {type(exc).__name__}: {exc}") from exc
+        raise CounterpartyError(_failure(url, exc)) from exc
     if answer is None:
         raise CounterpartyError(f"{url} answered with a bare Message, not a Task")
     return Exchange(
         counterparty_name=card.name, sent=MessageToDict(message), task=with_reply_in_history(answer)
     )
+
+
+async def read_card(http: httpx.AsyncClient, url: str) -> AgentCard:
+    """The card of the agent at ``url``, with only interfaces our client can use on that origin.
+
+    Fetched from ``<url>/.well-known/agent-card.json``, or, when that is a 404,
+    from the origin root, where Index peers serve it. Parsed by a2a-sdk (a 0.3
+    card's ``url`` becomes a JSONRPC interface, its version 0.3 when it names
+    none); a card the SDK cannot parse still gives the agent's name. A JSONRPC
+    interface with no version or one before 1.0 speaks 0.3 (A2A: an empty
+    version means 0.3). With no JSONRPC interface left (an Index card's ``url``
+    is often ""), ``url`` itself is the 0.3 endpoint: Index clients post to the
+    URL exactly as given.
+
+    Raises :class:`CounterpartyError` when the card cannot be fetched, is not a
+    JSON object, or names an interface on another origin (a card must not send
+    our moves elsewhere); httpx's errors and ``ValueError`` (not JSON) pass.
+    """
+    response = await http.get(f"{url.rstrip('/')}{CARD_PATH}")
+    if response.status_code == 404 and urlsplit(url).path.strip("/"):
+        scheme, netloc = urlsplit(url)[:2]
+        response = await http.get(f"{scheme}://{netloc}{CARD_PATH}")
+    if not response.is_success:
+        raise CounterpartyError(f"{url}: no agent card (HTTP {response.status_code} from {response.url})")
+    data = response.json()
+    if not isinstance(data, dict):
+        raise CounterpartyError(f"{url}: its agent card is not a JSON object")
+    name = data.get("name")
+    try:
+        card = parse_agent_card(data)
+    except ParseError:
+        card = AgentCard(name=name if isinstance(name, str) else "")
+    elsewhere = [i.url for i in card.supported_interfaces if i.url and _origin(i.url) != _origin(url)]
+    if elsewhere:
+        raise CounterpartyError(f"{url}: its card points to another origin ({elsewhere[0]})")
+    usable = [
+        AgentInterface(
+            url=i.url,
+            protocol_binding=i.protocol_binding,
+            protocol_version="0.3" if _before_1_0(i.protocol_version) else i.protocol_version,
+            tenant=i.tenant,
+        )
+        for i in card.supported_interfaces
+        if i.url and i.protocol_binding == JSONRPC
+    ]
+    del card.supported_interfaces[:]
+    card.supported_interfaces.extend(
+        usable or [AgentInterface(url=url, protocol_binding=JSONRPC, protocol_version="0.3")]
+    )
+    return card
+
+
+def _before_1_0(version: str) -> bool:
+    """Whether a protocolVersion ("", "0.2.5", "0.3.0") means the 0.x dialect, ``message/send``.
+
+    The SDK would speak 1.0 to an empty version and to anything before 0.3.
+    """
+    return version.strip().split(".")[0] in ("", "0")
+
+
+def _failure(url: str, exc: Exception) -> str:
+    """What went wrong with one send, in a sentence for the negotiation's record.
+
+    A refusal names its JSON-RPC code: "<url> refused the move (HTTP 409, JSON-RPC
+    -32002): Task … is completed …" — the SDK's transports keep only the status
+    of a non-2xx answer, so its body is read here from the ``httpx`` error the
+    SDK chained. Anything else is "<url>: <ExceptionType>: <text>".
+    """
+    cause = exc.__cause__
+    if isinstance(cause, httpx.HTTPStatusError):
+        status = cause.response.status_code
+        error = _rpc_error(cause.response)
+        if error is None:
+            return f"{url} answered HTTP {status}"
+        return f"{url} refused the move (HTTP {status}, JSON-RPC {error[0]}): {error[1]}"
+    if isinstance(exc, A2AError) and (code := JSON_RPC_ERROR_CODE_MAP.get(type(exc))) is not None:
+        return f"{url} refused the move (JSON-RPC {code}): {exc.message}"
+    return f"{url}: {type(exc).__name__}: {exc}"
+
+
+def _rpc_error(response: httpx.Response) -> tuple[Any, str] | None:
+    """(code, message) of the JSON-RPC error in ``response``'s body, if it carries one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return None
+    return error.get("code"), str(error.get("message", ""))
 
 
 def with_reply_in_history(task: dict[str, Any]) -> dict[str, Any]:

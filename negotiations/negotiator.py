@@ -4,39 +4,182 @@ Whatever decides, the same rules hold before a move may reach the wire: its
 action is in the agent's vocabulary, it carries terms only when the agent's
 terms are on, it breaks no term guard (DESIGN.md §5), and the platform — never
 the model — mints the ``offerId`` of every move with terms.
+
+**Term guards** are the party's hard limits, data on the agent and on the
+intent; both apply. Each is ``{"term", "op", "value", "currency"?,
+"aspiration"?}``:
+
+* ``op`` ``<=`` / ``>=``: ``value`` is a number, or a date (YYYY-MM-DD, or a
+  relative date, below) compared as a date; ``aspiration`` (a number, optional)
+  is where the ``offline`` strategy opens on that term;
+* ``op`` ``==``: ``value`` is one JSON scalar; ``op`` ``in``: a non-empty list
+  of them. Strings compare ignoring case and surrounding space;
+* ``currency`` (optional): a move naming the term must name this currency too.
+
+A string value that names a relative date — "today", "tomorrow", "next
+<weekday>" (the first one after today: on a Tuesday, "next Tuesday" is a week
+away) — is resolved to YYYY-MM-DD from the clock in the agent's timezone before
+anything is offered or compared. A guard only limits a term a move names.
+
+A move that breaks a guard never leaves: the model is told why
+(``offline.Situation.feedback``) and decides again, and after
+:data:`GUARD_ATTEMPTS` failed attempts the negotiation parks with a question
+to the party naming the limit (an ``ask``), or, where it cannot ask, rejects.
 """
 
 from __future__ import annotations
 
-import operator
 import re
 import uuid
-from collections.abc import Callable
-from dataclasses import replace
-from typing import Any, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import date, datetime, timedelta
+from typing import Any, Literal, get_args
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from agents.models import Agent
+from django.utils import timezone
+
+from agents.models import Agent, Intent
 from negotiations import offline
 from negotiations.wire import Move, TaskRecord
 
 ASK = "ask"
 # Actions that end a task in the seed's default vocabulary, whatever an agent's own says.
 SEED_TERMINAL = frozenset({"accept", "reject", "decline", "withdraw"})
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "<=": operator.le,
-    ">=": operator.ge,
-    "==": operator.eq,
-}
+# Attempts at one move before the negotiation parks: the first decision and one corrected.
+GUARD_ATTEMPTS = 2
+GuardOp = Literal["<=", ">=", "==", "in"]
+_GUARD_OPS: dict[object, GuardOp] = {op: op for op in get_args(GuardOp)}
 _TYPE_WORDS = frozenset({"number", "integer", "string", "text", "boolean", "date"})
+_NUMERIC_WORDS = frozenset({"number", "integer"})
 _CURRENCY = re.compile(r"\b(EUR|USD|GBP|CHF|JPY|CAD|AUD)\b")
+_FIELD = re.compile(r"([A-Za-z_]\w*)\s*(?:\(([^)]*)\))?")
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_NEXT_WEEKDAY = re.compile(r"next ([a-z]+)")
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 class NegotiatorError(Exception):
     """No acceptable move could be decided; the message says why."""
 
 
+@dataclass(frozen=True)
+class Violation:
+    """One guard a move broke. ``reason`` is for the logs and the platform: it names the limit."""
+
+    guard: Guard
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
 class GuardViolation(NegotiatorError):
-    """A move broke one of the party's term guards; it was not sent."""
+    """A move broke one or more of the party's term guards; it was not sent.
+
+    ``violations`` lists them; the message joins their reasons with "; ".
+    """
+
+    def __init__(self, violations: tuple[Violation, ...]) -> None:
+        super().__init__("; ".join(v.reason for v in violations))
+        self.violations = violations
+
+
+@dataclass(frozen=True)
+class Guard:
+    """One term guard with relative dates resolved (see the module docstring for the rules).
+
+    ``value`` is a number or string for ``<=``, ``>=`` and ``==``, a tuple of
+    scalars for ``in``; ``currency`` is "" when the guard names none.
+    """
+
+    term: str
+    op: GuardOp
+    value: Any
+    currency: str = ""
+    aspiration: float | None = None
+
+    @property
+    def rule(self) -> str:
+        """``amount <= 1100``, ``day in ['Saturday', 'Sunday']``."""
+        value = list(self.value) if self.op == "in" else self.value
+        return f"{self.term} {self.op} {value}"
+
+    @property
+    def fixed(self) -> bool:
+        """An ``==`` or ``in`` guard fixes its term to the values it allows."""
+        return self.op in ("==", "in")
+
+    @property
+    def allowed(self) -> tuple[Any, ...]:
+        """The values a fixed guard allows, in order; empty for a bound."""
+        if self.op == "in":
+            return tuple(self.value)
+        return (self.value,) if self.op == "==" else ()
+
+    @property
+    def on_dates(self) -> bool:
+        """A ``<=``/``>=`` bound on a date rather than a number."""
+        return not self.fixed and isinstance(self.value, str)
+
+    def allows(self, value: object) -> bool:
+        """Whether ``value`` keeps to this guard (the currency aside)."""
+        if self.fixed:
+            return any(_same(value, allowed) for allowed in self.allowed)
+        if self.on_dates:
+            given = _iso_date(value) if isinstance(value, str) else None
+            bound = _iso_date(self.value)
+            if given is None or bound is None:
+                return False
+            return given <= bound if self.op == "<=" else given >= bound
+        if not offline.is_number(value):
+            return False
+        return value <= self.value if self.op == "<=" else value >= self.value
+
+    def broken_by(self, action: str, terms: Mapping[str, Any]) -> Violation | None:
+        """The violation when ``action`` with ``terms`` breaks this guard; None when it keeps to it.
+
+        Terms that do not name ``term`` never break it. A bound needs a number
+        (or a date); a guard with a currency needs the same currency named.
+        """
+        if self.term not in terms:
+            return None
+        value = terms[self.term]
+        if not self.fixed and not self.on_dates and not offline.is_number(value):
+            return Violation(self, f"{action} puts {value!r} where the guard {self.rule} needs a number")
+        if self.on_dates and (not isinstance(value, str) or _iso_date(value) is None):
+            return Violation(self, f"{action} puts {value!r} where the guard {self.rule} needs a date")
+        if self.currency:
+            named = terms.get("currency")
+            in_currency = f"the guard {self.rule} is in {self.currency}"
+            if not isinstance(named, str):
+                return Violation(self, f"{action} names no currency; {in_currency}")
+            if named.upper() != self.currency.upper():
+                return Violation(self, f"{action} is in {named}; {in_currency}")
+        if not self.allows(value):
+            return Violation(self, f"{action} with {self.term}={value} breaks the guard {self.rule}")
+        return None
+
+    def nearest(self, value: object) -> Any:
+        """The value this guard allows that is nearest ``value``: itself, the bound, or the first allowed."""
+        if self.allows(value):
+            return value
+        return self.allowed[0] if self.fixed else self.value
+
+    def describe(self) -> str:
+        """The limit in the party's words: "amount: at most €1,100", "day: Saturday or Sunday"."""
+        shown = [self._shown(v) for v in self.allowed] or [self._shown(self.value)]
+        if self.op == "<=":
+            return f"{self.term}: at most {shown[0]}"
+        if self.op == ">=":
+            return f"{self.term}: at least {shown[0]}"
+        listed = shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
+        return f"{self.term}: {listed}"
+
+    def _shown(self, value: object) -> str:
+        if offline.is_number(value):
+            return offline.money(value, self.currency) if self.currency else f"{value:,}"
+        return str(value)
 
 
 def terminal_actions(agent: Agent) -> frozenset[str]:
@@ -51,43 +194,133 @@ def task_state_for(agent: Agent, action: str) -> str:
     return "input-required"
 
 
-def numeric_term(agent: Agent) -> tuple[str, str, str]:
+def local_today(agent: Agent, now: datetime | None = None) -> date:
+    """Today in the agent's timezone at ``now`` (timezone-aware; default :func:`django.utils.timezone.now`).
+
+    Raises :class:`NegotiatorError` for a timezone name the system does not know.
+    """
+    moment = now if now is not None else timezone.now()
+    try:
+        zone = ZoneInfo(agent.timezone)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise NegotiatorError(f"the agent's timezone {agent.timezone!r} is unknown") from exc
+    return moment.astimezone(zone).date()
+
+
+def resolve_relative_date(text: str, today: date) -> str | None:
+    """YYYY-MM-DD for "today", "tomorrow" or "next <weekday>" (any case; "next Sat" too), else None.
+
+    "next <weekday>" is the first such day strictly after ``today``.
+    """
+    words = " ".join(text.lower().split())
+    if words == "today":
+        return today.isoformat()
+    if words == "tomorrow":
+        return (today + timedelta(days=1)).isoformat()
+    match = _NEXT_WEEKDAY.fullmatch(words)
+    day = match.group(1) if match else ""
+    weekday = next((i for i, name in enumerate(_WEEKDAYS) if day in (name, name[:3])), None)
+    if weekday is None:
+        return None
+    return (today + timedelta(days=(weekday - today.weekday() - 1) % 7 + 1)).isoformat()
+
+
+def parse_guards(raw: object, *, today: date, where: str = "term guard") -> tuple[Guard, ...]:
+    """The guards in ``raw`` (a list of guard dicts, see the module docstring), relative dates resolved.
+
+    Raises :class:`NegotiatorError` naming the first malformed guard, e.g.
+    "term guard 2 has op '<'; use one of <=, >=, ==, in".
+    """
+    if not isinstance(raw, list):
+        raise NegotiatorError(f"{where}s must be a list of {{term, op, value}} objects")
+    guards = []
+    for index, item in enumerate(raw, start=1):
+        name = f"{where} {index}"
+        if not isinstance(item, Mapping):
+            raise NegotiatorError(f"{name} must be an object {{term, op, value}}")
+        term, op, value = item.get("term"), item.get("op"), item.get("value")
+        if not isinstance(term, str) or not term:
+            raise NegotiatorError(f"{name} names no term")
+        if op not in _GUARD_OPS:
+            raise NegotiatorError(f"{name} has op {op!r}; use one of <=, >=, ==, in")
+        currency = item.get("currency") or ""
+        if not isinstance(currency, str):
+            raise NegotiatorError(f"{name} has a currency that is not a string")
+        if op == "in":
+            if not isinstance(value, list) or not value or not all(_scalar(v) for v in value):
+                raise NegotiatorError(f"{name} needs a non-empty list of values for 'in'")
+            value = tuple(_resolved(v, today) for v in value)
+        elif op == "==":
+            if not _scalar(value):
+                raise NegotiatorError(f"{name} needs one value for '=='")
+            value = _resolved(value, today)
+        else:
+            value = _resolved(value, today)
+            if not offline.is_number(value) and not (isinstance(value, str) and _iso_date(value)):
+                raise NegotiatorError(f"{name} needs a number or a date for {op!r}")
+        aspiration = item.get("aspiration")
+        if aspiration is not None and not offline.is_number(aspiration):
+            raise NegotiatorError(f"{name} has an aspiration that is not a number")
+        guards.append(
+            Guard(term, _GUARD_OPS[op], value, currency, None if aspiration is None else float(aspiration))
+        )
+    return tuple(guards)
+
+
+def effective_guards(agent: Agent, intent: Intent | None = None, *, today: date) -> tuple[Guard, ...]:
+    """The agent's guards, then the intent's, resolved on ``today``; raises as :func:`parse_guards`."""
+    guards = parse_guards(agent.term_guards, today=today, where="agent term guard")
+    if intent is not None:
+        guards += parse_guards(intent.term_guards, today=today, where="intent term guard")
+    return guards
+
+
+def guard_violations(guards: tuple[Guard, ...], move: Move) -> tuple[Violation, ...]:
+    """Every guard ``move``'s terms break, in guard order; () for a move without terms."""
+    if move.terms is None:
+        return ()
+    found = (guard.broken_by(move.action, move.terms) for guard in guards)
+    return tuple(v for v in found if v is not None)
+
+
+def check_guards(
+    agent: Agent, move: Move, *, intent: Intent | None = None, now: datetime | None = None
+) -> None:
+    """Raise :class:`GuardViolation` when ``move`` breaks a guard of the agent or the intent.
+
+    Relative dates resolve at ``now`` (default: the current time) in the agent's timezone.
+    """
+    violations = guard_violations(effective_guards(agent, intent, today=local_today(agent, now)), move)
+    if violations:
+        raise GuardViolation(violations)
+
+
+def numeric_term(agent: Agent, guards: tuple[Guard, ...] = ()) -> tuple[str, str, str]:
     """(term, currency, unit) the offline negotiator bargains over.
 
-    From the terms description — "amount (number, EUR per day), currency" gives
-    ("amount", "EUR", "EUR per day"): the first field, a currency code in it and
-    its description less the type word — else from the first term guard.
+    From the terms description: "amount (number, EUR per day), currency" gives
+    ("amount", "EUR", "EUR per day") — the first field described as a number
+    (else the first field), a currency code in the description, and the
+    field's description less its type word. Without a description, the term
+    of the first bound in ``guards`` (else "amount"). A guard's currency on
+    that term, or a fixed ``currency`` guard, overrides the description's:
+    guards are the party's hard limits.
     """
-    guard = agent.term_guards[0] if agent.term_guards else {}
-    description = agent.terms.strip()
-    if not description:
-        return str(guard.get("term", "amount")), str(guard.get("currency", "")), ""
-    term = re.split(r"[\s(,]", description, maxsplit=1)[0]
-    found = _CURRENCY.search(description)
-    currency = found.group() if found else str(guard.get("currency", ""))
-    detail = re.match(rf"{re.escape(term)}\s*\(([^)]*)\)", description)
-    words = [w.strip() for w in detail.group(1).split(",")] if detail else []
+    bounds = [g for g in guards if not g.fixed and not g.on_dates]
+    fields = [(m.group(1), m.group(2) or "") for m in _FIELD.finditer(agent.terms)]
+    if fields:
+        numeric = [f for f in fields if _NUMERIC_WORDS & {w.strip() for w in f[1].split(",")}]
+        term, detail = (numeric or fields)[0]
+        found = _CURRENCY.search(agent.terms)
+        currency = found.group() if found else ""
+    else:
+        term, detail, currency = (bounds[0].term if bounds else "amount"), "", ""
+    words = [w.strip() for w in detail.split(",")]
     unit = ", ".join(w for w in words if w and w not in _TYPE_WORDS)
+    guarded = [g.currency for g in guards if g.term == term and g.currency]
+    fixed = [g.allowed[0] for g in guards if g.term == "currency" and g.fixed]
+    currency = guarded[0] if guarded else str(fixed[0]) if fixed else currency
     return term, currency, unit
-
-
-def check_guards(agent: Agent, move: Move) -> None:
-    """Raise :class:`GuardViolation` when ``move`` offers terms beyond a guard of the agent."""
-    terms = move.terms or {}
-    for guard in agent.term_guards:
-        if guard["term"] not in terms:
-            continue
-        value = terms[guard["term"]]
-        rule = f"{guard['term']} {guard['op']} {guard['value']}"
-        numeric = isinstance(value, int | float) and not isinstance(value, bool)
-        if guard["op"] != "==" and not numeric:
-            raise GuardViolation(f"{move.action} puts {value!r} where the guard {rule} needs a number")
-        if guard.get("currency") and terms.get("currency", guard["currency"]) != guard["currency"]:
-            raise GuardViolation(
-                f"{move.action} is in {terms['currency']}; the guard {rule} is in {guard['currency']}"
-            )
-        if not _OPS[guard["op"]](value, guard["value"]):
-            raise GuardViolation(f"{move.action} with {guard['term']}={value} breaks the guard {rule}")
 
 
 def decide(
@@ -98,15 +331,27 @@ def decide(
     guidance: list[str],
     can_ask: bool,
     max_moves: int,
+    intent: Intent | None = None,
+    now: datetime | None = None,
 ) -> Move:
     """Decide, check and stamp our next move on the task ``record``.
 
-    Raises :class:`NegotiatorError` when the agent's model cannot negotiate or
-    the move is not allowed, and :class:`GuardViolation` when it breaks a guard.
+    ``intent``'s guards are added to the agent's; relative dates in them
+    resolve at ``now`` (default: the current time) in the agent's timezone. A
+    move that breaks a guard is decided again with the violations as
+    feedback; after :data:`GUARD_ATTEMPTS` failures the result is an ``ask``
+    naming the limits (when ``can_ask``; on the inbound side, where an ask
+    goes over the wire, without their values) or else the agent's reject.
+
+    Raises :class:`NegotiatorError` when the agent's model or strategy cannot
+    negotiate, a guard is malformed, or the move is not allowed.
     """
     if agent.model != "offline":
         raise NegotiatorError(f"model {agent.model!r} cannot negotiate in this deployment; use 'offline'")
-    term, currency, unit = numeric_term(agent)
+    if agent.strategy not in offline.STRATEGIES:
+        raise NegotiatorError(f"strategy {agent.strategy!r} is not one of {sorted(offline.STRATEGIES)}")
+    guards = effective_guards(agent, intent, today=local_today(agent, now))
+    term, currency, unit = numeric_term(agent, guards)
     try:
         vocabulary = offline.Vocabulary.from_actions(agent.allowed_actions)
     except ValueError as exc:
@@ -118,33 +363,98 @@ def decide(
         term=term,
         currency=currency,
         structured=bool(agent.terms.strip()),
-        limit=_guard_limit(agent, term),
+        limit=_guard_limit(guards, term),
         max_moves=max_moves,
         can_ask=can_ask,
         unit=unit,
+        strategy=agent.strategy,
+        guards=guards,
     )
     if situation.limit is None:
         offered = offline.their_offer(situation)
-        limit = offline.limit_from_guidance(guidance, term, offered[1] if offered else None)
+        limit = offline.limit_from_guidance(guidance, term, offered.value if offered else None)
         situation = replace(situation, limit=limit)
-    move = offline.decide(situation)
-    return stamp(agent, move, can_ask=can_ask)
+    feedback: tuple[Violation, ...] = ()
+    for _attempt in range(GUARD_ATTEMPTS):
+        move = _admissible(agent, offline.decide(replace(situation, feedback=feedback)), can_ask=can_ask)
+        broken = guard_violations(guards, move)
+        if not broken:
+            return replace(move, offer_id=str(uuid.uuid4())) if move.terms else move
+        feedback = (*feedback, *broken)
+    return _park(vocabulary, feedback, can_ask=can_ask, on_the_wire=our_role == "agent")
 
 
-def stamp(agent: Agent, move: Move, *, can_ask: bool) -> Move:
-    """Check ``move`` against the agent's rules and mint its ``offerId``."""
+def _admissible(agent: Agent, move: Move, *, can_ask: bool) -> Move:
+    """``move`` if its action is the agent's (or an allowed ask), without terms when the agent's are off."""
     allowed = {a["name"] for a in agent.allowed_actions} | ({ASK} if can_ask else set())
     if move.action not in allowed:
         raise NegotiatorError(f"action {move.action!r} is not one of {sorted(allowed)}")
-    if not agent.terms.strip():
-        move = replace(move, terms=None)
-    check_guards(agent, move)
-    return replace(move, offer_id=str(uuid.uuid4())) if move.terms else move
+    return replace(move, terms=None) if not agent.terms.strip() else move
 
 
-def _guard_limit(agent: Agent, term: str) -> offline.Limit | None:
-    for guard in agent.term_guards:
-        if guard["term"] == term and guard["op"] in ("<=", ">="):
-            kind: Literal["ceiling", "floor"] = "ceiling" if guard["op"] == "<=" else "floor"
-            return offline.Limit(term=term, value=float(guard["value"]), kind=kind)
-    return None
+def _park(
+    vocabulary: offline.Vocabulary, feedback: tuple[Violation, ...], *, can_ask: bool, on_the_wire: bool
+) -> Move:
+    """The move after the last failed attempt: ask the party about the limits broken, or reject.
+
+    Outbound the ask is intercepted before the wire, so it names each limit
+    ("amount: at most €1,100"); inbound it is the reply the counterparty reads,
+    so it names only the terms — never a hidden limit.
+    """
+    guards = list(dict.fromkeys(v.guard for v in feedback))
+    if not can_ask:
+        return Move(vocabulary.reject, "I cannot agree to terms within my instructions, so I must decline.")
+    if on_the_wire:
+        terms = ", ".join(dict.fromkeys(g.term for g in guards))
+        return Move(ASK, f"I need to check {terms} with the party I act for before I can answer.")
+    limits = "; ".join(g.describe() for g in guards)
+    return Move(ASK, f"Every move I could make breaks one of your limits ({limits}). How should I go on?")
+
+
+def _guard_limit(guards: tuple[Guard, ...], term: str) -> offline.Limit | None:
+    """The reservation on ``term`` from its numeric bounds, or None.
+
+    The first bound's op says whether it is a ceiling (``<=``) or a floor
+    (``>=``); the tightest bound of that op is the value, the first aspiration
+    given on one of them the opening. Bounds the other way are left to the
+    guard check.
+    """
+    bounds = [g for g in guards if g.term == term and not g.fixed and not g.on_dates]
+    if not bounds:
+        return None
+    op = bounds[0].op
+    same = [g for g in bounds if g.op == op]
+    values = [float(g.value) for g in same]
+    aspiration = next((g.aspiration for g in same if g.aspiration is not None), None)
+    if op == "<=":
+        return offline.Limit(term, min(values), "ceiling", aspiration)
+    return offline.Limit(term, max(values), "floor", aspiration)
+
+
+def _scalar(value: object) -> bool:
+    return value is None or isinstance(value, str | int | float)
+
+
+def _resolved(value: Any, today: date) -> Any:
+    """``value`` with a relative date resolved to YYYY-MM-DD; anything else unchanged."""
+    if isinstance(value, str):
+        return resolve_relative_date(value, today) or value
+    return value
+
+
+def _iso_date(text: str) -> date | None:
+    if not _ISO_DATE.fullmatch(text):
+        return None
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _same(a: object, b: object) -> bool:
+    """JSON equality for guards: strings ignore case and surrounding space; a bool is no number."""
+    if isinstance(a, str) and isinstance(b, str):
+        return a.strip().casefold() == b.strip().casefold()
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return a == b

@@ -1,25 +1,69 @@
-"""The ``offline`` negotiator: a time-dependent concession strategy over one numeric term.
+"""The ``offline`` negotiator: named concession strategies over one numeric term, plus fixed terms.
 
 Deterministic, no key, no network. It is named ``offline`` wherever it appears.
 
-It knows its party's limit from a term guard (``amount >= 950``) or from the
-party's standing guidance ("Up to 1,100 a day"); without either it asks. Its
-offer at its own move ``t`` (0-based) of ``T`` moves concedes from an opening
-aspiration to the limit along ``start + (limit - start) * (t / (T - 1)) ** 2``
-(a Boulware curve: it holds firm early and concedes late). It accepts the
-counterparty's offer once that is at least as good as its own next offer, and
-rejects on its last move when they are still apart.
+**The numeric term** (say ``amount``) is bargained between an aspiration (our
+opening) and the reservation value (our limit), chosen per agent by
+``Agent.strategy``:
+
+* time-dependent tactics (Faratin, Sierra & Jennings, "Negotiation decision
+  functions for autonomous agents", Robotics and Autonomous Systems 24(3-4),
+  1998; the polynomial family with κ = 0): our offer at our own move ``t``
+  (0-based) of a deadline ``T`` (the index of our last move, ``max_moves - 1``) is
+
+      offer(t) = aspiration + (reservation - aspiration) · (min(t, T) / T) ** (1 / β)
+
+  with β = 0.5 for ``boulware`` (holds firm, concedes late), 1 for ``linear``
+  and 2 for ``conceder`` (concedes early); at ``t = T`` it is the reservation;
+* ``tit_for_tat``: relative tit-for-tat, a behaviour-dependent tactic of the
+  same paper, with δ = 1: our next offer is our last one times the ratio of the
+  counterparty's previous offer to its last, so we concede in the proportion
+  they just did, clamped between aspiration and reservation (never past the
+  reservation). Until they have made two offers we hold our last offer (the
+  aspiration first).
+
+Offers are rounded to a whole number towards our side (down for a ceiling, up
+for a floor), so rounding never crosses the reservation. The limit comes from a
+term guard (``amount >= 950``, tightest first) or from the party's standing
+guidance ("Up to 1,100 a day"); without either it asks. The aspiration is the
+guard's optional ``aspiration``, else :data:`OPENING_FACTOR` times the limit.
+
+**Acceptance** (Faratin et al.'s "next offer" rule): we accept the
+counterparty's offer once it is at least as good as our own next offer and it
+keeps to every guard and fixed term; on our last move, when we still cannot
+accept their offer, we reject.
+
+**Fixed terms**: a term with an ``==`` or ``in`` guard is not bargained over.
+Our offers carry its first allowed value, and an offer that leaves it out or
+names a value outside the allowed set is not acceptable (we counter restating
+ours, and reject at our deadline). A fixed numeric term (``amount == 800``) is
+a firm price: no limit is needed and none is asked for.
+
+**Guard feedback**: the negotiator checks every move against the guards and
+calls :func:`decide` again with the violations in ``Situation.feedback``; the
+strategy then corrects its terms (each broken term to the nearest value its
+guard allows, the guard's currency) and a corrected accept becomes a counter.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from negotiations.verdict import prose_amounts
 from negotiations.wire import Entry, Move, TaskRecord
 
+if TYPE_CHECKING:
+    from negotiations.negotiator import Guard, Violation
+
+BOULWARE, LINEAR, CONCEDER, TIT_FOR_TAT = "boulware", "linear", "conceder", "tit_for_tat"
+# β of each time-dependent tactic (Faratin et al. 1998): below 1 firm, above 1 yielding.
+BETA: dict[str, float] = {BOULWARE: 0.5, LINEAR: 1.0, CONCEDER: 2.0}
+STRATEGIES = frozenset({*BETA, TIT_FOR_TAT})
+
+# The aspiration when no guard names one: a buyer opens at 70% of its ceiling, a seller at 140% of its floor.
 OPENING_FACTOR = {"ceiling": 0.7, "floor": 1.4}
 _CEILING_WORDS = re.compile(r"\b(up to|at most|no more than|max(imum)?|ceiling|under|below)\b", re.I)
 _FLOOR_WORDS = re.compile(r"\b(at least|no less than|min(imum)?|floor|above)\b", re.I)
@@ -29,11 +73,19 @@ _SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£"}
 
 @dataclass(frozen=True)
 class Limit:
-    """The party's reservation value on ``term``: the most it pays (ceiling) or the least it takes (floor)."""
+    """The party's reservation value on ``term``: the most it pays (ceiling) or the least it takes (floor).
+
+    ``aspiration`` is where the concession starts; None means :data:`OPENING_FACTOR` times ``value``.
+    """
 
     term: str
     value: float
     kind: Literal["ceiling", "floor"]
+    aspiration: float | None = None
+
+    @property
+    def opening(self) -> float:
+        return self.aspiration if self.aspiration is not None else self.value * OPENING_FACTOR[self.kind]
 
 
 @dataclass(frozen=True)
@@ -47,6 +99,8 @@ class Vocabulary:
 
     @classmethod
     def from_actions(cls, actions: list[dict[str, Any]]) -> Vocabulary:
+        """Sort ``actions`` (ActionSpec dicts); raises ``ValueError`` unless there is an open action,
+        one that ends completed and one that ends otherwise."""
         open_moves = [a["name"] for a in actions if not a.get("terminal")]
         accepts = [a["name"] for a in actions if a.get("terminal") and a.get("state") == "completed"]
         rejects = [a["name"] for a in actions if a.get("terminal") and a.get("state") != "completed"]
@@ -60,7 +114,15 @@ class Vocabulary:
 
 @dataclass(frozen=True)
 class Situation:
-    """Everything one decision depends on."""
+    """Everything one decision depends on.
+
+    ``term`` is the numeric term bargained over and ``currency`` the one our
+    amounts are in ("" for none); ``structured`` is whether our moves carry
+    terms. ``max_moves`` is how many moves we may make in all. ``strategy`` is
+    one of :data:`STRATEGIES`. ``guards`` are the party's effective guards,
+    relative dates already resolved; ``feedback`` the violations of earlier
+    attempts at this same move (see the module docstring).
+    """
 
     record: TaskRecord
     our_role: Literal["user", "agent"]
@@ -72,6 +134,22 @@ class Situation:
     max_moves: int
     can_ask: bool
     unit: str = ""
+    strategy: str = BOULWARE
+    guards: tuple[Guard, ...] = ()
+    feedback: tuple[Violation, ...] = ()
+
+
+@dataclass(frozen=True)
+class Offer:
+    """The counterparty's last move, read as an offer on our terms.
+
+    ``value`` is what it names on ``Situation.term`` (None: nothing); ``terms``
+    are its terms as sent, None for a prose move (``value`` then comes from its text).
+    """
+
+    entry: Entry
+    value: float | None
+    terms: dict[str, Any] | None
 
 
 def limit_from_guidance(guidance: list[str], term: str, offered: float | None) -> Limit | None:
@@ -96,14 +174,37 @@ def limit_from_guidance(guidance: list[str], term: str, offered: float | None) -
     return None
 
 
-def their_offer(s: Situation) -> tuple[Entry, float] | None:
-    """The counterparty's last move and the value it offers on ``s.term``, if it is one we can take.
+def time_dependent_offer(aspiration: float, reservation: float, t: int, deadline: int, beta: float) -> float:
+    """``aspiration + (reservation - aspiration) * (min(t, T) / T) ** (1 / beta)``, unrounded.
 
-    With terms, only an offer on exactly our term (a number) and currency
-    counts: terms that add other keys, quote another currency or put a string
-    where the number goes are no offer, so accepting one can never agree to
-    anything but the number we bargain over. Without terms (a prose-only
-    counterparty), the first amount in its message counts.
+    ``t`` is our own move (0-based), ``deadline`` (T) the index of our last
+    move (at least 1 is used); Faratin, Sierra & Jennings 1998, time-dependent tactics.
+    """
+    progress = min(1.0, t / max(1, deadline)) ** (1 / beta)
+    return aspiration + (reservation - aspiration) * progress
+
+
+def tit_for_tat_offer(our_last: float, their_previous: float, their_last: float, limit: Limit) -> float:
+    """Relative tit-for-tat: ``our_last * their_previous / their_last``, unrounded.
+
+    Clamped into [aspiration, reservation]; Faratin, Sierra & Jennings 1998,
+    relative tit-for-tat with δ = 1. A last offer of 0 gives no ratio, so we
+    hold ``our_last``.
+    """
+    mirrored = our_last * their_previous / their_last if their_last else our_last
+    low, high = sorted((limit.opening, limit.value))
+    return min(high, max(low, mirrored))
+
+
+def their_offer(s: Situation) -> Offer | None:
+    """The counterparty's last move as an offer, or None when it is no offer we can read.
+
+    With terms, an offer may name only our numeric term (a number), a currency
+    and terms we hold a guard on; terms that add anything else, or put a
+    non-number where our number goes, are no offer, so accepting one can never
+    agree to something we did not weigh. Whether an offer is acceptable (its
+    currency, fixed terms, guards, value) is :func:`acceptable`'s call. Without
+    terms (a prose-only counterparty), the first amount in its message counts.
     """
     for entry in reversed(s.record.history):
         if entry.role == s.our_role or entry.move is None:
@@ -111,14 +212,66 @@ def their_offer(s: Situation) -> tuple[Entry, float] | None:
         terms = entry.move.terms
         if terms is None:
             amounts = prose_amounts(entry.move.message)
-            return (entry, amounts[0]) if amounts else None
+            return Offer(entry, amounts[0], None) if amounts else None
+        known = {s.term, "currency"} | {g.term for g in s.guards}
         value = terms.get(s.term)
-        if set(terms) - {s.term, "currency"} or not isinstance(value, int | float) or isinstance(value, bool):
+        if set(terms) - known or (value is not None and not is_number(value)):
             return None
-        if s.currency and terms.get("currency", s.currency) != s.currency:
-            return None
-        return entry, float(value)
+        return Offer(entry, None if value is None else float(value), dict(terms))
     return None
+
+
+def acceptable(s: Situation, offer: Offer, my_next: float) -> bool:
+    """Whether we take ``offer`` when our own next offer would be ``my_next``.
+
+    It must name a value; a structured offer must be in our currency, name
+    every fixed term and break no guard (prose names no fixed term, so with
+    fixed terms it is never enough). Then the value must be allowed (a fixed
+    numeric term) or at least as good as ``my_next`` (a ceiling: at most; a
+    floor: at least).
+    """
+    if offer.value is None:
+        return False
+    fixed = _fixed_terms(s)
+    if offer.terms is None:
+        if fixed:
+            return False
+    else:
+        if s.currency and str(offer.terms.get("currency", "")).upper() != s.currency.upper():
+            return False
+        if any(term not in offer.terms for term in fixed):
+            return False
+        if any(g.broken_by("accept", offer.terms) for g in s.guards):
+            return False
+    firm = [g for g in s.guards if g.term == s.term and g.fixed]
+    if firm:
+        return all(g.allows(offer.value) for g in firm)
+    if s.limit is None:
+        return False
+    return offer.value <= my_next if s.limit.kind == "ceiling" else offer.value >= my_next
+
+
+def next_value(s: Situation) -> float | None:
+    """Our next offer on ``s.term`` by ``s.strategy``, rounded towards our side; None without a limit.
+
+    A fixed numeric term gives its first allowed value.
+    """
+    firm = [g for g in s.guards if g.term == s.term and g.fixed]
+    if firm:
+        return float(firm[0].allowed[0])
+    if s.limit is None:
+        return None
+    if s.strategy == TIT_FOR_TAT:
+        ours = _values(s, mine=True)
+        theirs = _values(s, mine=False)
+        our_last = ours[-1] if ours else s.limit.opening
+        value = tit_for_tat_offer(our_last, theirs[-2], theirs[-1], s.limit) if len(theirs) >= 2 else our_last
+    else:
+        t = sum(1 for e in s.record.history if e.role == s.our_role)
+        value = time_dependent_offer(s.limit.opening, s.limit.value, t, s.max_moves - 1, BETA[s.strategy])
+    # Round away from the reservation, so a rounded offer never crosses it.
+    rounded = round(value, 6)
+    return float(math.floor(rounded) if s.limit.kind == "ceiling" else math.ceil(rounded))
 
 
 def decide(s: Situation) -> Move:
@@ -126,13 +279,15 @@ def decide(s: Situation) -> Move:
     ours = [e for e in s.record.history if e.role == s.our_role]
     theirs = [e for e in s.record.history if e.role != s.our_role and e.move is not None]
     last_theirs = theirs[-1].move if theirs else None
+    t = len(ours)
     if last_theirs is not None and last_theirs.action == s.vocabulary.reject:
         return Move(s.vocabulary.reject, "Understood. Thank you for your time.")
     if last_theirs is not None and last_theirs.action == s.vocabulary.accept:
         confirmed = _confirm(s, last_theirs, ours)
         if confirmed is not None:
-            return confirmed
-    if s.limit is None:
+            return _corrected(s, confirmed, t)
+    mine = next_value(s)
+    if mine is None:
         if s.can_ask:
             unit = f" ({s.unit})" if s.unit else ""
             return Move(
@@ -141,21 +296,65 @@ def decide(s: Situation) -> Move:
             )
         return Move(s.vocabulary.reject, "I cannot negotiate this without instructions from my party.")
     offered = their_offer(s)
-    t = len(ours)
-    mine = _offer_at(s.limit, t, s.max_moves)
-    if offered is not None and _acceptable(s.limit, offered[1], mine):
-        entry, value = offered
-        assert entry.move is not None
-        return Move(
+    if offered is not None and offered.value is not None and acceptable(s, offered, mine):
+        assert offered.entry.move is not None
+        shown = offered.terms if offered.terms is not None else _terms(s, offered.value)
+        accept = Move(
             s.vocabulary.accept,
-            f"Agreed: {_amount(s, value)}.",
-            terms=_terms(s, value) if entry.move.terms is None else dict(entry.move.terms),
-            accepts_offer_id=entry.move.offer_id,
+            f"Agreed: {_describe(s, shown)}.",
+            # A prose offer is restated as our terms, so the accept names what we agreed to.
+            terms=shown if offered.terms is not None or s.structured else None,
+            accepts_offer_id=offered.entry.move.offer_id,
         )
+        return _corrected(s, accept, t)
     if t >= s.max_moves - 1 and offered is not None:
-        return Move(s.vocabulary.reject, f"We cannot meet at {_amount(s, offered[1])}, so I must decline.")
-    action = s.vocabulary.opening if t == 0 else s.vocabulary.counter
-    return Move(action, f"I can offer {_amount(s, mine)}.", terms=_terms(s, mine))
+        return Move(s.vocabulary.reject, "We cannot agree on these terms, so I must decline.")
+    return _corrected(s, _proposal(s, _terms(s, mine), t), t)
+
+
+def money(value: float, currency: str) -> str:
+    """``value`` in ``currency`` for people: "€1,100", "$800", "1,250.50 CHF", "300" (no currency)."""
+    number = f"{int(value):,}" if float(value).is_integer() else f"{value:,.2f}"
+    symbol = _SYMBOLS.get(currency.upper())
+    if symbol:
+        return f"{symbol}{number}"
+    return f"{number} {currency}".strip()
+
+
+def is_number(value: object) -> TypeGuard[int | float]:
+    """A JSON number: an int or float, not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _fixed_terms(s: Situation) -> dict[str, Any]:
+    """Each fixed term other than ours and the currency, with the first value all its guards allow.
+
+    With no such value, the first guard's first value: the guard check then
+    reports the contradiction, and the party is asked.
+    """
+    fixed: dict[str, Any] = {}
+    for guard in s.guards:
+        if not guard.fixed or guard.term in (s.term, "currency") or guard.term in fixed:
+            continue
+        same = [g for g in s.guards if g.term == guard.term and g.fixed]
+        allowed = [v for v in guard.allowed if all(g.allows(v) for g in same)]
+        fixed[guard.term] = allowed[0] if allowed else guard.allowed[0]
+    return fixed
+
+
+def _values(s: Situation, *, mine: bool) -> list[float]:
+    """The values named on ``s.term``, in order, by our moves (``mine``) or theirs."""
+    found = []
+    for entry in s.record.history:
+        if entry.move is None or (entry.role == s.our_role) != mine:
+            continue
+        terms = entry.move.terms
+        if terms is not None:
+            if is_number(terms.get(s.term)):
+                found.append(float(terms[s.term]))
+        elif amounts := prose_amounts(entry.move.message):
+            found.append(amounts[0])
+    return found
 
 
 def _confirm(s: Situation, accept: Move, ours: list[Entry]) -> Move | None:
@@ -172,32 +371,48 @@ def _confirm(s: Situation, accept: Move, ours: list[Entry]) -> Move | None:
     if not s.structured and ours and ours[-1].move is not None:
         value = prose_amounts(ours[-1].move.message)
         if value:
-            return Move(s.vocabulary.accept, f"Agreed at {_amount(s, value[0])}.")
+            return Move(s.vocabulary.accept, f"Agreed at {money(value[0], s.currency)}.")
     return None
 
 
-def _offer_at(limit: Limit, t: int, max_moves: int) -> float:
-    start = limit.value * OPENING_FACTOR[limit.kind]
-    progress = min(1.0, t / max(1, max_moves - 1)) ** 2
-    return float(round(start + (limit.value - start) * progress))
+def _proposal(s: Situation, terms: dict[str, Any], t: int) -> Move:
+    """Our offer of ``terms`` (all we name, currency included); sent as terms only when ours are on."""
+    action = s.vocabulary.opening if t == 0 else s.vocabulary.counter
+    return Move(action, f"I can offer {_describe(s, terms)}.", terms=terms if s.structured else None)
 
 
-def _acceptable(limit: Limit, value: float, my_next: float) -> bool:
-    return value <= my_next if limit.kind == "ceiling" else value >= my_next
-
-
-def _terms(s: Situation, value: float) -> dict[str, Any] | None:
-    if not s.structured:
-        return None
+def _terms(s: Situation, value: float) -> dict[str, Any]:
     terms: dict[str, Any] = {s.term: int(value) if value.is_integer() else value}
     if s.currency:
         terms["currency"] = s.currency
+    terms.update(_fixed_terms(s))
     return terms
 
 
-def _amount(s: Situation, value: float) -> str:
-    number = f"{int(value):,}" if value.is_integer() else f"{value:,.2f}"
-    symbol = _SYMBOLS.get(s.currency)
-    if symbol:
-        return f"{symbol}{number}"
-    return f"{number} {s.currency}".strip()
+def _corrected(s: Situation, move: Move, t: int) -> Move:
+    """``move`` with the feedback applied: each broken term set to the nearest value its guard allows.
+
+    A move whose terms change is no longer the one it answered, so an accept
+    or a confirmation becomes our own offer of the corrected terms.
+    """
+    if not s.feedback or move.terms is None:
+        return move
+    terms = dict(move.terms)
+    for violation in s.feedback:
+        guard = violation.guard
+        if guard.term in terms:
+            terms[guard.term] = guard.nearest(terms[guard.term])
+            if guard.currency:
+                terms["currency"] = guard.currency
+    return move if terms == move.terms else _proposal(s, terms, t)
+
+
+def _describe(s: Situation, terms: dict[str, Any]) -> str:
+    """The terms for people: "€1,042", or "€1,042 (days: 2, location: Berlin)"."""
+    value = terms.get(s.term)
+    currency = str(terms.get("currency", s.currency))
+    rest = ", ".join(f"{k}: {v}" for k, v in terms.items() if k not in (s.term, "currency"))
+    if not is_number(value):
+        return rest
+    head = money(value, currency)
+    return f"{head} ({rest})" if rest else head

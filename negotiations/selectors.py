@@ -2,11 +2,56 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db.models import QuerySet
+
 from agents.models import Agent, Intent
 from negotiations.digest import compact_json
-from negotiations.models import Negotiation
+from negotiations.models import Negotiation, Settlement
 
 RECORD_LIMIT = 10
+
+
+def inbound_intent(agent: Agent) -> Intent | None:
+    """The intent an inbound negotiation of ``agent`` is attached to: its latest one, if any.
+
+    Inbound messages carry no intent, so the one the agent works on now stands
+    for them (as ``services.inbound_turn`` attaches it).
+    """
+    return agent.intents.order_by("-created_at").first()
+
+
+def binding(agent: Agent, intent_id: Any) -> QuerySet[Negotiation]:
+    """Negotiations of ``agent`` under the intent that hold their counterparty (seed §4).
+
+    Binding: going (open, out of turns, or settled as ``unanswered`` — its Task
+    is still open), waiting on the party, or closed as a deal (agreed or
+    unconfirmed). Not binding: declined and conflict, which free the
+    counterparty, and failed, which can never be continued.
+    """
+    return (
+        Negotiation.objects.for_tenant(agent.tenant_id)
+        .filter(agent=agent, intent_id=intent_id)
+        .exclude(status=Negotiation.Status.FAILED)
+        .exclude(settlement__outcome__in=[Settlement.Outcome.DECLINED, Settlement.Outcome.CONFLICT])
+    )
+
+
+def binding_outbound(agent: Agent, intent: Intent | None) -> Negotiation | None:
+    """The oldest binding outbound negotiation of ``agent`` under ``intent``, or None (None for no intent).
+
+    While there is one, an inbound first message under the same intent is
+    refused (-32010, index-wire-protocol.md §1).
+    """
+    if intent is None:
+        return None
+    return (
+        binding(agent, intent.pk)
+        .filter(direction=Negotiation.Direction.OUTBOUND)
+        .order_by("created_at")
+        .first()
+    )
 
 
 def record_block(agent: Agent, intent: Intent) -> str:

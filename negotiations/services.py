@@ -4,24 +4,31 @@ Outbound, one Celery task per negotiation "pumps" turns until an event
 (settled, waiting on the party, out of turns, failed) and reports it to its
 batch; the last report of a batch hands the digest to the waiting run. Inbound,
 the A2A gateway calls :func:`inbound_turn` once per counterparty move.
+
+Every turn and every settlement is published (and stored for webhooks) with the
+transaction that writes it; the agent's evaluation hook, if it has one, is
+asked about each turn after that transaction commits.
+
+A settlement is final unless it is ``unanswered``: one side closed and the
+other has not (yet) closed too. That exchange is still open, so it can be
+answered and can take further turns; its settlement follows the record.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from agents import tools
-from agents.models import Agent, Run
+from agents.models import Agent, Intent, Run
 from agents.services import tool_call_complete
-from negotiations import client, digest, negotiator
+from negotiations import client, digest, evaluation, negotiator, selectors
 from negotiations.models import Batch, Negotiation, Settlement, Turn
 from negotiations.verdict import settle
 from negotiations.wire import Entry, Move, MoveError, Role, TaskRecord, parse_move, task_record_from_json
@@ -32,17 +39,26 @@ logger = logging.getLogger(__name__)
 NAME_LIMIT: int = Negotiation._meta.get_field("counterparty_name").max_length or 200
 
 
+EVALUATION_ARTIFACT = "turn-evaluation"
+
+
 class NegotiationClosed(Exception):
-    """A move arrived for a negotiation that is settled; a new one must be opened."""
+    """A move arrived for a negotiation that is settled for good; a new one must be opened."""
 
 
 @dataclass(frozen=True)
 class InboundReply:
-    """Our answer to one inbound move: the A2A 1.0 JSON Message and the state it stamps."""
+    """Our answer to one inbound move: the A2A 1.0 JSON Message and the state it stamps.
+
+    ``settlement`` is the verdict the exchange reached, if any. ``artifacts``
+    are what the agent's evaluation hook attached to their move and to ours,
+    as A2A artifacts ``{"artifactId", "name", "data"}`` (one data part each).
+    """
 
     message: dict[str, Any]
     state: str
     settlement: Settlement | None
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
 
 
 # Opening and answering, from the agent loop's tools.
@@ -51,110 +67,115 @@ class InboundReply:
 def batch_open(*, run: Run, tool_call_id: str, targets: list[dict[str, str]]) -> tools.Outcome:
     """Open a negotiation per target ``{url, objective}`` and pump them all at once.
 
-    A target that already has a binding negotiation under the run's intent is
-    skipped with the reason. Returns the digest at once when nothing was opened,
-    else :class:`agents.tools.Defer`.
+    The one-live rule (index-wire-protocol.md §4): a target is skipped, with the
+    reason, while the agent has a binding negotiation under the run's intent —
+    an outbound one to the same URL, or any inbound one (see :func:`_binding`).
+    Returns the digest at once when nothing was opened, else
+    :class:`agents.tools.Defer`.
     """
-    batch = Batch.objects.create(tenant_id=run.tenant_id, run=run, tool_call_id=tool_call_id)
-    agent = run.agent
-    for target in targets:
-        url = client.canonical_url(target["url"])
-        binding = _binding(agent, run.intent_id)
-        same_url = binding.filter(counterparty_url=url).first()
-        inbound = binding.filter(direction=Negotiation.Direction.INBOUND).first()
-        existing = same_url or inbound
-        if existing is not None:
-            why = (
-                "with this counterparty is still binding"
-                if same_url
-                else "that another agent opened with you under this intent is still binding"
+    with transaction.atomic():
+        # Every batch under this intent waits here for the one before to commit, so each
+        # check below and its claim (the create) have nothing in between.
+        Intent.objects.for_tenant(run.tenant_id).select_for_update().get(pk=run.intent_id)
+        batch = Batch.objects.create(tenant_id=run.tenant_id, run=run, tool_call_id=tool_call_id)
+        agent = run.agent
+        for target in targets:
+            url = client.canonical_url(target["url"])
+            binding = selectors.binding(agent, run.intent_id)
+            existing = (
+                binding.filter(counterparty_url=url).first()
+                or binding.filter(direction=Negotiation.Direction.INBOUND).first()
             )
-            batch.events.append(
-                {
-                    "kind": "skipped",
-                    "id": str(existing.pk),
-                    "url": url,
-                    "reason": f"negotiation {existing.pk} {why} ({existing.status}); answer it instead "
-                    "of opening another",
-                }
+            if existing is not None:
+                batch.events.append(
+                    {
+                        "kind": "skipped",
+                        "id": str(existing.pk),
+                        "peer": existing.counterparty_name,
+                        "url": url,
+                        "reason": _still_binding(existing),
+                    }
+                )
+                continue
+            negotiation = Negotiation.objects.create(
+                tenant_id=run.tenant_id,
+                agent=agent,
+                intent_id=run.intent_id,
+                direction=Negotiation.Direction.OUTBOUND,
+                counterparty_url=url,
+                objective=target.get("objective", ""),
+                max_turns=agent.max_turns,
+                batch=batch,
             )
-            continue
-        negotiation = Negotiation.objects.create(
-            tenant_id=run.tenant_id,
-            agent=agent,
-            intent_id=run.intent_id,
-            direction=Negotiation.Direction.OUTBOUND,
-            counterparty_url=url,
-            objective=target.get("objective", ""),
-            max_turns=agent.max_turns,
-            batch=batch,
-        )
-        _enqueue_pump(negotiation)
-    batch.save(update_fields=["events", "updated_at"])
-    return _deferred_or_digest(batch)
+            _enqueue_pump(negotiation)
+        batch.save(update_fields=["events", "updated_at"])
+        return _deferred_or_digest(batch)
+
+
+def _still_binding(existing: Negotiation) -> str:
+    """Why ``existing`` keeps a new negotiation from opening, and what to do instead."""
+    inbound = existing.direction == Negotiation.Direction.INBOUND
+    which = "that another agent opened with you under this intent" if inbound else "with this counterparty"
+    outcome = _outcome(existing)
+    if outcome in (Settlement.Outcome.AGREED, Settlement.Outcome.UNCONFIRMED):
+        return f"negotiation {existing.pk} {which} closed as {outcome}, and that deal stands; report it"
+    state = outcome or existing.status
+    return (
+        f"negotiation {existing.pk} {which} is still binding ({state}); answer it instead of opening another"
+    )
 
 
 def batch_answer(*, run: Run, tool_call_id: str, ids: list[str], guidance: str) -> tools.Outcome:
     """Add ``guidance`` to each negotiation in ``ids`` as standing guidance and move them on.
 
-    Outbound negotiations continue at once; inbound ones keep the guidance for
-    the counterparty's next message (event ``recorded``). Unknown or ended ids
-    are skipped with the reason.
+    Outbound negotiations continue at once — an ``unanswered`` one too, whose
+    settlement then follows the exchange; inbound ones keep the guidance for
+    the counterparty's next message (event ``recorded``). Unknown, failed and
+    finally settled ids are skipped with the reason, as is an outbound one whose
+    pump is still taking turns.
     """
-    batch = Batch.objects.create(tenant_id=run.tenant_id, run=run, tool_call_id=tool_call_id)
-    for raw_id in dict.fromkeys(ids):
-        negotiation = _by_public_id(run.agent, raw_id)
-        if negotiation is None:
-            batch.events.append(
-                {"kind": "skipped", "id": raw_id, "reason": "no such negotiation of this agent"}
-            )
-            continue
-        negotiation = Negotiation.objects.for_tenant(run.tenant_id).select_for_update().get(pk=negotiation.pk)
-        if negotiation.status in (Negotiation.Status.SETTLED, Negotiation.Status.FAILED):
-            batch.events.append(
-                {
-                    **_who(negotiation),
-                    "kind": "skipped",
-                    "reason": f"already ended ({negotiation.task_state or negotiation.status}) — open a new "
-                    "negotiation if the terms need to change.",
-                }
-            )
-            continue
-        outbound = negotiation.direction == Negotiation.Direction.OUTBOUND
-        if outbound and negotiation.status == Negotiation.Status.OPEN:
-            # Its pump is still taking turns; a second pump would send moves twice.
-            batch.events.append(
-                {
-                    **_who(negotiation),
-                    "kind": "skipped",
-                    "reason": "still in progress — its result comes with the call that started it",
-                }
-            )
-            continue
-        negotiation.guidance = [*negotiation.guidance, guidance]
-        negotiation.parked_question = ""
-        if not outbound:
+    with transaction.atomic():
+        batch = Batch.objects.create(tenant_id=run.tenant_id, run=run, tool_call_id=tool_call_id)
+        for raw_id in dict.fromkeys(ids):
+            event = _answer_one(run, batch, raw_id, guidance)
+            if event is not None:
+                batch.events.append(event)
+        batch.save(update_fields=["events", "updated_at"])
+        return _deferred_or_digest(batch)
+
+
+def _answer_one(run: Run, batch: Batch, raw_id: str, guidance: str) -> dict[str, Any] | None:
+    """Answer one negotiation of ``batch``: the event known now, or None when its pump will report."""
+    found = _by_public_id(run.agent, raw_id)
+    if found is None:
+        return {"kind": "skipped", "id": raw_id, "reason": "no such negotiation of this agent"}
+    negotiation = Negotiation.objects.for_tenant(run.tenant_id).select_for_update().get(pk=found.pk)
+    if negotiation.status == Negotiation.Status.FAILED or _final_outcome(negotiation):
+        return {
+            **_who(negotiation),
+            "kind": "skipped",
+            "reason": f"already ended ({negotiation.task_state or negotiation.status}) — open a new "
+            "negotiation if the terms need to change.",
+        }
+    outbound = negotiation.direction == Negotiation.Direction.OUTBOUND
+    if outbound and negotiation.status == Negotiation.Status.OPEN:
+        # Its pump is still taking turns; a second pump would send moves twice.
+        return {
+            **_who(negotiation),
+            "kind": "skipped",
+            "reason": "still in progress — its result comes with the call that started it",
+        }
+    negotiation.guidance = [*negotiation.guidance, guidance]
+    negotiation.parked_question = ""
+    if not outbound:
+        if negotiation.status == Negotiation.Status.WAITING:
             negotiation.status = Negotiation.Status.OPEN
-            negotiation.save(update_fields=["guidance", "parked_question", "status", "updated_at"])
-            batch.events.append(
-                {
-                    **_who(negotiation),
-                    "kind": "recorded",
-                    "reason": "guidance kept for their next message",
-                }
-            )
-            continue
-        negotiation.status, negotiation.batch, negotiation.event = (
-            Negotiation.Status.OPEN,
-            batch,
-            None,
-        )
-        negotiation.save(
-            update_fields=["guidance", "parked_question", "status", "batch", "event", "updated_at"]
-        )
-        _enqueue_pump(negotiation)
-    batch.save(update_fields=["events", "updated_at"])
-    return _deferred_or_digest(batch)
+        negotiation.save(update_fields=["guidance", "parked_question", "status", "updated_at"])
+        return {**_who(negotiation), "kind": "recorded", "reason": "guidance kept for their next message"}
+    negotiation.status, negotiation.batch, negotiation.event = Negotiation.Status.OPEN, batch, None
+    negotiation.save(update_fields=["guidance", "parked_question", "status", "batch", "event", "updated_at"])
+    _enqueue_pump(negotiation)
+    return None
 
 
 def _deferred_or_digest(batch: Batch) -> tools.Outcome:
@@ -174,7 +195,10 @@ def negotiation_pump(*, negotiation_id: Any, tenant_id: int) -> None:
     Quietly does nothing for a negotiation that is gone, not outbound, or not open.
     """
     negotiation = (
-        Negotiation.objects.for_tenant(tenant_id).select_related("agent").filter(pk=negotiation_id).first()
+        Negotiation.objects.for_tenant(tenant_id)
+        .select_related("agent", "intent")
+        .filter(pk=negotiation_id)
+        .first()
     )
     if negotiation is None or negotiation.direction != Negotiation.Direction.OUTBOUND:
         return
@@ -212,6 +236,7 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
             guidance=negotiation.guidance,
             can_ask=True,
             max_moves=negotiation.max_turns,
+            intent=negotiation.intent,
         )
     except negotiator.NegotiatorError as exc:
         return _fail(negotiation, str(exc))
@@ -235,9 +260,10 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
     except client.CounterpartyError as exc:
         return _fail(negotiation, str(exc))
     try:
-        settlement = _record_exchange(negotiation, move, exchange)
+        settlement, turns = _record_exchange(negotiation, move, exchange)
     except client.CounterpartyError as exc:
         return _fail(negotiation, str(exc))
+    _evaluate(agent, negotiation, turns)
     negotiation.refresh_from_db()
     if settlement is not None:
         return {
@@ -249,13 +275,17 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
     return None
 
 
-def _record_exchange(negotiation: Negotiation, move: Move, exchange: client.Exchange) -> Settlement | None:
+def _record_exchange(
+    negotiation: Negotiation, move: Move, exchange: client.Exchange
+) -> tuple[Settlement | None, list[Turn]]:
     """Record our move and their reply, the Task's ids and state, and the settlement if it ended.
 
-    The returned Task must carry our record unchanged — every earlier message
-    by id, then the message we just sent — followed by their reply; anything
-    else is refused with :class:`client.CounterpartyError` and nothing is
-    written. The verdict is computed over our own record, never theirs.
+    Returns the settlement the exchange reached (None while no side has closed)
+    and the turns written, ours first. The returned Task must carry our record
+    unchanged — every earlier message by id, then the message we just sent —
+    followed by their reply; anything else is refused with
+    :class:`client.CounterpartyError` and nothing is written. The verdict is
+    computed over our own record, never theirs.
     """
     task = exchange.task
     returned = task_record_from_json(task)
@@ -271,16 +301,18 @@ def _record_exchange(negotiation: Negotiation, move: Move, exchange: client.Exch
         replies = list(zip(history, returned.history, strict=True))[len(expected) :]
         if not replies or any(entry.role != "agent" for _, entry in replies):
             raise client.CounterpartyError("its Task carries no reply of its own to our move")
-        _add_turn(
-            negotiation,
-            len(expected),
-            Entry(role="user", move=move),
-            exchange.sent,
-            our_role="user",
-            state=returned.state,
-        )
+        turns = [
+            _add_turn(
+                negotiation,
+                len(expected),
+                Entry(role="user", move=move),
+                exchange.sent,
+                our_role="user",
+                state=returned.state,
+            )
+        ]
         for seq, (raw, entry) in enumerate(replies, start=len(expected) + 1):
-            _add_turn(negotiation, seq, entry, raw, our_role="user", state=returned.state)
+            turns.append(_add_turn(negotiation, seq, entry, raw, our_role="user", state=returned.state))
         negotiation.task_id = task.get("id", negotiation.task_id)
         negotiation.context_id = task.get("contextId", negotiation.context_id)
         negotiation.counterparty_name = exchange.counterparty_name[:NAME_LIMIT]
@@ -288,7 +320,7 @@ def _record_exchange(negotiation: Negotiation, move: Move, exchange: client.Exch
         negotiation.turn_count = negotiation.turns.filter(side=Turn.Side.OURS).count()
         settlement = _settle(negotiation, turns_record(negotiation), our_role="user")
         negotiation.save()
-    return settlement
+    return settlement, turns
 
 
 # Inbound turns.
@@ -299,19 +331,20 @@ def inbound_check(*, agent: Agent, task_id: str, incoming: dict[str, Any]) -> Mo
 
     Reads only: the gateway calls it before the SDK sets up the task, so a
     refused message writes nothing. Raises :class:`MoveError` (no valid move in
-    the first data part) or :class:`NegotiationClosed` (the negotiation is settled).
+    the first data part) or :class:`NegotiationClosed` (the negotiation is
+    settled for good; an ``unanswered`` one takes further moves).
     """
     data = [p["data"] for p in incoming.get("parts", []) if "data" in p]
     if not data:
         raise MoveError("the message has no data part carrying a move {action, message, …}")
     move = parse_move(data[0])
-    settled = (
+    negotiation = (
         Negotiation.objects.for_tenant(agent.tenant_id)
         .filter(agent=agent, direction=Negotiation.Direction.INBOUND, task_id=task_id)
-        .filter(status=Negotiation.Status.SETTLED)
+        .first()
     )
-    if task_id and settled.exists():
-        raise NegotiationClosed(f"negotiation on task {task_id} is settled; open a new one")
+    if task_id and negotiation is not None:
+        _refuse_if_closed(negotiation)
     return move
 
 
@@ -321,9 +354,10 @@ def inbound_turn(
     """Answer one inbound move ``incoming`` (an A2A 1.0 JSON Message) on the Task ``prior``.
 
     Raises :class:`negotiations.wire.MoveError` for a message without a valid
-    move, :class:`NegotiationClosed` for a settled negotiation, and
+    move, :class:`NegotiationClosed` for a negotiation settled for good, and
     :class:`negotiations.negotiator.NegotiatorError` when no move can be made.
-    Nothing is written unless the reply is decided.
+    Nothing is written unless the reply is decided. The evaluation hook is asked
+    about both moves after they are committed; a failing hook only costs their artifacts.
     """
     their_move = inbound_check(agent=agent, task_id=task_id, incoming=incoming)
     negotiation = (
@@ -331,6 +365,7 @@ def inbound_turn(
         .filter(agent=agent, direction=Negotiation.Direction.INBOUND, task_id=task_id)
         .first()
     )
+    intent = negotiation.intent if negotiation else selectors.inbound_intent(agent)
     record = TaskRecord(state="working", history=(*prior.history, Entry(role="user", move=their_move)))
     move = negotiator.decide(
         agent=agent,
@@ -339,10 +374,10 @@ def inbound_turn(
         guidance=negotiation.guidance if negotiation else [],
         can_ask=True,
         max_moves=agent.max_turns,
+        intent=intent,
     )
-    state = (
-        "input-required" if move.action == negotiator.ASK else negotiator.task_state_for(agent, move.action)
-    )
+    asked = move.action == negotiator.ASK
+    state = "input-required" if asked else negotiator.task_state_for(agent, move.action)
     reply = {
         "messageId": str(uuid.uuid4()),
         "role": "ROLE_AGENT",
@@ -363,25 +398,27 @@ def inbound_turn(
                     "tenant_id": agent.tenant_id,
                     "context_id": context_id,
                     "max_turns": agent.max_turns,
-                    "intent": agent.intents.order_by("-created_at").first(),
+                    "intent": intent,
                 },
             )
         )
+        # Another message on this task may have closed it since the check above.
+        _refuse_if_closed(negotiation)
         known = negotiation.turns.count()
-        _add_turn(negotiation, known + 1, record.history[-1], incoming, our_role="agent", state=state)
-        _add_turn(negotiation, known + 2, final.history[-1], reply, our_role="agent", state=state)
+        turns = [
+            _add_turn(negotiation, known + 1, record.history[-1], incoming, our_role="agent", state=state),
+            _add_turn(negotiation, known + 2, final.history[-1], reply, our_role="agent", state=state),
+        ]
         negotiation.task_state = state
         negotiation.turn_count = sum(1 for e in final.history if e.role == "agent")
-        if move.action == negotiator.ASK:
-            negotiation.status, negotiation.parked_question = (
-                Negotiation.Status.WAITING,
-                move.message,
-            )
-        elif negotiation.status == Negotiation.Status.WAITING:
-            negotiation.status, negotiation.parked_question = Negotiation.Status.OPEN, ""
+        # The status follows this exchange: our ask parks it, anything else leaves it open until
+        # _settle finds that a side closed.
+        negotiation.status = Negotiation.Status.WAITING if asked else Negotiation.Status.OPEN
+        negotiation.parked_question = move.message if asked else ""
         settlement = _settle(negotiation, final, our_role="agent")
         negotiation.save()
-    return InboundReply(message=reply, state=state, settlement=settlement)
+    artifacts = _evaluate(agent, negotiation, turns)
+    return InboundReply(message=reply, state=state, settlement=settlement, artifacts=artifacts)
 
 
 # Shared pieces.
@@ -431,10 +468,14 @@ def _add_turn(
         event="negotiation.turn",
         tenant_id=negotiation.tenant_id,
         payload={
-            "negotiation": str(negotiation.pk),
+            **_event_head(negotiation),
             "seq": seq,
             "side": turn.side,
             "action": turn.action,
+            "terms": turn.terms,
+            "offerId": turn.offer_id,
+            "acceptsOfferId": turn.accepts_offer_id,
+            "taskState": state,
         },
     )
     return turn
@@ -443,29 +484,127 @@ def _add_turn(
 def _settle(
     negotiation: Negotiation, record: TaskRecord, *, our_role: Literal["user", "agent"]
 ) -> Settlement | None:
-    """Create the settlement when the verdict function says the exchange ended; the caller saves."""
+    """Make the negotiation's settlement the verdict on ``record``; the caller saves the negotiation.
+
+    Returns the settlement, or None while no side has closed. A settlement is
+    one-to-one with its negotiation: a provisional (``unanswered``) one is
+    updated to the next verdict, or deleted once the exchange goes on without
+    one, as the seed reads the settlement off the Task each time. A settlement
+    for good is never passed here: inbound moves meet :func:`_refuse_if_closed`
+    first, and only open negotiations are pumped. A verdict settles the
+    negotiation, except that an ``unanswered`` one leaves it waiting when our
+    reply was a question for the party.
+    """
     verdict = settle(
         record, our_role=our_role, terminal_actions=negotiator.terminal_actions(negotiation.agent)
     )
-    if verdict is None or hasattr(negotiation, "settlement"):
-        return getattr(negotiation, "settlement", None)
-    settlement = Settlement.objects.create(
-        tenant_id=negotiation.tenant_id,
+    if verdict is None:
+        Settlement.objects.for_tenant(negotiation.tenant_id).filter(negotiation=negotiation).delete()
+        return None
+    settlement, _ = Settlement.objects.for_tenant(negotiation.tenant_id).update_or_create(
         negotiation=negotiation,
-        outcome=verdict.outcome,
-        basis=verdict.basis,
-        terms=verdict.terms,
-        reason=verdict.reason,
-        ended_by=verdict.ended_by,
-        disputed=verdict.disputed,
+        defaults={
+            "tenant_id": negotiation.tenant_id,
+            "outcome": verdict.outcome,
+            "basis": verdict.basis,
+            "terms": verdict.terms,
+            "reason": verdict.reason,
+            "ended_by": verdict.ended_by,
+            "disputed": verdict.disputed,
+        },
     )
-    negotiation.status, negotiation.parked_question = Negotiation.Status.SETTLED, ""
+    if verdict.outcome != Settlement.Outcome.UNANSWERED or negotiation.status != Negotiation.Status.WAITING:
+        negotiation.status, negotiation.parked_question = Negotiation.Status.SETTLED, ""
     publish_on_commit(
         event="negotiation.settled",
         tenant_id=negotiation.tenant_id,
-        payload={"negotiation": str(negotiation.pk), "outcome": settlement.outcome},
+        payload={
+            **_event_head(negotiation),
+            "outcome": settlement.outcome,
+            "basis": settlement.basis,
+            "terms": settlement.terms,
+            "reason": settlement.reason,
+            "endedBy": settlement.ended_by,
+        },
     )
     return settlement
+
+
+def _event_head(negotiation: Negotiation) -> dict[str, Any]:
+    """What every negotiation event names: the negotiation, its agent and its direction."""
+    return {
+        "negotiation": str(negotiation.pk),
+        "agent": str(negotiation.agent_id),
+        "direction": negotiation.direction,
+    }
+
+
+def _outcome(negotiation: Negotiation) -> str | None:
+    """The outcome of the negotiation's settlement, None if it has none."""
+    outcome: str | None = (
+        Settlement.objects.for_tenant(negotiation.tenant_id)
+        .filter(negotiation=negotiation)
+        .values_list("outcome", flat=True)
+        .first()
+    )
+    return outcome
+
+
+def _final_outcome(negotiation: Negotiation) -> str | None:
+    """The outcome that settled the negotiation for good; None while it can go on (``unanswered``)."""
+    outcome = _outcome(negotiation)
+    return None if outcome == Settlement.Outcome.UNANSWERED else outcome
+
+
+def _refuse_if_closed(negotiation: Negotiation) -> None:
+    """Raise :class:`NegotiationClosed` if ``negotiation`` is settled for good."""
+    if _final_outcome(negotiation):
+        raise NegotiationClosed(f"negotiation on task {negotiation.task_id} is settled; open a new one")
+
+
+def _evaluate(agent: Agent, negotiation: Negotiation, turns: list[Turn]) -> list[dict[str, Any]]:
+    """Ask ``agent``'s evaluation hook about each of ``turns``, in order, and store what it attaches.
+
+    Call it outside any transaction, once the turns are committed: the hook is
+    a remote call of up to :data:`evaluation.TIMEOUT` seconds and reads what we
+    recorded. A failing hook is logged and leaves the turn's artifact null.
+    Returns the artifacts as A2A artifacts ``{"artifactId", "name", "data"}``.
+    """
+    if not agent.evaluation_url:
+        return []
+    artifacts = []
+    for turn in turns:
+        request: evaluation.Request = {
+            "negotiation": str(negotiation.pk),
+            "agent": str(agent.pk),
+            "direction": negotiation.direction,
+            "turn": {
+                "seq": turn.seq,
+                "side": turn.side,
+                "action": turn.action,
+                "message": turn.message,
+                "terms": turn.terms,
+                "offerId": turn.offer_id,
+                "acceptsOfferId": turn.accepts_offer_id,
+            },
+            "taskState": turn.task_state,
+        }
+        try:
+            result = evaluation.evaluate(agent.evaluation_url, request)
+        except evaluation.EvaluationError as exc:
+            logger.warning("evaluating turn %s of negotiation %s: %s", turn.seq, negotiation.pk, exc)
+            continue
+        Turn.objects.for_tenant(turn.tenant_id).filter(pk=turn.pk).update(
+            artifact=result.artifact, updated_at=timezone.now()
+        )
+        artifacts.append(
+            {
+                "artifactId": f"{EVALUATION_ARTIFACT}:{turn.seq}",
+                "name": EVALUATION_ARTIFACT,
+                "data": result.artifact,
+            }
+        )
+    return artifacts
 
 
 def _report(negotiation: Negotiation, event: dict[str, Any]) -> None:
@@ -492,16 +631,6 @@ def _fail(negotiation: Negotiation, error: str) -> dict[str, Any]:
     negotiation.status, negotiation.error = Negotiation.Status.FAILED, error
     negotiation.save(update_fields=["status", "error", "updated_at"])
     return {**_who(negotiation), "kind": "failed", "error": error}
-
-
-def _binding(agent: Agent, intent_id: Any) -> QuerySet[Negotiation]:
-    """Negotiations that hold the counterparty: going, waiting, or closed as a deal (seed §4)."""
-    return (
-        Negotiation.objects.for_tenant(agent.tenant_id)
-        .filter(agent=agent, intent_id=intent_id)
-        .exclude(status=Negotiation.Status.FAILED)
-        .exclude(settlement__outcome__in=[Settlement.Outcome.DECLINED, Settlement.Outcome.CONFLICT])
-    )
 
 
 def _by_public_id(agent: Agent, raw_id: str) -> Negotiation | None:

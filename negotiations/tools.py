@@ -76,8 +76,8 @@ def register() -> None:
             spec=ToolSpec(
                 name="answer",
                 description=(
-                    "Give your party's answer to negotiations waiting on it, as standing guidance. "
-                    "Pass every id the answer applies to."
+                    "Give your party's answer to negotiations waiting on it, or settled as unanswered, "
+                    "as standing guidance. Pass every id the answer applies to."
                 ),
                 parameters={
                     "type": "object",

@@ -1,8 +1,10 @@
 """Live events: group names, payloads, and publishing after the transaction commits.
 
-Every service that changes what a dashboard shows publishes through
-:func:`publish_on_commit`; consumers only forward. A dropped push loses
-nothing: every fragment can be re-rendered from the database.
+Every service that changes what a dashboard shows or a webhook reports
+publishes through :func:`publish_on_commit`, which also stores the event as a
+:class:`parley.models.Event` row; consumers only forward. A dropped push loses
+nothing: every fragment can be re-rendered from the database, and the stored
+event is there for the webhooks.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
+
+from parley.models import Event
 
 logger = logging.getLogger(__name__)
 
@@ -34,16 +38,24 @@ def tenant_group(tenant_id: int) -> str:
 
 
 def publish_on_commit(*, event: str, tenant_id: int, payload: dict[str, Any]) -> None:
-    """Send ``event`` to the tenant's group once the transaction commits.
+    """Store ``event`` for the tenant's webhooks and send it to the tenant's group once the
+    transaction commits.
 
-    Every member's socket is in its tenants' groups; each page re-renders what
-    that member may see from the database, so events carry ids, never content.
+    Call it inside the transaction that makes the change, so the row commits or
+    rolls back with it and the push never announces a change that did not
+    happen. Outside a transaction both happen at once.
+
+    Every member's socket is in its tenants' groups and every member of the
+    tenant may see what a payload holds, so payloads carry ids and the facts a
+    webhook consumer needs (actions, terms, outcomes), never secrets or text the
+    counterparty wrote.
 
     ``payload`` must be JSON-serialisable. Raises ``ValueError`` for an event
-    name not in :data:`EVENTS`. Outside a transaction the send happens at once.
+    name not in :data:`EVENTS`, before anything is written.
     """
     if event not in EVENTS:
         raise ValueError(f"unknown live event {event!r}")
+    Event.objects.create(tenant_id=tenant_id, kind=event, payload=payload)
     groups = [tenant_group(tenant_id)]
     message = {"type": "live.event", "event": event, "payload": payload}
     transaction.on_commit(lambda: _send(groups, message))

@@ -36,7 +36,8 @@ def test_card_is_served_and_parsed_by_the_sdk(seller_endpoint: Endpoint, live_st
     assert skill.name == "Negotiate"
     assert skill.description == (
         "Negotiates on its party's behalf over A2A message/send. "
-        "Understands: propose, counter, accept, reject."
+        "Understands: propose (put an offer on the table), counter (answer an offer with another), "
+        "accept (accept an offer on the table), reject (end without a deal)."
     )
     assert list(skill.tags) == ["negotiation"]
     assert list(skill.input_modes) == ["application/json"]

@@ -13,7 +13,7 @@ from google.protobuf.json_format import MessageToDict
 
 from a2a_gateway.models import A2ATask
 from agents.models import Agent
-from negotiations.models import Negotiation, Turn
+from negotiations.models import Negotiation, Settlement, Turn
 from tests.a2a_gateway.conftest import Endpoint, counts, move, proposal, run, user_message
 from tests.conftest import LiveStack
 
@@ -201,9 +201,17 @@ def test_message_to_a_finished_task_is_refused(
 
     response = seller_endpoint.rpc(method, message, version=version)
 
-    error = error_of(response)
-    assert error["code"] == -32004
-    assert error["message"] == f"Task {task.id} is in terminal state: TASK_STATE_{how.upper()}"
+    if version:  # 1.0: the SDK's own refusal
+        error = error_of(response)
+        assert error["code"] == -32004
+        assert error["message"] == f"Task {task.id} is in terminal state: TASK_STATE_{how.upper()}"
+    else:  # 0.3: as Index servers answer (index-wire-protocol.md §1, step 4)
+        error = error_of(response, status=409)
+        assert error["code"] == -32002
+        assert error["message"] == (
+            f'Task "{task.id}" is {how} and cannot accept further messages. '
+            "Start a new task to negotiate again."
+        )
     assert snapshot(task) == before
     assert counts() == before_counts
 
@@ -236,23 +244,24 @@ def test_unknown_method_is_method_not_found(seller_endpoint: Endpoint) -> None:
     assert counts() == {"Negotiation": 0, "Turn": 0, "Settlement": 0, "A2ATask": 0}
 
 
-def test_message_after_a_settlement_on_an_open_task_is_refused(seller_endpoint: Endpoint) -> None:
-    """Accepting an offer that is not in the task settles as unanswered while the task stays open."""
+def test_a_message_after_an_unanswered_settlement_continues_the_negotiation(
+    seller_endpoint: Endpoint,
+) -> None:
+    """Accepting an offer that is not in the task settles as unanswered while the task stays open.
+    Only they closed, so the exchange goes on: their next move is answered (index-wire-protocol.md §4)."""
     first = seller_endpoint.send(user_message(proposal(800)))
     bogus = move("accept", "Deal at €900.", terms={"amount": 900, "currency": "EUR"}, accepts_offer_id="nope")
     task = seller_endpoint.send(user_message(bogus, task=first))
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert Negotiation.objects.get().settlement.outcome == "unanswered"
     assert list(task.artifacts) == []  # the outcome artifact comes with a terminal reply only
-    before, before_counts = snapshot(task), counts()
 
-    response = seller_endpoint.rpc("SendMessage", send_message([{"data": proposal(1000)}], task))
+    task = seller_endpoint.send(user_message(proposal(1000), task=task))
 
-    error = error_of(response)
-    assert error["code"] == -32004
-    assert error["message"] == f"negotiation on task {task.id} is settled; open a new one"
-    assert snapshot(task) == before
-    assert counts() == before_counts
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    negotiation = Negotiation.objects.get()
+    assert (negotiation.status, negotiation.turns.count()) == (Negotiation.Status.OPEN, 6)
+    assert not Settlement.objects.filter(negotiation=negotiation).exists()  # no side has closed now
 
 
 def test_context_that_is_not_the_tasks_is_invalid_params(seller_endpoint: Endpoint) -> None:
@@ -444,15 +453,12 @@ def test_task_id_no_task_can_have_is_not_found(
 COULD_NOT_ANSWER = "The agent could not answer this move."
 
 BROKEN_AGENTS = [
-    # GuardViolation: the guard's text names the seller's hidden floor.
-    pytest.param(
-        {"term_guards": [{"term": "amount", "op": ">=", "value": 950, "currency": "USD"}]},
-        id="guard-violation",
-    ),
+    # NegotiatorError: a malformed guard's text names the seller's hidden floor.
+    pytest.param({"term_guards": [{"term": "amount", "op": "<", "value": 950}]}, id="malformed-guard"),
     # NegotiatorError: the text names the deployment's model.
     pytest.param({"model": "gpt-4o"}, id="negotiator-error"),
-    # Anything else: a malformed guard fails with a KeyError deep in the negotiator.
-    pytest.param({"term_guards": [{"term": "amount", "value": 950}]}, id="unexpected"),
+    # Anything else: an action without a name fails with a KeyError deep in the negotiator.
+    pytest.param({"allowed_actions": [{"description": "nameless"}]}, id="unexpected"),
 ]
 
 
@@ -469,7 +475,7 @@ def test_a_failure_of_ours_is_internal_error_without_details(
     error = error_of(response)
     assert error["code"] == -32603
     assert error["message"] == COULD_NOT_ANSWER
-    for detail in ("950", "guard", "gpt-4o", "'op'", "Traceback"):
+    for detail in ("950", "guard", "gpt-4o", "'name'", "Traceback"):
         assert detail not in response.text
     # The negotiation is untouched; the SDK records the task it had set up as FAILED.
     assert (Negotiation.objects.count(), Turn.objects.count()) == (0, 0)
@@ -479,7 +485,7 @@ def test_a_failure_of_ours_is_internal_error_without_details(
 def test_a_failure_of_ours_on_a_follow_up_adds_no_turn(seller_endpoint: Endpoint, seller: Agent) -> None:
     task = seller_endpoint.send(user_message(proposal(800)))
     before_turns = snapshot(task)[1]
-    seller.term_guards = [{"term": "amount", "op": ">=", "value": 950, "currency": "USD"}]
+    seller.term_guards = [{"term": "amount", "op": "<", "value": 950}]
     seller.save()
 
     response = seller_endpoint.rpc("SendMessage", send_message([{"data": proposal(900)}], task))

@@ -1,24 +1,27 @@
-"""Rules every outgoing move obeys, and what the offline strategy will take as an offer."""
+"""Rules every outgoing move obeys, whatever model decides it; what the offline strategy takes as an offer."""
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from agents.models import Agent
-from negotiations import digest, offline
-from negotiations.negotiator import GuardViolation, check_guards
+from agents.models import Agent, Intent
+from negotiations import digest, negotiator, offline
+from negotiations.negotiator import Guard, GuardViolation, NegotiatorError, check_guards, parse_guards
 from negotiations.wire import Entry, Move, TaskRecord
 
 GUARD = {"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"}
+# Monday 30 November 2026, noon UTC.
+NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
     ("terms", "error"),
     [
         ({"amount": 1100, "currency": "EUR"}, None),
-        ({"amount": 1000}, None),
         ({"days": 2}, None),
         ({"amount": 1101, "currency": "EUR"}, "accept with amount=1101 breaks the guard amount <= 1100"),
         (
@@ -27,6 +30,8 @@ GUARD = {"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"}
         ),
         ({"amount": True}, "accept puts True where the guard amount <= 1100 needs a number"),
         ({"amount": 900, "currency": "JPY"}, "accept is in JPY; the guard amount <= 1100 is in EUR"),
+        # An amount without its currency could be read in any currency.
+        ({"amount": 1000}, "accept names no currency; the guard amount <= 1100 is in EUR"),
     ],
 )
 def test_term_guards(terms: dict[str, Any], error: str | None) -> None:
@@ -38,6 +43,142 @@ def test_term_guards(terms: dict[str, Any], error: str | None) -> None:
         with pytest.raises(GuardViolation) as caught:
             check_guards(agent, move)
         assert str(caught.value) == error
+
+
+@pytest.mark.parametrize(
+    ("guard", "terms", "error"),
+    [
+        ({"term": "amount", "op": ">=", "value": 950}, {"amount": 950}, None),
+        ({"term": "amount", "op": ">=", "value": 950}, {"amount": 949.5}, "amount >= 950"),
+        ({"term": "location", "op": "==", "value": "Berlin"}, {"location": " berlin "}, None),
+        ({"term": "location", "op": "==", "value": "Berlin"}, {"location": "remote"}, "location == Berlin"),
+        ({"term": "day", "op": "in", "value": ["Saturday", "Sunday"]}, {"day": "Sunday"}, None),
+        (
+            {"term": "day", "op": "in", "value": ["Saturday", "Sunday"]},
+            {"day": "Monday"},
+            "day in ['Saturday', 'Sunday']",
+        ),
+        ({"term": "seats", "op": "==", "value": 1}, {"seats": True}, "seats == 1"),
+        ({"term": "start", "op": ">=", "value": "tomorrow"}, {"start": "2026-12-01"}, None),
+        ({"term": "start", "op": ">=", "value": "tomorrow"}, {"start": "2026-11-30"}, "start >= 2026-12-01"),
+        ({"term": "start", "op": "<=", "value": "2026-12-31"}, {"start": "soon"}, "needs a date"),
+        ({"term": "start", "op": "==", "value": "next Tuesday"}, {"start": "2026-12-01"}, None),
+        ({"term": "currency", "op": "in", "value": ["USD"]}, {"currency": "EUR"}, "currency in ['USD']"),
+    ],
+)
+def test_every_op_and_relative_dates(guard: dict[str, Any], terms: dict[str, Any], error: str | None) -> None:
+    move = Move("counter", "…", terms=terms)
+    if error is None:
+        check_guards(Agent(term_guards=[guard]), move, now=NOW)
+    else:
+        with pytest.raises(GuardViolation, match=re.escape(error)):
+            check_guards(Agent(term_guards=[guard]), move, now=NOW)
+
+
+def test_the_intents_guards_add_to_the_agents() -> None:
+    agent = Agent(term_guards=[GUARD])
+    intent = Intent(term_guards=[{"term": "amount", "op": "<=", "value": 1000, "currency": "EUR"}])
+    move = Move("counter", "…", terms={"amount": 1050, "currency": "EUR"})
+
+    check_guards(agent, move)
+    with pytest.raises(GuardViolation) as caught:
+        check_guards(agent, move, intent=intent)
+    assert [v.guard.value for v in caught.value.violations] == [1000]
+
+
+def test_guards_resolve_relative_dates_on_the_agents_clock() -> None:
+    guards = [
+        {"term": "start", "op": "==", "value": "next Tuesday"},
+        {"term": "d", "op": "in", "value": ["today"]},
+    ]
+    # Noon UTC on Monday is already Tuesday 01:00 in Auckland.
+    assert parse_guards(guards, today=negotiator.local_today(Agent(timezone="Pacific/Auckland"), NOW)) == (
+        Guard("start", "==", "2026-12-08"),
+        Guard("d", "in", ("2026-12-01",)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        ({"term": "amount", "op": ">="}, "agent term guard 1 needs a number or a date for '>='"),
+        (
+            {"term": "amount", "op": "<", "value": 1},
+            "agent term guard 1 has op '<'; use one of <=, >=, ==, in",
+        ),
+        ({"op": "==", "value": 1}, "agent term guard 1 names no term"),
+        ({"term": "day", "op": "in", "value": "Saturday"}, "agent term guard 1 needs a non-empty list"),
+        ({"term": "amount", "op": "<=", "value": 1, "currency": 1}, "currency that is not a string"),
+        ({"term": "amount", "op": "<=", "value": 1, "aspiration": "1"}, "aspiration that is not a number"),
+    ],
+)
+def test_a_malformed_guard_is_a_negotiator_error(raw: dict[str, Any], error: str) -> None:
+    with pytest.raises(NegotiatorError, match=error):
+        check_guards(Agent(term_guards=[raw]), Move("propose", "…", terms={"amount": 1}))
+
+
+def test_an_unknown_timezone_is_a_negotiator_error() -> None:
+    with pytest.raises(NegotiatorError, match="the agent's timezone 'Mars/Olympus' is unknown"):
+        negotiator.local_today(Agent(timezone="Mars/Olympus"), NOW)
+
+
+@pytest.mark.parametrize(
+    ("terms", "guards", "expected"),
+    [
+        ("amount (number, EUR per day), currency", [], ("amount", "EUR", "EUR per day")),
+        ("day (weekday), fee (number, per session), currency", [], ("fee", "", "per session")),
+        (
+            "amount (number, EUR per day)",
+            [{"term": "amount", "op": "<=", "value": 1, "currency": "USD"}],
+            ("amount", "USD", "EUR per day"),
+        ),
+        ("amount (number)", [{"term": "currency", "op": "==", "value": "GBP"}], ("amount", "GBP", "")),
+        (
+            "",
+            [{"term": "day", "op": "in", "value": ["Sat"]}, {"term": "rate", "op": ">=", "value": 1}],
+            ("rate", "", ""),
+        ),
+        ("", [], ("amount", "", "")),
+    ],
+)
+def test_the_term_bargained_over(
+    terms: str, guards: list[dict[str, Any]], expected: tuple[str, str, str]
+) -> None:
+    agent = Agent(terms=terms)
+    assert negotiator.numeric_term(agent, parse_guards(guards, today=NOW.date())) == expected
+
+
+def test_a_move_with_terms_gets_an_offer_id_minted_here() -> None:
+    agent = Agent(terms="amount (number, EUR per day), currency", term_guards=[GUARD])
+    record = TaskRecord("submitted", ())
+
+    move = negotiator.decide(
+        agent=agent, record=record, our_role="user", guidance=[], can_ask=True, max_moves=10
+    )
+
+    assert (move.action, move.terms) == ("propose", {"amount": 770, "currency": "EUR"})
+    assert len(move.offer_id) == 36
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"model": "gpt-4o"}, "model 'gpt-4o' cannot negotiate in this deployment; use 'offline'"),
+        ({"strategy": "haggler"}, "strategy 'haggler' is not one of"),
+        ({"allowed_actions": [{"name": "propose"}]}, "the offline negotiator needs at least one open action"),
+    ],
+)
+def test_what_cannot_negotiate(change: dict[str, Any], error: str) -> None:
+    agent = Agent(term_guards=[GUARD], **change)
+    with pytest.raises(NegotiatorError, match=error):
+        negotiator.decide(
+            agent=agent,
+            record=TaskRecord("submitted", ()),
+            our_role="user",
+            guidance=[],
+            can_ask=True,
+            max_moves=10,
+        )
 
 
 def _situation(their_terms: dict[str, Any] | None, message: str = "My rate is €900.") -> offline.Situation:
@@ -62,24 +203,35 @@ def _situation(their_terms: dict[str, Any] | None, message: str = "My rate is �
 
 
 @pytest.mark.parametrize(
-    ("their_terms", "message", "value"),
+    ("their_terms", "message", "value", "taken"),
     [
-        ({"amount": 900, "currency": "EUR"}, "", 900.0),
-        ({"amount": 900}, "", 900.0),
-        ({"amount": 900, "currency": "EUR", "exclusivity": True}, "", None),
-        ({"amount": 900, "currency": "USD"}, "", None),
-        ({"amount": "900", "currency": "EUR"}, "", None),
-        ({"amount": True}, "", None),
-        ({"price": 1}, "I offer €5,000 a day", None),
-        (None, "Fine, €900 a day.", 900.0),
-        (None, "Let us talk.", None),
+        ({"amount": 900, "currency": "EUR"}, "", 900.0, True),
+        ({"amount": 900, "currency": "eur"}, "", 900.0, True),
+        # Readable, but not in our currency (or in none): never taken as ours.
+        ({"amount": 900}, "", 900.0, False),
+        ({"amount": 900, "currency": "USD"}, "", 900.0, False),
+        ({"currency": "EUR"}, "", None, False),
+        # No offer at all: strings attached, or not a number where ours goes.
+        ({"amount": 900, "currency": "EUR", "exclusivity": True}, "", None, None),
+        ({"amount": "900", "currency": "EUR"}, "", None, None),
+        ({"amount": True}, "", None, None),
+        ({"price": 1}, "I offer €5,000 a day", None, None),
+        (None, "Fine, €900 a day.", 900.0, True),
+        (None, "Let us talk.", None, None),
     ],
 )
 def test_what_counts_as_their_offer(
-    their_terms: dict[str, Any] | None, message: str, value: float | None
+    their_terms: dict[str, Any] | None, message: str, value: float | None, taken: bool | None
 ) -> None:
-    offered = offline.their_offer(_situation(their_terms, message or "My rate is €900."))
-    assert (offered[1] if offered else None) == value
+    situation = _situation(their_terms, message or "My rate is €900.")
+    offered = offline.their_offer(situation)
+    if taken is None:
+        assert offered is None
+    else:
+        assert offered is not None
+        assert offered.value == value
+        # With our next offer at €1,000, anything at or below it is good enough.
+        assert offline.acceptable(situation, offered, 1000) is taken
 
 
 def test_accepting_restates_exactly_the_offer_taken() -> None:

@@ -1,0 +1,284 @@
+"""The evaluation hook, against a real HTTP server on loopback: what it is sent, what it attaches,
+and that a failing hook never breaks a negotiation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+from django.db import connection
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agents.models import Agent, Intent, Run
+from agents.services import run_start
+from negotiations import evaluation, services
+from negotiations.evaluation import EvaluationError, evaluate
+from negotiations.models import Negotiation, Turn
+from negotiations.wire import TaskRecord
+from tests.conftest import LiveStack, free_port, wait_until
+
+
+class HookServer:
+    """An evaluation hook on loopback. By default it attaches ``{"seen": seq, "by": "hook"}``;
+    ``answers`` maps a path to a canned (status, body) instead. It records every request and
+    whether the turn it names was committed when the request arrived."""
+
+    def __init__(self, answers: dict[str, tuple[int, bytes]] | None = None) -> None:
+        self.answers = answers or {}
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.base}/hook"
+        self.calls: list[dict[str, Any]] = []
+        self.committed: list[bool] = []
+        app = Starlette(
+            routes=[
+                Route("/hook", self.hook, methods=["POST"]),
+                Route("/slow", self.slow, methods=["POST"]),
+                Route("/canned/{name}", self.canned, methods=["POST"]),
+            ]
+        )
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+
+    async def hook(self, request: Request) -> Response:
+        body = await request.json()
+        self.calls.append(body)
+        self.committed.append(await run_in_threadpool(_turn_committed, body))
+        return JSONResponse({"artifact": {"seen": body["turn"]["seq"], "by": "hook"}})
+
+    async def slow(self, request: Request) -> Response:
+        await asyncio.sleep(2)
+        return JSONResponse({"artifact": {}})
+
+    async def canned(self, request: Request) -> Response:
+        self.calls.append(await request.json())
+        status, body = self.answers[request.path_params["name"]]
+        return Response(body, status_code=status, media_type="application/json")
+
+    def __enter__(self) -> HookServer:
+        threading.Thread(target=self.server.run, daemon=True).start()
+        wait_until(lambda: self.server.started, what="the evaluation hook")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+
+
+def _turn_committed(body: dict[str, Any]) -> bool:
+    """Whether the turn the hook is asked about is visible to another connection."""
+    try:
+        return Turn.objects.filter(negotiation_id=body["negotiation"], seq=body["turn"]["seq"]).exists()
+    finally:
+        connection.close()
+
+
+REQUEST: evaluation.Request = {
+    "negotiation": "7b0e1f5c-0000-4000-8000-000000000001",
+    "agent": "7b0e1f5c-0000-4000-8000-000000000002",
+    "direction": "outbound",
+    "turn": {
+        "seq": 1,
+        "side": "ours",
+        "action": "propose",
+        "message": "I can offer €800.",
+        "terms": {"amount": 800, "currency": "EUR"},
+        "offerId": "o-1",
+        "acceptsOfferId": "",
+    },
+    "taskState": "input-required",
+}
+
+
+# The module on its own.
+
+
+@pytest.fixture
+def canned() -> Iterator[HookServer]:
+    answers = {
+        "ok": (200, b'{"artifact": {"score": 0.8}}'),
+        "error": (500, b'{"artifact": {"score": 0.8}}'),
+        "not-json": (200, b"<html>"),
+        "no-artifact": (200, b'{"score": 0.8}'),
+        "list": (200, b'{"artifact": [0.8]}'),
+        "array": (200, b"[]"),
+        "nul": (200, b'{"artifact": {"note": "a\\u0000b"}}'),
+        "deep": (200, b'{"artifact": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"),
+        "huge": (200, b'{"artifact": {"note": "' + b"x" * evaluation.MAX_BYTES + b'"}}'),
+    }
+    with HookServer(answers) as server:
+        yield server
+
+
+def test_the_hook_gets_the_turn_and_its_artifact_comes_back(canned: HookServer) -> None:
+    result = evaluate(f"{canned.base}/canned/ok", REQUEST)
+
+    assert result == evaluation.Evaluation(artifact={"score": 0.8})
+    assert canned.calls == [REQUEST]
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("error", "answered HTTP 500"),
+        ("not-json", "answered with a body that is not JSON we can read"),
+        ("deep", "answered with a body that is not JSON we can read"),
+        ("no-artifact", 'answered without an object "artifact"'),
+        ("list", 'answered without an object "artifact"'),
+        ("array", 'answered without an object "artifact"'),
+        ("nul", "answered with a NUL character in the artifact"),
+        ("huge", f"answered more than {evaluation.MAX_BYTES} bytes"),
+    ],
+)
+def test_an_answer_outside_the_contract_is_our_error(canned: HookServer, name: str, error: str) -> None:
+    url = f"{canned.base}/canned/{name}"
+    with pytest.raises(EvaluationError) as raised:
+        evaluate(url, REQUEST)
+    assert str(raised.value) == f"{url} {error}"
+
+
+def test_a_slow_hook_times_out(canned: HookServer) -> None:
+    with pytest.raises(EvaluationError, match=r"/slow did not answer within 0.2 s$"):
+        evaluate(f"{canned.base}/slow", REQUEST, timeout=0.2)
+
+
+def test_a_hook_nobody_serves_is_our_error() -> None:
+    url = f"http://127.0.0.1:{free_port()}/hook"
+    with pytest.raises(EvaluationError, match=r"^http://127\.0\.0\.1:\d+/hook: ConnectError: "):
+        evaluate(url, REQUEST)
+
+
+# Inbound turns: both moves are evaluated once committed, and the artifacts go to the gateway.
+
+
+def _incoming(move: dict[str, Any]) -> dict[str, Any]:
+    return {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": move}]}
+
+
+def _inbound(seller: Agent, task_id: str, move: dict[str, Any]) -> services.InboundReply:
+    negotiation = Negotiation.objects.filter(agent=seller, task_id=task_id).first()
+    prior = services.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
+    return services.inbound_turn(
+        agent=seller, task_id=task_id, context_id="ctx-1", prior=prior, incoming=_incoming(move)
+    )
+
+
+PROPOSAL = {
+    "action": "propose",
+    "message": "I can offer €800.",
+    "terms": {"amount": 800, "currency": "EUR"},
+    "offerId": "their-offer-1",
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_inbound_exchange_is_evaluated_after_commit_and_its_artifacts_reach_the_gateway(
+    seller: Agent,
+) -> None:
+    with HookServer() as hook:
+        seller.evaluation_url = hook.url
+        seller.save()
+        reply = _inbound(seller, "task-1", PROPOSAL)
+
+    negotiation = Negotiation.objects.get(agent=seller)
+    theirs, ours = negotiation.turns.order_by("seq")
+    assert hook.committed == [True, True]
+    assert hook.calls[0] == {
+        "negotiation": str(negotiation.pk),
+        "agent": str(seller.pk),
+        "direction": "inbound",
+        "turn": {
+            "seq": 1,
+            "side": "theirs",
+            "action": "propose",
+            "message": "I can offer €800.",
+            "terms": {"amount": 800, "currency": "EUR"},
+            "offerId": "their-offer-1",
+            "acceptsOfferId": "",
+        },
+        "taskState": "input-required",
+    }
+    assert hook.calls[1]["turn"] == {
+        "seq": 2,
+        "side": "ours",
+        "action": ours.action,
+        "message": ours.message,
+        "terms": ours.terms,
+        "offerId": ours.offer_id,
+        "acceptsOfferId": "",
+    }
+    assert (theirs.artifact, ours.artifact) == ({"seen": 1, "by": "hook"}, {"seen": 2, "by": "hook"})
+    assert reply.artifacts == [
+        {"artifactId": "turn-evaluation:1", "name": "turn-evaluation", "data": {"seen": 1, "by": "hook"}},
+        {"artifactId": "turn-evaluation:2", "name": "turn-evaluation", "data": {"seen": 2, "by": "hook"}},
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_hook_costs_only_its_artifact(seller: Agent, caplog: pytest.LogCaptureFixture) -> None:
+    gone = f"http://127.0.0.1:{free_port()}/gone"
+    with HookServer() as hook:
+        missing = f"{hook.base}/missing"
+        seller.evaluation_url = missing
+        seller.save()
+        first = _inbound(seller, "task-1", PROPOSAL)
+        seller.evaluation_url = gone
+        seller.save()
+        second = _inbound(seller, "task-1", {**PROPOSAL, "offerId": "their-offer-2"})
+
+    negotiation = Negotiation.objects.get(agent=seller)
+    assert (first.state, second.state) == ("input-required", "input-required")
+    assert first.artifacts == second.artifacts == []
+    assert list(negotiation.turns.values_list("side", "artifact")) == [("theirs", None), ("ours", None)] * 2
+    warnings = [r.getMessage() for r in caplog.records if r.name == "negotiations.services"]
+    assert warnings[:2] == [
+        f"evaluating turn 1 of negotiation {negotiation.pk}: {missing} answered HTTP 404",
+        f"evaluating turn 2 of negotiation {negotiation.pk}: {missing} answered HTTP 404",
+    ]
+    assert [w.split(": ", 1)[1].startswith(f"{gone}: ConnectError") for w in warnings[2:]] == [True, True]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_without_a_hook_calls_none(seller: Agent) -> None:
+    with HookServer() as hook:
+        reply = _inbound(seller, "task-1", PROPOSAL)
+
+    assert hook.calls == []
+    assert reply.artifacts == []
+    assert list(Turn.objects.values_list("artifact", flat=True)) == [None, None]
+
+
+# Outbound, through the running platform: the worker asks the hook about our move and their reply.
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_outbound_negotiation_is_evaluated_turn_by_turn(
+    live_stack: LiveStack, agent: Agent, intent: Intent
+) -> None:
+    from tests.negotiations.test_engine import ScriptedPeer, buyer_of
+
+    buyer = buyer_of(agent)
+    with HookServer() as hook, ScriptedPeer("agree", "Agreeable Seller") as peer:
+        buyer.evaluation_url = hook.url
+        buyer.save()
+        run = run_start(agent=buyer, intent=intent, task=f"Find me a fractional CFO. Talk to {peer.url}")
+        wait_until(lambda: Run.objects.get(pk=run.pk).status not in Run.ACTIVE, timeout=60, what="the run")
+
+    negotiation = Negotiation.objects.get(agent=buyer)
+    turns = list(negotiation.turns.order_by("seq"))
+    assert [(t.side, t.action) for t in turns] == [("ours", "propose"), ("theirs", "accept")]
+    assert [t.artifact for t in turns] == [{"seen": 1, "by": "hook"}, {"seen": 2, "by": "hook"}]
+    assert [(c["direction"], c["turn"]["seq"], c["taskState"]) for c in hook.calls] == [
+        ("outbound", 1, "completed"),
+        ("outbound", 2, "completed"),
+    ]
+    assert hook.committed == [True, True]

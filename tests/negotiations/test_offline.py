@@ -1,0 +1,417 @@
+"""The offline negotiator move by move: curves, acceptance, tit-for-tat, guard feedback, fixed terms, dates.
+
+Pure: agents are unsaved model instances, the clock is fixed, nothing touches the database.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import pytest
+
+from agents.models import Agent, Intent
+from negotiations import negotiator, offline
+from negotiations.negotiator import Guard, Violation
+from negotiations.wire import Entry, Move, TaskRecord
+
+# Monday 30 November 2026, noon UTC.
+NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
+TERMS = "amount (number, EUR per day), currency"
+CEILING = {"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"}
+FLOOR = {"term": "amount", "op": ">=", "value": 950, "currency": "EUR"}
+WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
+
+
+def exchange(
+    ours: list[dict[str, Any]], theirs: list[dict[str, Any]], *, our_role: Literal["user", "agent"] = "user"
+) -> TaskRecord:
+    """A Task in which we and they take turns, we first, each move offering the terms given."""
+    their_role: Literal["user", "agent"] = "agent" if our_role == "user" else "user"
+    history: list[Entry] = []
+    for index in range(max(len(ours), len(theirs))):
+        for role, moves, side in ((our_role, ours, "o"), (their_role, theirs, "t")):
+            if index < len(moves):
+                action = "propose" if index == 0 else "counter"
+                history.append(Entry(role, Move(action, "…", moves[index], f"{side}{index}")))
+    return TaskRecord("input-required", tuple(history))
+
+
+def eur(amount: float, **more: Any) -> dict[str, Any]:
+    return {"amount": amount, "currency": "EUR", **more}
+
+
+def decide(agent: Agent, record: TaskRecord, **kwargs: Any) -> Move:
+    """The negotiator's move as the outbound side, on the fixed clock; the offer id left out."""
+    arguments: dict[str, Any] = {
+        "agent": agent,
+        "record": record,
+        "our_role": "user",
+        "guidance": [],
+        "can_ask": True,
+        "max_moves": 10,
+        "now": NOW,
+        **kwargs,
+    }
+    move = negotiator.decide(**arguments)
+    assert bool(move.offer_id) == (move.terms is not None)
+    return Move(move.action, move.message, move.terms, accepts_offer_id=move.accepts_offer_id)
+
+
+def buyer(strategy: str = "boulware", *guards: dict[str, Any], terms: str = TERMS) -> Agent:
+    return Agent(terms=terms, strategy=strategy, term_guards=[CEILING, *guards])
+
+
+def seller(strategy: str = "boulware", *guards: dict[str, Any], terms: str = TERMS) -> Agent:
+    return Agent(terms=terms, strategy=strategy, term_guards=[FLOOR, *guards])
+
+
+# --- Time-dependent tactics ---------------------------------------------------------------
+
+# Our offer at each of our ten moves: aspiration 770 (a buyer's 70% of its 1,100 ceiling) or
+# 1,330 (a seller's 140% of its 950 floor), reservation at move 9, rounded towards our side.
+CURVES = {
+    ("boulware", "ceiling"): [770, 774, 786, 806, 835, 871, 916, 969, 1030, 1100],
+    ("linear", "ceiling"): [770, 806, 843, 880, 916, 953, 990, 1026, 1063, 1100],
+    ("conceder", "ceiling"): [770, 880, 925, 960, 990, 1015, 1039, 1061, 1081, 1100],
+    ("boulware", "floor"): [1330, 1326, 1312, 1288, 1255, 1213, 1162, 1101, 1030, 950],
+    ("linear", "floor"): [1330, 1288, 1246, 1204, 1162, 1119, 1077, 1035, 993, 950],
+    ("conceder", "floor"): [1330, 1204, 1151, 1111, 1077, 1047, 1020, 995, 972, 950],
+}
+
+
+@pytest.mark.parametrize(("strategy", "kind"), list(CURVES))
+def test_offer_curve(strategy: str, kind: str) -> None:
+    agent = buyer(strategy) if kind == "ceiling" else seller(strategy)
+    offers = [decide(agent, exchange([eur(0)] * t, [])).terms for t in range(10)]
+    assert offers == [eur(v) for v in CURVES[(strategy, kind)]]
+
+
+@pytest.mark.parametrize(
+    ("t", "beta", "expected"),
+    [
+        (0, 0.5, 770),
+        (3, 0.5, 770 + 330 / 9),
+        (3, 1.0, 880),
+        (4, 2.0, 990),
+        (9, 0.5, 1100),
+        (12, 2.0, 1100),  # past the deadline it stays at the reservation
+    ],
+)
+def test_the_classic_formula(t: int, beta: float, expected: float) -> None:
+    assert offline.time_dependent_offer(770, 1100, t, 9, beta) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("agent", "t", "their_offer", "action"),
+    [
+        # Accept once their offer is at least as good as our own next one.
+        (buyer("boulware"), 1, 774, "accept"),
+        (buyer("boulware"), 1, 775, "counter"),
+        (buyer("conceder"), 1, 880, "accept"),
+        (buyer("conceder"), 1, 881, "counter"),
+        (seller("linear"), 3, 1204, "accept"),
+        (seller("linear"), 3, 1203, "counter"),
+        # Our last move: take it if it is within the limit, else end it.
+        (buyer("boulware"), 9, 1100, "accept"),
+        (buyer("boulware"), 9, 1101, "reject"),
+        (seller("conceder"), 9, 949, "reject"),
+    ],
+)
+def test_acceptance_rule(agent: Agent, t: int, their_offer: float, action: str) -> None:
+    record = exchange([eur(0)] * t, [eur(their_offer)] * t)
+    assert decide(agent, record).action == action
+
+
+def test_accepting_names_their_offer_and_restates_its_terms() -> None:
+    move = decide(buyer(), exchange([eur(770)], [eur(760)]))
+    assert move == Move("accept", "Agreed: €760.", eur(760), accepts_offer_id="t0")
+
+
+def test_their_acceptance_of_our_offer_is_confirmed() -> None:
+    record = exchange([eur(770)], [])
+    record = TaskRecord(
+        "input-required",
+        (*record.history, Entry("agent", Move("accept", "Deal.", eur(770), accepts_offer_id="o0"))),
+    )
+    assert decide(buyer(), record) == Move("accept", "Confirmed.", eur(770), accepts_offer_id="o0")
+
+
+def test_the_aspiration_can_be_set_on_the_guard() -> None:
+    agent = Agent(terms=TERMS, term_guards=[{**FLOOR, "value": 1000, "aspiration": 1200}])
+    move = decide(agent, exchange([], [eur(770)], our_role="agent"), our_role="agent")
+    assert move.terms == eur(1200)
+
+
+def test_without_a_limit_it_asks_and_reads_the_answer() -> None:
+    agent = Agent(terms=TERMS)
+    record = exchange([], [eur(1330)], our_role="agent")
+
+    asked = decide(agent, record, our_role="agent")
+    answered = decide(agent, record, our_role="agent", guidance=["At least €1,000 a day."])
+
+    assert asked == Move(
+        "ask",
+        "What is your limit on amount (EUR per day): the most you will pay, or the least you will take?",
+    )
+    assert answered.terms == eur(1400)
+
+
+# --- Tit-for-tat --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("our_last", "their_previous", "their_last", "limit", "expected"),
+    [
+        # They came down by 1/13, so do we, the other way.
+        (800, 1300, 1200, offline.Limit("amount", 1100, "ceiling"), 800 * 1300 / 1200),
+        # Never past the reservation …
+        (1050, 1300, 1000, offline.Limit("amount", 1100, "ceiling"), 1100),
+        # … and a retreat is mirrored, but never below our aspiration.
+        (800, 1200, 1300, offline.Limit("amount", 1100, "ceiling"), 770),
+        (1330, 800, 880, offline.Limit("amount", 950, "floor"), 1330 * 800 / 880),
+        (1000, 800, 0, offline.Limit("amount", 950, "floor"), 1000),
+    ],
+)
+def test_tit_for_tat_formula(
+    our_last: float, their_previous: float, their_last: float, limit: offline.Limit, expected: float
+) -> None:
+    assert offline.tit_for_tat_offer(our_last, their_previous, their_last, limit) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("agent", "ours", "theirs", "expected"),
+    [
+        (buyer("tit_for_tat"), [], [], 770),
+        # One offer of theirs shows no concession yet: hold.
+        (buyer("tit_for_tat"), [770], [1300], 770),
+        (buyer("tit_for_tat"), [770, 800], [1300, 1200], 866),
+        (buyer("tit_for_tat"), [770, 800], [1300, 1300], 800),
+        (seller("tit_for_tat"), [1330, 1330], [800, 880], 1210),
+    ],
+)
+def test_tit_for_tat_mirrors_their_last_concession(
+    agent: Agent, ours: list[float], theirs: list[float], expected: float
+) -> None:
+    move = decide(agent, exchange([eur(v) for v in ours], [eur(v) for v in theirs]))
+    assert move.terms == eur(expected)
+
+
+# --- Guards: feedback, then parking -------------------------------------------------------
+
+
+def test_a_move_breaking_a_guard_is_decided_again_with_the_violation(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, ...]] = []
+    real = offline.decide
+
+    def spy(s: offline.Situation) -> Move:
+        seen.append(tuple(str(v) for v in s.feedback))
+        return real(s)
+
+    monkeypatch.setattr(offline, "decide", spy)
+    # Tomas never offers less than €900, lest he insult them.
+    agent = buyer("boulware", {"term": "amount", "op": ">=", "value": 900, "currency": "EUR"})
+
+    move = decide(agent, exchange([], []))
+
+    assert move == Move("propose", "I can offer €900.", eur(900))
+    assert seen == [(), ("propose with amount=770 breaks the guard amount >= 900",)]
+
+
+def test_the_intents_guards_count_too() -> None:
+    intent = Intent(term_guards=[{"term": "amount", "op": ">=", "value": 900, "currency": "EUR"}])
+    assert decide(buyer(), exchange([], []), intent=intent).terms == eur(900)
+
+
+def test_after_two_failures_it_asks_the_party_naming_the_limits() -> None:
+    agent = buyer("boulware", {"term": "amount", "op": ">=", "value": 1200, "currency": "EUR"})
+
+    move = decide(agent, exchange([], []))
+
+    assert move == Move(
+        "ask",
+        "Every move I could make breaks one of your limits "
+        "(amount: at least €1,200; amount: at most €1,100). How should I go on?",
+    )
+
+
+def test_inbound_the_question_goes_over_the_wire_so_it_names_no_limit() -> None:
+    agent = seller("boulware", {"term": "amount", "op": "<=", "value": 900, "currency": "EUR"})
+
+    move = decide(agent, exchange([], [eur(800)], our_role="agent"), our_role="agent")
+
+    assert move == Move("ask", "I need to check amount with the party I act for before I can answer.")
+
+
+def test_after_two_failures_without_a_party_to_ask_it_rejects() -> None:
+    agent = buyer("boulware", {"term": "amount", "op": ">=", "value": 1200, "currency": "EUR"})
+
+    move = decide(agent, exchange([], []), can_ask=False)
+
+    assert move == Move("reject", "I cannot agree to terms within my instructions, so I must decline.")
+
+
+def test_a_fixed_term_that_breaks_another_guard_is_corrected_to_an_allowed_value_then_parks() -> None:
+    agent = buyer(
+        "boulware",
+        {"term": "location", "op": "==", "value": "Berlin"},
+        {"term": "location", "op": "in", "value": ["Lisbon", "Porto"]},
+        terms=f"{TERMS}, location",
+    )
+
+    move = decide(agent, exchange([], []))
+
+    assert move.action == "ask"
+    assert "(location: Lisbon or Porto; location: Berlin)" in move.message
+
+
+def _feedback(guard: Guard) -> tuple[Violation, ...]:
+    return (Violation(guard, "test"),)
+
+
+def _situation(record: TaskRecord, *guards: Guard, feedback: tuple[Violation, ...] = ()) -> offline.Situation:
+    return offline.Situation(
+        record=record,
+        our_role="user",
+        vocabulary=offline.Vocabulary("propose", "counter", "accept", "reject"),
+        term="amount",
+        currency="EUR",
+        structured=True,
+        limit=offline.Limit("amount", 1100, "ceiling"),
+        max_moves=10,
+        can_ask=True,
+        guards=guards,
+        feedback=feedback,
+    )
+
+
+def test_feedback_clamps_to_the_limit_and_sets_the_currency() -> None:
+    guard = Guard("amount", ">=", 900, "USD")
+    move = offline.decide(_situation(exchange([], []), feedback=_feedback(guard)))
+    assert move == Move("propose", "I can offer $900.", {"amount": 900, "currency": "USD"})
+
+
+def test_feedback_picks_an_allowed_value_for_a_fixed_term() -> None:
+    day = Guard("day", "in", ("Saturday", "Sunday"))
+    move = offline.decide(_situation(exchange([], []), day, feedback=_feedback(Guard("day", "==", "Sunday"))))
+    assert move.terms == eur(770, day="Sunday")
+
+
+def test_a_confirmation_the_guards_no_longer_allow_becomes_our_offer() -> None:
+    record = exchange([eur(770)], [])
+    record = TaskRecord(
+        record.state,
+        (*record.history, Entry("agent", Move("accept", "Deal.", eur(770), accepts_offer_id="o0"))),
+    )
+    move = offline.decide(_situation(record, feedback=_feedback(Guard("amount", ">=", 800, "EUR"))))
+    assert move == Move("counter", "I can offer €800.", eur(800))
+
+
+# --- Fixed terms --------------------------------------------------------------------------
+
+WEEKDAY_BUYER = buyer(
+    "boulware",
+    {"term": "day", "op": "in", "value": WEEKDAYS},
+    terms=f"{TERMS}, day (weekday)",
+)
+
+
+@pytest.mark.parametrize(
+    ("t", "theirs", "expected"),
+    [
+        (0, None, ("propose", "I can offer €770 (day: Monday).", eur(770, day="Monday"))),
+        # Their weekend does not suit us: restate ours.
+        (1, eur(300, day="Saturday"), ("counter", "I can offer €774 (day: Monday).", eur(774, day="Monday"))),
+        # Silent on the day: it commits to nothing there.
+        (1, eur(300), ("counter", "I can offer €774 (day: Monday).", eur(774, day="Monday"))),
+        (1, eur(300, day="tuesday"), ("accept", "Agreed: €300 (day: tuesday).", eur(300, day="tuesday"))),
+        # An impossible schedule ends at our deadline, never in a deal.
+        (9, eur(300, day="Saturday"), ("reject", "We cannot agree on these terms, so I must decline.", None)),
+    ],
+)
+def test_fixed_terms(t: int, theirs: dict[str, Any] | None, expected: tuple[str, str, Any]) -> None:
+    record = exchange([eur(0, day="Monday")] * t, [theirs] * t if theirs else [])
+    move = decide(WEEKDAY_BUYER, record)
+    assert (move.action, move.message, move.terms) == expected
+
+
+def test_a_firm_price_needs_no_limit_and_moves_nowhere() -> None:
+    frank = Agent(
+        terms=f"{TERMS}, day (weekday)",
+        term_guards=[
+            {"term": "amount", "op": "==", "value": 300, "currency": "EUR"},
+            {"term": "day", "op": "in", "value": ["Saturday", "Sunday"]},
+        ],
+    )
+    opening = decide(frank, exchange([], [eur(200, day="Monday")], our_role="agent"), our_role="agent")
+    later = decide(frank, exchange([eur(300, day="Saturday")] * 5, [eur(290, day="Sunday")] * 5))
+    taken = decide(frank, exchange([eur(300, day="Saturday")], [eur(300, day="Sunday")]))
+
+    assert opening.terms == later.terms == eur(300, day="Saturday")
+    assert (taken.action, taken.terms) == ("accept", eur(300, day="Sunday"))
+
+
+@pytest.mark.parametrize(
+    ("t", "theirs", "action"),
+    [
+        (1, {"amount": 800, "currency": "EUR"}, "counter"),
+        (9, {"amount": 800, "currency": "EUR"}, "reject"),
+        (9, {"amount": 800}, "reject"),
+        (9, {"amount": 800, "currency": "USD"}, "accept"),
+    ],
+)
+def test_another_currency_is_never_taken_as_ours(t: int, theirs: dict[str, Any], action: str) -> None:
+    kim = Agent(
+        terms="amount (number, USD per day), currency",
+        term_guards=[{"term": "amount", "op": "<=", "value": 800, "currency": "USD"}],
+    )
+    move = decide(kim, exchange([{"amount": 560, "currency": "USD"}] * t, [theirs] * t))
+    assert move.action == action
+    if action == "counter":
+        assert move.terms == {"amount": 562, "currency": "USD"}
+
+
+# --- Relative dates -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("today", "2026-11-30"),
+        ("Tomorrow", "2026-12-01"),
+        ("next Tuesday", "2026-12-01"),
+        ("next  saturday", "2026-12-05"),
+        ("next Sat", "2026-12-05"),
+        # Today is a Monday: "next Monday" is a week away.
+        ("next Monday", "2026-12-07"),
+        ("Saturday", None),
+        ("2026-12-01", None),
+        ("next month", None),
+        ("next Tues", None),
+    ],
+)
+def test_relative_dates(text: str, expected: str | None) -> None:
+    assert negotiator.resolve_relative_date(text, NOW.date()) == expected
+
+
+@pytest.mark.parametrize(("timezone", "start"), [("UTC", "2026-12-01"), ("Pacific/Auckland", "2026-12-08")])
+def test_a_relative_date_is_offered_as_the_absolute_date_on_the_agents_clock(
+    timezone: str, start: str
+) -> None:
+    hal = Agent(
+        terms=f"{TERMS}, start (date)",
+        timezone=timezone,
+        term_guards=[{**FLOOR, "value": 600}, {"term": "start", "op": "==", "value": "next Tuesday"}],
+    )
+    move = decide(hal, exchange([], [eur(500)], our_role="agent"), our_role="agent")
+    assert move.terms == eur(840, start=start)
+
+
+@pytest.mark.parametrize(("start", "action"), [("2026-12-01", "accept"), ("2026-11-30", "counter")])
+def test_a_relative_date_bounds_what_we_accept(start: str, action: str) -> None:
+    ivy = buyer(
+        "boulware", {"term": "start", "op": ">=", "value": "tomorrow"}, terms=f"{TERMS}, start (date)"
+    )
+    move = decide(ivy, exchange([eur(770)], [eur(700, start=start)]))
+    # Taken as offered; otherwise our counter names no start: we never invent a date.
+    assert (move.action, move.terms) == (action, eur(700, start=start) if action == "accept" else eur(774))

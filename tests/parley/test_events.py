@@ -1,0 +1,87 @@
+"""Events: each is stored for the webhooks with the change it reports, and pushed live only after commit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import AbstractUser
+from django.db import transaction
+
+from agents import services
+from agents.models import Agent, Intent, Question
+from parley import live
+from parley.models import Event, Tenant
+
+Sent = list[tuple[list[str], dict[str, Any]]]
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> Sent:
+    """What reaches the channel layer: (groups, message) per push."""
+    pushes: Sent = []
+    monkeypatch.setattr(live, "_send", lambda groups, message: pushes.append((groups, message)))
+    return pushes
+
+
+@pytest.mark.django_db
+def test_an_event_is_stored_at_once_and_pushed_after_commit(
+    tenant: Tenant, sent: Sent, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    payload = {"negotiation": "n-1", "seq": 3, "terms": {"amount": 900, "currency": "EUR"}}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        live.publish_on_commit(event="negotiation.turn", tenant_id=tenant.pk, payload=payload)
+        stored = Event.objects.get()
+        assert (stored.tenant_id, stored.kind, stored.payload) == (tenant.pk, "negotiation.turn", payload)
+        assert sent == []
+
+    assert sent == [
+        (
+            [live.tenant_group(tenant.pk)],
+            {"type": "live.event", "event": "negotiation.turn", "payload": payload},
+        )
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_event_of_a_change_rolled_back_is_neither_stored_nor_pushed(tenant: Tenant, sent: Sent) -> None:
+    def change_that_fails() -> None:
+        with transaction.atomic():
+            live.publish_on_commit(event="run.updated", tenant_id=tenant.pk, payload={"run": "r-1"})
+            raise RuntimeError("the change failed")
+
+    with pytest.raises(RuntimeError):
+        change_that_fails()
+
+    assert not Event.objects.exists()
+    assert sent == []
+
+
+@pytest.mark.django_db
+def test_an_unknown_event_is_refused_before_anything_is_written(tenant: Tenant, sent: Sent) -> None:
+    with pytest.raises(ValueError, match=r"^unknown live event 'negotiation\.haggled'$"):
+        live.publish_on_commit(event="negotiation.haggled", tenant_id=tenant.pk, payload={})
+
+    assert not Event.objects.exists()
+
+
+@pytest.mark.django_db
+def test_run_and_question_events_are_stored_for_the_webhooks(
+    agent: Agent, intent: Intent, principal: AbstractUser, sent: Sent
+) -> None:
+    run = services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
+    services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+    question = Question.objects.get(run=run)
+    services.question_answer(question=question, answer="Nobody yet.", user=principal)
+
+    events = [(e.kind, e.payload) for e in Event.objects.filter(tenant=agent.tenant)]
+    ids = {"run": str(run.pk), "question": str(question.pk)}
+    assert events == [
+        ("run.updated", {"run": ids["run"], "status": "queued"}),
+        ("question.opened", ids),
+        ("run.updated", {"run": ids["run"], "status": "needs_input"}),
+        ("run.updated", {"run": ids["run"], "status": "running"}),
+        ("question.answered", ids),
+    ]
