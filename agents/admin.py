@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.db import models
 
 from agents.models import Agent, Intent, Run
 
@@ -15,6 +16,7 @@ class AgentAdmin(admin.ModelAdmin):
     list_filter = ("tenant",)
     search_fields = ("slug", "name", "party_id")
     inlines = [IntentInline]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def save_formset(self, request, form, formset, change):  # type: ignore[no-untyped-def]
         # Intents belong to the agent's tenant; the inline does not ask for it.

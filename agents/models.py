@@ -64,7 +64,6 @@ class Agent(TenantOwnedModel):
 
     model = models.CharField(max_length=200, default="offline")
     strategy = models.CharField(max_length=16, choices=Strategy.choices, default=Strategy.BOULWARE)
-    model_timeout = models.FloatField(default=120.0, help_text="seconds a model call may take per turn")
     turn_timeout = models.FloatField(
         default=180.0, help_text="seconds a counterparty may take to answer one move"
     )

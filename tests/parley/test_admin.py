@@ -28,7 +28,7 @@ def test_a_superuser_creates_an_agent_with_an_intent(client: Client) -> None:
             "term_guards": "[]",
             "model": "offline",
             "strategy": "boulware",
-            "model_timeout": 120,
+           
             "turn_timeout": 180,
             "max_steps": 10,
             "max_turns": 10,
