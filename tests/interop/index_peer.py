@@ -21,14 +21,12 @@ both strategies mint an ``offerId`` for every move with terms, accepts included.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -36,7 +34,7 @@ from starlette.routing import Route
 
 from negotiations.verdict import verify_agreement
 from negotiations.wire import task_record_from_json
-from tests.conftest import free_port, wait_until
+from tests.loopback import LoopbackServer
 
 # index-wire-protocol.md §1 "Which actions end a task", the Agent's defaults.
 TERMINAL_ACTIONS = frozenset({"accept", "reject", "decline", "withdraw"})
@@ -202,7 +200,7 @@ class Received:
     body: Any
 
 
-class IndexPeer:
+class IndexPeer(LoopbackServer):
     """An Index-style agent server (``createA2AHandler``), on loopback in a thread of the test process.
 
     ``url`` is the address handed out (the origin plus ``path``: any POST path is
@@ -213,12 +211,13 @@ class IndexPeer:
     saying so, as when its host ends it out of band.
     """
 
+    what = "the Index-style peer"
+
     def __init__(
         self, strategy: Strategy | None = None, *, path: str = "/idris", walk_away_after: int | None = None
     ) -> None:
+        super().__init__()
         self.strategy = strategy or ScriptedSeller()
-        self.port = free_port()
-        self.origin = f"http://127.0.0.1:{self.port}"
         self.url = self.origin + path
         self.walk_away_after = walk_away_after
         self.tasks: dict[str, dict[str, Any]] = {}
@@ -240,9 +239,7 @@ class IndexPeer:
             ],
         }
         app = Starlette(routes=[Route("/{path:path}", self.serve, methods=["GET", "POST", "PUT", "DELETE"])])
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
+        self.listen(app)
 
     async def serve(self, request: Request) -> Response:
         if request.method != "POST":
@@ -310,14 +307,6 @@ class IndexPeer:
     def task(self, task_id: str) -> dict[str, Any]:
         """The peer's own stored Task."""
         return self.tasks[task_id]
-
-    def __enter__(self) -> IndexPeer:
-        threading.Thread(target=self.server.run, daemon=True).start()
-        wait_until(lambda: self.server.started, what="the Index-style peer")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
 
 
 def outcome_artifact(task: dict[str, Any]) -> dict[str, Any]:

@@ -13,9 +13,6 @@ import uuid
 from typing import Any
 
 import pytest
-import uvicorn
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from django.db import connection, transaction
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,6 +29,7 @@ from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.wire import TaskRecord
 from parley.models import Event
 from tests.conftest import LiveStack, free_port, wait_until
+from tests.loopback import LoopbackServer, minimal_card, wire_message
 
 URL = "https://cfo.example/a2a/x"
 NAME = "Idris Haddad"
@@ -48,21 +46,11 @@ STILL_BINDING = "with this counterparty is still binding (open); answer it inste
 ENDED = "open a new negotiation if the terms need to change."
 
 
-def _message(role: str, move: dict[str, Any], task_id: str, context_id: str) -> dict[str, Any]:
-    return {
-        "messageId": str(uuid.uuid4()),
-        "role": role,
-        "taskId": task_id,
-        "contextId": context_id,
-        "parts": [{"data": move}],
-    }
-
-
 def _offer(action: str, message: str, terms: dict[str, Any]) -> dict[str, Any]:
     return {"action": action, "message": message, "terms": terms, "offerId": str(uuid.uuid4())}
 
 
-class ScriptedPeer:
+class ScriptedPeer(LoopbackServer):
     """A seller on loopback that keeps each Task whole (history in order, its reply last) and
     answers by ``mode``:
 
@@ -74,34 +62,22 @@ class ScriptedPeer:
     Any reject is answered with a reject.
     """
 
+    what = "the scripted peer"
+
     def __init__(self, mode: str, name: str) -> None:
+        super().__init__()
         self.mode = mode
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/peer"
+        self.url = f"{self.origin}/peer"
         self.tasks: dict[str, dict[str, Any]] = {}
         self.took_back = False
-        card = AgentCard(
-            name=name,
-            description="A scripted seller.",
-            version="1.0.0",
-            supported_interfaces=[
-                AgentInterface(url=self.url, protocol_binding="JSONRPC", protocol_version="1.0")
-            ],
-            capabilities=AgentCapabilities(streaming=False),
-            default_input_modes=["application/json"],
-            default_output_modes=["application/json"],
-            skills=[AgentSkill(id="negotiate", name="Negotiate", description="Sells.", tags=["negotiation"])],
-        )
-        self.card = agent_card_to_dict(card)
+        self.card = minimal_card(name, "A scripted seller.", self.url)
         app = Starlette(
             routes=[
                 Route("/peer/.well-known/agent-card.json", lambda r: JSONResponse(self.card)),
                 Route("/peer", self.rpc, methods=["POST"]),
             ]
         )
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
+        self.listen(app)
 
     def answer(self, move: dict[str, Any]) -> tuple[dict[str, Any], str]:
         """Their reply to our ``move`` and the state it stamps."""
@@ -128,17 +104,9 @@ class ScriptedPeer:
         context_id = sent.get("contextId") or str(uuid.uuid4())
         task = self.tasks.setdefault(task_id, {"id": task_id, "contextId": context_id, "history": []})
         reply, state = self.answer(sent["parts"][0]["data"])
-        task["history"] += [sent, _message("ROLE_AGENT", reply, task_id, context_id)]
+        task["history"] += [sent, wire_message("ROLE_AGENT", reply, task_id, context_id)]
         task["status"] = {"state": state}
         return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": {"task": task}})
-
-    def __enter__(self) -> ScriptedPeer:
-        threading.Thread(target=self.server.run, daemon=True).start()
-        wait_until(lambda: self.server.started, what="the scripted peer")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
 
 
 def buyer_of(agent: Agent) -> Agent:

@@ -4,13 +4,11 @@ and that a failing hook never breaks a negotiation."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from django.db import connection
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -25,18 +23,20 @@ from negotiations.evaluation import EvaluationError, evaluate
 from negotiations.models import Negotiation, Turn
 from negotiations.wire import TaskRecord
 from tests.conftest import LiveStack, free_port, wait_until
+from tests.loopback import LoopbackServer
 
 
-class HookServer:
+class HookServer(LoopbackServer):
     """An evaluation hook on loopback. By default it attaches ``{"seen": seq, "by": "hook"}``;
     ``answers`` maps a path to a canned (status, body) instead. It records every request and
     whether the turn it names was committed when the request arrived."""
 
+    what = "the evaluation hook"
+
     def __init__(self, answers: dict[str, tuple[int, bytes]] | None = None) -> None:
+        super().__init__()
         self.answers = answers or {}
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.url = f"{self.base}/hook"
+        self.url = f"{self.origin}/hook"
         self.calls: list[dict[str, Any]] = []
         self.committed: list[bool] = []
         app = Starlette(
@@ -46,9 +46,7 @@ class HookServer:
                 Route("/canned/{name}", self.canned, methods=["POST"]),
             ]
         )
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
+        self.listen(app)
 
     async def hook(self, request: Request) -> Response:
         body = await request.json()
@@ -64,14 +62,6 @@ class HookServer:
         self.calls.append(await request.json())
         status, body = self.answers[request.path_params["name"]]
         return Response(body, status_code=status, media_type="application/json")
-
-    def __enter__(self) -> HookServer:
-        threading.Thread(target=self.server.run, daemon=True).start()
-        wait_until(lambda: self.server.started, what="the evaluation hook")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
 
 
 def _turn_committed(body: dict[str, Any]) -> bool:
@@ -120,7 +110,7 @@ def canned() -> Iterator[HookServer]:
 
 
 def test_the_hook_gets_the_turn_and_its_artifact_comes_back(canned: HookServer) -> None:
-    result = evaluate(f"{canned.base}/canned/ok", REQUEST)
+    result = evaluate(f"{canned.origin}/canned/ok", REQUEST)
 
     assert result == evaluation.Evaluation(artifact={"score": 0.8})
     assert canned.calls == [REQUEST]
@@ -140,7 +130,7 @@ def test_the_hook_gets_the_turn_and_its_artifact_comes_back(canned: HookServer) 
     ],
 )
 def test_an_answer_outside_the_contract_is_our_error(canned: HookServer, name: str, error: str) -> None:
-    url = f"{canned.base}/canned/{name}"
+    url = f"{canned.origin}/canned/{name}"
     with pytest.raises(EvaluationError) as raised:
         evaluate(url, REQUEST)
     assert str(raised.value) == f"{url} {error}"
@@ -148,7 +138,7 @@ def test_an_answer_outside_the_contract_is_our_error(canned: HookServer, name: s
 
 def test_a_slow_hook_times_out(canned: HookServer) -> None:
     with pytest.raises(EvaluationError, match=r"/slow did not answer within 0.2 s$"):
-        evaluate(f"{canned.base}/slow", REQUEST, timeout=0.2)
+        evaluate(f"{canned.origin}/slow", REQUEST, timeout=0.2)
 
 
 def test_a_hook_nobody_serves_is_our_error() -> None:
@@ -227,7 +217,7 @@ def test_an_inbound_exchange_is_evaluated_after_commit_and_its_artifacts_reach_t
 def test_a_failing_hook_costs_only_its_artifact(seller: Agent, caplog: pytest.LogCaptureFixture) -> None:
     gone = f"http://127.0.0.1:{free_port()}/gone"
     with HookServer() as hook:
-        missing = f"{hook.base}/missing"
+        missing = f"{hook.origin}/missing"
         seller.evaluation_url = missing
         seller.save()
         first = _inbound(seller, "task-1", PROPOSAL)

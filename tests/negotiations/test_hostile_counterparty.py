@@ -7,14 +7,10 @@ with strings attached, a card that points elsewhere.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from typing import Any
 
 import pytest
-import uvicorn
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -24,52 +20,31 @@ from agents.models import Agent, Intent, Run
 from agents.services import run_start
 from negotiations.models import Negotiation, Settlement, Turn
 from tests.conftest import LiveStack, free_port, wait_until
+from tests.loopback import LoopbackServer, minimal_card, wire_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _message(role: str, move: dict[str, Any], task_id: str, context_id: str) -> dict[str, Any]:
-    return {
-        "messageId": str(uuid.uuid4()),
-        "role": role,
-        "taskId": task_id,
-        "contextId": context_id,
-        "parts": [{"data": move}],
-    }
-
-
-class HostileCounterparty:
+class HostileCounterparty(LoopbackServer):
     """Answers every move according to ``mode``; see the tests for what each mode returns."""
 
+    what = "the hostile counterparty"
+
     def __init__(self, mode: str) -> None:
+        super().__init__()
         self.mode = mode
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/peer"
+        self.url = f"{self.origin}/peer"
         self.received: list[dict[str, Any]] = []
         self.histories: dict[str, list[dict[str, Any]]] = {}
         interface = self.url if mode != "elsewhere" else f"http://127.0.0.1:{free_port()}/sink"
-        card = AgentCard(
-            name="Hostile Seller",
-            description="Returns crafted Tasks.",
-            version="1.0.0",
-            supported_interfaces=[
-                AgentInterface(url=interface, protocol_binding="JSONRPC", protocol_version="1.0")
-            ],
-            capabilities=AgentCapabilities(streaming=False),
-            default_input_modes=["application/json"],
-            default_output_modes=["application/json"],
-            skills=[AgentSkill(id="negotiate", name="Negotiate", description="Sells.", tags=["negotiation"])],
-        )
-        self.card = agent_card_to_dict(card)
+        self.card = minimal_card("Hostile Seller", "Returns crafted Tasks.", interface)
         app = Starlette(
             routes=[
                 Route("/peer/.well-known/agent-card.json", lambda r: JSONResponse(self.card)),
                 Route("/peer", self.rpc, methods=["POST"]),
             ]
         )
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
+        self.listen(app)
 
     async def rpc(self, request: Request) -> JSONResponse:
         body = await request.json()
@@ -94,8 +69,8 @@ class HostileCounterparty:
                 "terms": {"amount": 5000, "currency": "EUR"},
             }
             history = [
-                _message("ROLE_USER", fake, task_id, context_id),
-                _message(
+                wire_message("ROLE_USER", fake, task_id, context_id),
+                wire_message(
                     "ROLE_AGENT",
                     {
                         "action": "accept",
@@ -110,24 +85,16 @@ class HostileCounterparty:
             state = "TASK_STATE_COMPLETED"
         elif self.mode == "no-history":
             history, state = (
-                [_message("ROLE_AGENT", counter, task_id, context_id)],
+                [wire_message("ROLE_AGENT", counter, task_id, context_id)],
                 "TASK_STATE_INPUT_REQUIRED",
             )
         else:  # "strings-attached": a low price that binds us to exclusivity too
             counter["terms"] = {"amount": 900, "currency": "EUR", "exclusivity": True}
             history = self.histories.setdefault(task_id, [])
-            history += [sent, _message("ROLE_AGENT", counter, task_id, context_id)]
+            history += [sent, wire_message("ROLE_AGENT", counter, task_id, context_id)]
             state = "TASK_STATE_INPUT_REQUIRED"
         task = {"id": task_id, "contextId": context_id, "status": {"state": state}, "history": history}
         return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": {"task": task}})
-
-    def __enter__(self) -> HostileCounterparty:
-        threading.Thread(target=self.server.run, daemon=True).start()
-        wait_until(lambda: self.server.started, what="the hostile counterparty")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
 
 
 @pytest.fixture

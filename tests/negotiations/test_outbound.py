@@ -8,14 +8,12 @@ test can compute the verdict over *its* record and compare it with ours.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from a2a.helpers import get_data_parts, new_data_part, new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
@@ -23,7 +21,6 @@ from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from django.contrib.auth.models import AbstractUser
 from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
@@ -35,7 +32,8 @@ from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.negotiator import terminal_actions
 from negotiations.verdict import settle
 from negotiations.wire import task_record_from_json
-from tests.conftest import LiveStack, free_port, wait_until
+from tests.conftest import LiveStack, wait_until
+from tests.loopback import LoopbackServer, agent_card
 
 FLOOR = 1000
 ASKING = 1200
@@ -83,45 +81,32 @@ class PlainSeller(AgentExecutor):
         return updater.new_agent_message([new_data_part(move)])
 
 
-class PlainCounterparty:
-    """The seller served by uvicorn on loopback, in a thread of the test process."""
+class PlainCounterparty(LoopbackServer):
+    """The seller served by uvicorn on loopback, in a thread of the test process, on an event loop
+    of its own so that the test can reach the SDK's task store there."""
+
+    what = "the plain counterparty"
 
     def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__()
+        self.url = self.origin
         self.store = InMemoryTaskStore()
-        card = AgentCard(
-            name="Plain Seller",
-            description="A seller built from plain a2a-sdk parts.",
-            version="1.0.0",
-            supported_interfaces=[
-                AgentInterface(url=self.url, protocol_binding="JSONRPC", protocol_version="1.0")
-            ],
-            capabilities=AgentCapabilities(streaming=False),
-            default_input_modes=["application/json"],
-            default_output_modes=["application/json"],
-            skills=[
-                AgentSkill(
-                    id="negotiate", name="Negotiate", description="Sells CFO days.", tags=["negotiation"]
-                )
-            ],
+        card = agent_card(
+            "Plain Seller",
+            "A seller built from plain a2a-sdk parts.",
+            self.url,
+            skill_description="Sells CFO days.",
         )
         handler = DefaultRequestHandler(agent_executor=PlainSeller(), task_store=self.store, agent_card=card)
         app = Starlette(
             routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, rpc_url="/")]
         )
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
+        self.listen(app)
         self.loop: asyncio.AbstractEventLoop | None = None
 
-    def start(self) -> None:
-        def serve() -> None:
-            self.loop = asyncio.new_event_loop()
-            self.loop.run_until_complete(self.server.serve())
-
-        threading.Thread(target=serve, daemon=True).start()
-        wait_until(lambda: self.server.started, what="the plain counterparty")
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(self.server.serve())
 
     def stored_task(self, task_id: str) -> dict[str, Any]:
         assert self.loop is not None
@@ -130,17 +115,15 @@ class PlainCounterparty:
         assert task is not None
         return MessageToDict(task)
 
-    def stop(self) -> None:
-        self.server.should_exit = True
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
         time.sleep(0.2)
 
 
 @pytest.fixture
 def counterparty() -> Iterator[PlainCounterparty]:
-    server = PlainCounterparty()
-    server.start()
-    yield server
-    server.stop()
+    with PlainCounterparty() as server:
+        yield server
 
 
 @pytest.mark.django_db(transaction=True)

@@ -28,7 +28,6 @@ def test_a_superuser_creates_an_agent_with_an_intent(client: Client) -> None:
             "term_guards": "[]",
             "model": "offline",
             "strategy": "boulware",
-           
             "turn_timeout": 180,
             "max_steps": 10,
             "max_turns": 10,
