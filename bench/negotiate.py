@@ -8,8 +8,8 @@ buyer agent negotiates with all counterparties at once; the wall time is from
 
     .venv/bin/python bench/negotiate.py [--sizes 1 10 50] [--threads 8]
 
-Uses the database ``parley_bench`` (created and migrated if missing) and Redis
-DB 8, which it empties.
+Uses a fresh database ``parley_bench`` (dropped and created) and Redis DB 8,
+which it empties.
 """
 
 from __future__ import annotations
@@ -44,11 +44,8 @@ def main() -> None:
         "LOG_LEVEL": "ERROR",
     }
     os.environ.update(env)
-    subprocess.run(
-        ["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", "create database parley_bench"],
-        capture_output=True,
-        check=False,
-    )
+    for sql in ("drop database if exists parley_bench", "create database parley_bench"):
+        subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
 
     import django
