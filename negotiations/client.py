@@ -83,7 +83,12 @@ def send_move(
     cannot send our moves elsewhere. Raises :class:`CounterpartyError`, whose message names a
     refusal's HTTP status and JSON-RPC code (see :func:`_failure`).
     """
-    return asyncio.run(_send(url, move, task_id, context_id, timeout or settings.A2A_SEND_TIMEOUT))
+    seconds = timeout or settings.A2A_SEND_TIMEOUT
+    try:
+        # A total deadline: httpx's timeouts bound each read, and a peer can trickle forever.
+        return asyncio.run(asyncio.wait_for(_send(url, move, task_id, context_id, seconds), seconds))
+    except TimeoutError as exc:
+        raise CounterpartyError(f"{url}: no answer within {seconds:g} s") from exc
 
 
 async def _send(url: str, move: Move, task_id: str, context_id: str, seconds: float) -> Exchange:

@@ -385,11 +385,12 @@ def decide(
 
 
 def _admissible(agent: Agent, move: Move, *, can_ask: bool) -> Move:
-    """``move`` if its action is the agent's (or an allowed ask), without terms when the agent's are off."""
+    """``move`` if its action is the agent's (or an allowed ask); prose only when terms are off."""
     allowed = {a["name"] for a in agent.allowed_actions} | ({ASK} if can_ask else set())
     if move.action not in allowed:
         raise NegotiatorError(f"action {move.action!r} is not one of {sorted(allowed)}")
-    return replace(move, terms=None) if not agent.terms.strip() else move
+    # Terms off: the move carries prose only, so it cannot bind to an offer by id either.
+    return replace(move, terms=None, accepts_offer_id="") if not agent.terms.strip() else move
 
 
 def _park(

@@ -299,8 +299,14 @@ def _record_exchange(
         if [m.get("messageId") for m in history[: len(expected)]] != expected:
             raise client.CounterpartyError("its Task does not carry our record of this negotiation")
         replies = list(zip(history, returned.history, strict=True))[len(expected) :]
-        if not replies or any(entry.role != "agent" for _, entry in replies):
-            raise client.CounterpartyError("its Task carries no reply of its own to our move")
+        # Exactly one reply per move, as the seed's server appends: more would let it make an
+        # offer and accept it itself in one answer.
+        if len(replies) != 1 or replies[0][1].role != "agent":
+            raise client.CounterpartyError("its Task does not carry exactly one reply of its own to our move")
+        reply = replies[0][1].move
+        used = {t.offer_id for t in negotiation.turns.all() if t.offer_id} | {move.offer_id}
+        if reply is not None and reply.offer_id and reply.offer_id in used:
+            raise client.CounterpartyError(f"its reply reuses the offer id {reply.offer_id!r}")
         turns = [
             _add_turn(
                 negotiation,
@@ -345,7 +351,22 @@ def inbound_check(*, agent: Agent, task_id: str, incoming: dict[str, Any]) -> Mo
     )
     if task_id and negotiation is not None:
         _refuse_if_closed(negotiation)
+        _refuse_replays(negotiation, incoming.get("messageId", ""), move)
     return move
+
+
+def _refuse_replays(negotiation: Negotiation, message_id: str, move: Move) -> None:
+    """Raise :class:`MoveError` for a message id or an offer id already in the negotiation.
+
+    A replayed message id is dropped from the Task by the SDK while we would still answer it,
+    and an offer id named twice makes "the offer it accepts" ambiguous; both would let the two
+    sides' records, and so their verdicts, part.
+    """
+    turns = negotiation.turns.all()
+    if message_id and any(t.raw.get("messageId") == message_id for t in turns):
+        raise MoveError(f"message.messageId {message_id!r} was already used in this task")
+    if move.offer_id and any(t.offer_id == move.offer_id for t in turns):
+        raise MoveError(f"move.offerId {move.offer_id!r} was already used in this task")
 
 
 def inbound_turn(

@@ -91,23 +91,44 @@ def verify_agreement(task: TaskRecord) -> Verdict:
     if state != "completed":
         return Verdict("declined", "state", None, f"task ended as {state}")
 
-    moves = [entry.move for entry in task.history if entry.move is not None]
-    if not moves:
+    entries = [entry for entry in task.history if entry.move is not None]
+    if not entries:
         return Verdict("unconfirmed", "state", None, "task completed without a readable move")
+    moves = [entry.move for entry in entries if entry.move is not None]
     closing = moves[-1]
     previous = moves[-2] if len(moves) > 1 else None
 
     if closing.accepts_offer_id:
         offer_id = closing.accepts_offer_id
-        # The first match, closing move included, as the peer searches.
-        offer = next((move for move in moves if move.offer_id == offer_id), None)
-        if offer is None:
+        closer = entries[-1].role
+        made = [entry for entry in entries if entry.move is not None and entry.move.offer_id == offer_id]
+        if not made:
             return Verdict(
                 "conflict",
                 "reference",
                 None,
                 f'closing move accepts offer "{offer_id}", which appears nowhere in the task',
             )
+        # Beyond the seed: an offer id named twice binds nothing, and a side may name its own
+        # offer only to confirm the other side's acceptance of it (the seed's confirmation);
+        # otherwise a counterparty could make an offer and accept it itself, on our behalf.
+        prior = entries[-2] if len(entries) > 1 else None
+        confirms = (
+            prior is not None
+            and prior.role != closer
+            and prior.move is not None
+            and prior.move.accepts_offer_id == offer_id
+        )
+        if len(made) > 1 or (made[0].role == closer and not confirms):
+            return Verdict(
+                "conflict",
+                "reference",
+                None,
+                f'closing move accepts offer "{offer_id}", which the other side neither made once '
+                "nor accepted",
+            )
+        offer = made[0].move
+        assert offer is not None
         if closing.terms is not None and not terms_equal(closing.terms, offer.terms):
             return Verdict(
                 "conflict",

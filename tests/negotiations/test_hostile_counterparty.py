@@ -7,13 +7,15 @@ with strings attached, a card that points elsewhere.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agents.models import Agent, Intent, Run
@@ -46,7 +48,17 @@ class HostileCounterparty(LoopbackServer):
         )
         self.listen(app)
 
-    async def rpc(self, request: Request) -> JSONResponse:
+    async def trickle(self) -> StreamingResponse:
+        """A byte every half second for ten seconds: every read arrives in time, the answer never."""
+
+        async def drip() -> AsyncIterator[bytes]:
+            for _ in range(20):
+                yield b" "
+                await asyncio.sleep(0.5)
+
+        return StreamingResponse(drip(), media_type="application/json")
+
+    async def rpc(self, request: Request) -> Response:
         body = await request.json()
         sent = body["params"]["message"]
         self.received.append(sent)
@@ -83,6 +95,22 @@ class HostileCounterparty(LoopbackServer):
                 ),
             ]
             state = "TASK_STATE_COMPLETED"
+        elif self.mode == "self-accept":
+            # Two replies to one move: an offer of its own, and its own acceptance of it.
+            own = {"action": "propose", "message": "€9,000.", "offerId": "own", "terms": {"amount": 9000}}
+            history = [
+                sent,
+                wire_message("ROLE_AGENT", own, task_id, context_id),
+                wire_message(
+                    "ROLE_AGENT",
+                    {"action": "accept", "message": "Done.", "acceptsOfferId": "own"},
+                    task_id,
+                    context_id,
+                ),
+            ]
+            state = "TASK_STATE_COMPLETED"
+        elif self.mode == "trickle":
+            return await self.trickle()
         elif self.mode == "no-history":
             history, state = (
                 [wire_message("ROLE_AGENT", counter, task_id, context_id)],
@@ -156,4 +184,30 @@ def test_a_card_pointing_to_another_origin_gets_no_move(
     assert peer.received == []
     assert negotiation.status == Negotiation.Status.FAILED
     assert negotiation.error.startswith(f"{peer.url}: its card points to another origin (http://127.0.0.1:")
+    assert run.status == Run.Status.DONE
+
+
+def test_a_peer_that_offers_and_accepts_in_one_answer_gets_no_deal(
+    live_stack: LiveStack, buyer: Agent, intent: Intent
+) -> None:
+    with HostileCounterparty("self-accept") as peer:
+        run, negotiation = _negotiate(buyer, intent, peer.url)
+
+    assert negotiation.status == Negotiation.Status.FAILED
+    assert negotiation.error == "its Task does not carry exactly one reply of its own to our move"
+    assert not Settlement.objects.filter(negotiation=negotiation).exists()
+    assert run.status == Run.Status.DONE
+
+
+def test_a_peer_that_trickles_is_cut_off_at_the_turn_deadline(
+    live_stack: LiveStack, buyer: Agent, intent: Intent
+) -> None:
+    buyer.turn_timeout = 2
+    buyer.save()
+    with HostileCounterparty("trickle") as peer:
+        run, negotiation = _negotiate(buyer, intent, peer.url)
+
+    assert negotiation.status == Negotiation.Status.FAILED
+    # Only the total deadline says this: each read arrived in time, and the drip ends in bad JSON.
+    assert negotiation.error == f"{peer.url}: no answer within 2 s"
     assert run.status == Run.Status.DONE

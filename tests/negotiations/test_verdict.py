@@ -585,3 +585,49 @@ def test_settle_is_symmetric(record: TaskRecord) -> None:
         assert theirs.ended_by == ""
     if ours.disputed is not None:
         assert theirs.disputed == {"mine": ours.disputed["theirs"], "theirs": ours.disputed["mine"]}
+
+
+# --- beyond the seed: nobody agrees with itself on the other side's behalf --------------------
+
+NOT_BOUND = 'closing move accepts offer "x", which the other side neither made once nor accepted'
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        pytest.param(
+            task(
+                "completed",
+                user(move("propose", "700?", DEAL, "o1")),
+                agent(move("propose", "9000", {"amount": 9000}, "x")),
+                agent(move("accept", "done", None, "", "x")),
+            ),
+            Verdict("conflict", "reference", None, NOT_BOUND),
+            id="a-side-accepts-its-own-offer",
+        ),
+        pytest.param(
+            task(
+                "completed",
+                user(move("counter", "500", {"amount": 500}, "x")),
+                agent(move("propose", "5000", {"amount": 5000}, "x")),
+                user(move("accept", "ok", None, "", "x")),
+            ),
+            Verdict("conflict", "reference", None, NOT_BOUND),
+            id="an-offer-id-named-twice",
+        ),
+        pytest.param(
+            task(
+                "completed",
+                agent(move("counter", "900", {"amount": 900}, "x")),
+                user(move("accept", "ok", {"amount": 900}, "", "x")),
+                agent(move("accept", "confirmed", {"amount": 900}, "", "x")),
+            ),
+            Verdict("agreed", "reference", {"amount": 900}, 'closing move accepts offer "x"'),
+            id="confirming-their-acceptance-of-our-offer",
+        ),
+    ],
+)
+def test_an_offer_binds_only_when_the_other_side_made_or_accepted_it(
+    record: TaskRecord, expected: Verdict
+) -> None:
+    assert verify_agreement(record) == expected
