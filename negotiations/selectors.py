@@ -26,14 +26,15 @@ def binding(agent: Agent, intent_id: Any) -> QuerySet[Negotiation]:
     """Negotiations of ``agent`` under the intent that hold their counterparty (seed §4).
 
     Binding: going (open, out of turns, or settled as ``unanswered`` — its Task
-    is still open), waiting on the party, or closed as a deal (agreed or
-    unconfirmed). Not binding: declined and conflict, which free the
-    counterparty, and failed, which can never be continued.
+    is still open), waiting on the party, closed as a deal (agreed or
+    unconfirmed), or failed once a Task existed (a move may have reached them;
+    ``answer`` retries it). Not binding: declined and conflict, which free the
+    counterparty, and a failure before any Task, which reached nobody.
     """
     return (
         Negotiation.objects.for_tenant(agent.tenant_id)
         .filter(agent=agent, intent_id=intent_id)
-        .exclude(status=Negotiation.Status.FAILED)
+        .exclude(status=Negotiation.Status.FAILED, task_id="")
         .exclude(settlement__outcome__in=[Settlement.Outcome.DECLINED, Settlement.Outcome.CONFLICT])
     )
 

@@ -150,7 +150,8 @@ def _answer_one(run: Run, batch: Batch, raw_id: str, guidance: str) -> dict[str,
     if found is None:
         return {"kind": "skipped", "id": raw_id, "reason": "no such negotiation of this agent"}
     negotiation = Negotiation.objects.for_tenant(run.tenant_id).select_for_update().get(pk=found.pk)
-    if negotiation.status == Negotiation.Status.FAILED or _final_outcome(negotiation):
+    reached_nobody = negotiation.status == Negotiation.Status.FAILED and not negotiation.task_id
+    if reached_nobody or _final_outcome(negotiation):
         return {
             **_who(negotiation),
             "kind": "skipped",
@@ -172,8 +173,12 @@ def _answer_one(run: Run, batch: Batch, raw_id: str, guidance: str) -> dict[str,
             negotiation.status = Negotiation.Status.OPEN
         negotiation.save(update_fields=["guidance", "parked_question", "status", "updated_at"])
         return {**_who(negotiation), "kind": "recorded", "reason": "guidance kept for their next message"}
+    # Waiting, out of turns, unanswered, or failed after its Task existed: it goes on (a retry).
     negotiation.status, negotiation.batch, negotiation.event = Negotiation.Status.OPEN, batch, None
-    negotiation.save(update_fields=["guidance", "parked_question", "status", "batch", "event", "updated_at"])
+    negotiation.error = ""
+    negotiation.save(
+        update_fields=["guidance", "parked_question", "status", "batch", "event", "error", "updated_at"]
+    )
     _enqueue_pump(negotiation)
     return None
 
@@ -649,9 +654,11 @@ def _report(negotiation: Negotiation, event: dict[str, Any]) -> None:
 
 
 def _fail(negotiation: Negotiation, error: str) -> dict[str, Any]:
+    """Mark the negotiation failed; once its Task exists the event says how to retry (seed §4)."""
     negotiation.status, negotiation.error = Negotiation.Status.FAILED, error
     negotiation.save(update_fields=["status", "error", "updated_at"])
-    return {**_who(negotiation), "kind": "failed", "error": error}
+    retry = " — the exchange stays with them; answer this id to try again" if negotiation.task_id else ""
+    return {**_who(negotiation), "kind": "failed", "error": error + retry}
 
 
 def _by_public_id(agent: Agent, raw_id: str) -> Negotiation | None:

@@ -505,7 +505,7 @@ ONE_LIVE_TABLE = [
     ),
     pytest.param(OUT, S.SETTLED, "declined", True, True, None, id="outbound-declined-frees-it"),
     pytest.param(OUT, S.SETTLED, "conflict", True, True, None, id="outbound-conflict-frees-it"),
-    pytest.param(OUT, S.FAILED, None, True, True, None, id="outbound-failed-frees-it"),
+    pytest.param(OUT, S.FAILED, None, True, True, None, id="outbound-failed-before-any-task-frees-it"),
     pytest.param(OUT, S.OPEN, None, False, True, None, id="outbound-going-to-another-url"),
     pytest.param(OUT, S.SETTLED, "agreed", True, False, None, id="outbound-agreed-under-another-intent"),
     pytest.param(IN, S.OPEN, None, False, True, BINDING.format("open"), id="inbound-going"),
@@ -629,3 +629,34 @@ def test_two_batches_at_once_cannot_both_claim_a_counterparty(
     first = Negotiation.objects.get(agent=agent)
     assert results == [Result(f"Skipped (1):\n- {first.pk} ({URL}) — negotiation {first.pk} {STILL_BINDING}")]
     assert pumps.pumped == [str(first.pk)]
+
+
+@pytest.mark.django_db
+def test_a_negotiation_that_failed_after_its_task_existed_binds_and_answer_retries_it(
+    agent: Agent, intent: Intent
+) -> None:
+    failed = Negotiation.objects.create(
+        tenant=agent.tenant,
+        agent=agent,
+        intent=intent,
+        direction=OUT,
+        counterparty_url=URL,
+        counterparty_name=NAME,
+        status=S.FAILED,
+        task_id="their-task",
+        error="it hung up",
+    )
+    run = Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.RUNNING)
+
+    opened = services.batch_open(run=run, tool_call_id="call-1", targets=[{"url": URL}])
+    assert opened == Result(
+        f"Skipped (1):\n- {failed.pk} with {NAME} ({URL}) — negotiation {failed.pk} with this "
+        f"counterparty {BINDING.format('failed')}"
+    )
+
+    retried = services.batch_answer(
+        run=run, tool_call_id="call-2", ids=[str(failed.pk)], guidance="Try again."
+    )
+    assert retried == Defer()
+    failed.refresh_from_db()
+    assert (failed.status, failed.error, failed.guidance) == (S.OPEN, "", ["Try again."])
