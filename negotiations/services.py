@@ -299,9 +299,12 @@ def _record_exchange(
         negotiation = (
             Negotiation.objects.for_tenant(negotiation.tenant_id).select_for_update().get(pk=negotiation.pk)
         )
-        known = [t.raw.get("messageId") for t in negotiation.turns.order_by("seq")]
-        expected = [*known, exchange.sent["messageId"]]
-        if [m.get("messageId") for m in history[: len(expected)]] != expected:
+        recorded = list(negotiation.turns.order_by("seq"))
+        expected = [*(t.raw.get("messageId") for t in recorded), exchange.sent["messageId"]]
+        ours = [*(_move_of(t) for t in recorded), move]
+        carried = [e.move for e in returned.history[: len(expected)]]
+        # Same messages by id, and the same moves in them: a peer may not rewrite either side's words.
+        if [m.get("messageId") for m in history[: len(expected)]] != expected or carried != ours:
             raise client.CounterpartyError("its Task does not carry our record of this negotiation")
         replies = list(zip(history, returned.history, strict=True))[len(expected) :]
         # Exactly one reply per move, as the seed's server appends: more would let it make an

@@ -109,6 +109,14 @@ class HostileCounterparty(LoopbackServer):
                 ),
             ]
             state = "TASK_STATE_COMPLETED"
+        elif self.mode == "rewrite":
+            # Keeps every message id, but on the second turn rewrites our first offer to €5,000.
+            history = self.histories.setdefault(task_id, [])
+            if history:
+                first = history[0]["parts"][0]["data"]
+                history[0]["parts"][0]["data"] = {**first, "terms": {"amount": 5000, "currency": "EUR"}}
+            history += [sent, wire_message("ROLE_AGENT", counter, task_id, context_id)]
+            state = "TASK_STATE_INPUT_REQUIRED"
         elif self.mode == "trickle":
             return await self.trickle()
         elif self.mode == "no-history":
@@ -210,4 +218,18 @@ def test_a_peer_that_trickles_is_cut_off_at_the_turn_deadline(
     assert negotiation.status == Negotiation.Status.FAILED
     # Only the total deadline says this: each read arrived in time, and the drip ends in bad JSON.
     assert negotiation.error == f"{peer.url}: no answer within 2 s"
+    assert run.status == Run.Status.DONE
+
+
+def test_a_peer_that_rewrites_our_words_fails_the_negotiation(
+    live_stack: LiveStack, buyer: Agent, intent: Intent
+) -> None:
+    with HostileCounterparty("rewrite") as peer:
+        run, negotiation = _negotiate(buyer, intent, peer.url)
+
+    assert len(peer.received) == 2
+    assert negotiation.status == Negotiation.Status.FAILED
+    assert negotiation.error == "its Task does not carry our record of this negotiation"
+    assert negotiation.turns.count() == 2  # the first exchange stands as it was
+    assert negotiation.turns.get(seq=1).terms == {"amount": 770, "currency": "EUR"}
     assert run.status == Run.Status.DONE
