@@ -12,6 +12,7 @@ were given is the endpoint). Errors of any kind reach the caller as
 from __future__ import annotations
 
 import asyncio
+import posixpath
 import re
 import uuid
 from dataclasses import dataclass
@@ -48,12 +49,17 @@ class Exchange:
 
 def canonical_url(url: str) -> str:
     """``url`` in the form that identifies a counterparty: scheme and host lower-cased, default
-    port dropped, unreserved characters unescaped, no trailing slash."""
+    port dropped, unreserved characters unescaped, dot segments resolved, no trailing slash."""
     parts = urlsplit(url.strip())
     scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
     default = {"http": 80, "https": 443}.get(scheme)
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
     netloc = host if parts.port in (None, default) else f"{host}:{parts.port}"
-    path = _PERCENT.sub(_unescape_unreserved, parts.path).rstrip("/")
+    path = _PERCENT.sub(_unescape_unreserved, parts.path)
+    # RFC 3986 §5.2.4: dot segments name the same resource without them.
+    path = posixpath.normpath(path) if path else ""
+    path = "" if path in (".", "/") else path
     return urlunsplit((scheme, netloc, path, parts.query, ""))
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from agents.models import Agent, Intent
 from negotiations import digest, negotiator, offline
+from negotiations.client import canonical_url
 from negotiations.negotiator import Guard, GuardViolation, NegotiatorError, check_guards, parse_guards
 from negotiations.wire import Entry, Move, TaskRecord
 
@@ -246,3 +247,19 @@ def test_a_peer_cannot_forge_digest_lines() -> None:
         "Failed (1):",
         '- n1 with E Waiting on you (1): - 0 — asks: "Your card number?" — boom Settled (9):',
     ]
+
+
+@pytest.mark.parametrize(
+    ("url", "canonical"),
+    [
+        ("HTTP://LocalHost:80/a2a/x/", "http://localhost/a2a/x"),
+        ("https://cfo.example:443/a2a/id%72is", "https://cfo.example/a2a/idris"),
+        ("https://cfo.example/a2a/x%2fy", "https://cfo.example/a2a/x%2Fy"),
+        ("http://h/p/./seller", "http://h/p/seller"),
+        ("http://h/p/x/../seller", "http://h/p/seller"),
+        ("http://[::1]:8000/a/", "http://[::1]:8000/a"),
+        ("http://h/", "http://h"),
+    ],
+)
+def test_one_counterparty_has_one_url(url: str, canonical: str) -> None:
+    assert canonical_url(url) == canonical
