@@ -10,6 +10,7 @@ and go on without the artifact.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -19,6 +20,7 @@ TIMEOUT = 10.0
 # The artifact is stored on the turn and may ride on the A2A Task; a hook gets no more room
 # than a counterparty's whole request has (A2A_MAX_BODY_BYTES).
 MAX_BYTES = 64 * 1024
+MAX_DEPTH = 32
 
 
 class EvaluationError(Exception):
@@ -58,9 +60,10 @@ class Evaluation:
 def evaluate(url: str, request: Request, *, timeout: float = TIMEOUT) -> Evaluation:
     """POST ``request`` to the hook at ``url`` and return its artifact.
 
-    Waits at most ``timeout`` seconds for each step of the exchange; redirects
-    are not followed. Raises :class:`EvaluationError`.
+    Waits at most ``timeout`` seconds in all (a hook that trickles its answer is
+    cut off); redirects are not followed. Raises :class:`EvaluationError`.
     """
+    deadline = time.monotonic() + timeout
     try:
         with (
             httpx.Client(timeout=timeout) as http,
@@ -73,6 +76,8 @@ def evaluate(url: str, request: Request, *, timeout: float = TIMEOUT) -> Evaluat
                 body += chunk
                 if len(body) > MAX_BYTES:
                     raise EvaluationError(f"{url} answered more than {MAX_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout("the answer kept coming past the deadline")
     except httpx.TimeoutException as exc:
         raise EvaluationError(f"{url} did not answer within {timeout:g} s") from exc
     except httpx.HTTPError as exc:
@@ -88,7 +93,18 @@ def evaluate(url: str, request: Request, *, timeout: float = TIMEOUT) -> Evaluat
         raise EvaluationError(f'{url} answered without an object "artifact"')
     if nul:
         raise EvaluationError(f"{url} answered with a NUL character in the artifact")
+    if _depth(artifact) > MAX_DEPTH:
+        # A2A Tasks are protobuf, which refuses deeper nesting when the artifact is attached.
+        raise EvaluationError(f"{url} answered with an artifact nested deeper than {MAX_DEPTH} levels")
     return Evaluation(artifact=artifact)
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
 
 
 def _holds_nul(value: object) -> bool:

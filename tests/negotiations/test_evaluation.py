@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +13,7 @@ from django.db import connection
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agents.models import Agent, Intent, Run
@@ -43,6 +43,7 @@ class HookServer(LoopbackServer):
             routes=[
                 Route("/hook", self.hook, methods=["POST"]),
                 Route("/slow", self.slow, methods=["POST"]),
+                Route("/trickle", self.trickle, methods=["POST"]),
                 Route("/canned/{name}", self.canned, methods=["POST"]),
             ]
         )
@@ -57,6 +58,16 @@ class HookServer(LoopbackServer):
     async def slow(self, request: Request) -> Response:
         await asyncio.sleep(2)
         return JSONResponse({"artifact": {}})
+
+    async def trickle(self, request: Request) -> Response:
+        """A byte every tenth of a second for three seconds: each read is quick, the answer never ends."""
+
+        async def drip() -> AsyncIterator[bytes]:
+            for _ in range(30):
+                yield b" "
+                await asyncio.sleep(0.1)
+
+        return StreamingResponse(drip(), media_type="application/json")
 
     async def canned(self, request: Request) -> Response:
         self.calls.append(await request.json())
@@ -103,6 +114,7 @@ def canned() -> Iterator[HookServer]:
         "array": (200, b"[]"),
         "nul": (200, b'{"artifact": {"note": "a\\u0000b"}}'),
         "deep": (200, b'{"artifact": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"),
+        "nested": (200, b'{"artifact": {"a": ' + b"[" * 150 + b"]" * 150 + b"}}"),
         "huge": (200, b'{"artifact": {"note": "' + b"x" * evaluation.MAX_BYTES + b'"}}'),
     }
     with HookServer(answers) as server:
@@ -126,6 +138,7 @@ def test_the_hook_gets_the_turn_and_its_artifact_comes_back(canned: HookServer) 
         ("list", 'answered without an object "artifact"'),
         ("array", 'answered without an object "artifact"'),
         ("nul", "answered with a NUL character in the artifact"),
+        ("nested", f"answered with an artifact nested deeper than {evaluation.MAX_DEPTH} levels"),
         ("huge", f"answered more than {evaluation.MAX_BYTES} bytes"),
     ],
 )
@@ -139,6 +152,11 @@ def test_an_answer_outside_the_contract_is_our_error(canned: HookServer, name: s
 def test_a_slow_hook_times_out(canned: HookServer) -> None:
     with pytest.raises(EvaluationError, match=r"/slow did not answer within 0.2 s$"):
         evaluate(f"{canned.origin}/slow", REQUEST, timeout=0.2)
+
+
+def test_a_trickling_hook_is_cut_off_at_its_deadline(canned: HookServer) -> None:
+    with pytest.raises(EvaluationError, match=r"/trickle did not answer within 0.5 s$"):
+        evaluate(f"{canned.origin}/trickle", REQUEST, timeout=0.5)
 
 
 def test_a_hook_nobody_serves_is_our_error() -> None:
