@@ -180,6 +180,8 @@ async def _refusals(agent: Agent, task_id: str | None, *, wire_0_3: bool = False
         yield
     except MoveError as exc:
         raise InvalidParamsError(message=f"Invalid negotiation move: {exc}") from exc
+    except services.NegotiationBusy as exc:
+        raise Refused(BUSY, code=BUSY_CODE) from exc
     except services.NegotiationClosed as exc:
         if wire_0_3:
             raise Refused(str(exc), code=FINISHED_CODE) from exc

@@ -42,6 +42,10 @@ NAME_LIMIT: int = Negotiation._meta.get_field("counterparty_name").max_length or
 EVALUATION_ARTIFACT = "turn-evaluation"
 
 
+class NegotiationBusy(Exception):
+    """A counterparty opened a negotiation while the agent holds one of its own under the intent."""
+
+
 class NegotiationClosed(Exception):
     """A move arrived for a negotiation that is settled for good; a new one must be opened."""
 
@@ -383,8 +387,10 @@ def inbound_turn(
     """Answer one inbound move ``incoming`` (an A2A 1.0 JSON Message) on the Task ``prior``.
 
     Raises :class:`negotiations.wire.MoveError` for a message without a valid
-    move, :class:`NegotiationClosed` for a negotiation settled for good, and
-    :class:`negotiations.negotiator.NegotiatorError` when no move can be made.
+    move, :class:`NegotiationClosed` for a negotiation settled for good,
+    :class:`NegotiationBusy` for a first message while the agent holds a binding
+    outbound negotiation under the intent (the -32010 rule, checked under lock),
+    and :class:`negotiations.negotiator.NegotiatorError` when no move can be made.
     Nothing is written unless the reply is decided. The evaluation hook is asked
     about both moves after they are committed; a failing hook only costs their artifacts.
     """
@@ -416,6 +422,12 @@ def inbound_turn(
     }
     final = TaskRecord(state=state, history=(*record.history, Entry(role="agent", move=move)))
     with transaction.atomic():
+        if negotiation is None and intent is not None:
+            # The gateway refused this at admission; check again under the intent's lock, which
+            # batch_open holds while it claims, so an outbound open at the same instant loses.
+            Intent.objects.for_tenant(agent.tenant_id).select_for_update().get(pk=intent.pk)
+            if selectors.binding_outbound(agent, intent) is not None:
+                raise NegotiationBusy(f"agent {agent.slug} already negotiates on its own under this intent")
         negotiation, _ = (
             Negotiation.objects.for_tenant(agent.tenant_id)
             .select_for_update()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agents.models import Agent
+from agents.models import Agent, Intent
 from negotiations import services
 from negotiations.models import Negotiation, Turn
 from negotiations.wire import MoveError, TaskRecord
@@ -64,3 +64,26 @@ def test_a_prose_only_agent_accepts_without_naming_an_offer(seller: Agent) -> No
     assert data["action"] == "accept"
     assert "acceptsOfferId" not in data
     assert "terms" not in data
+
+
+def test_a_first_message_racing_our_own_outbound_is_refused_under_lock(seller: Agent) -> None:
+    """Admission let it through a moment before the agent opened its own negotiation."""
+    intent = Intent.objects.create(tenant=seller.tenant, agent=seller, statement="Sell CFO days.")
+    Negotiation.objects.create(
+        tenant=seller.tenant,
+        agent=seller,
+        intent=intent,
+        direction=Negotiation.Direction.OUTBOUND,
+        counterparty_url="https://buyer.example/a2a/b",
+        status=Negotiation.Status.OPEN,
+    )
+    with pytest.raises(services.NegotiationBusy):
+        services.inbound_turn(
+            agent=seller,
+            task_id="task-1",
+            context_id="ctx-1",
+            prior=TaskRecord(state="submitted", history=()),
+            incoming={"messageId": "m1", "role": "ROLE_USER", "parts": [{"data": _offer(800, "o1")}]},
+        )
+    assert not Negotiation.objects.filter(direction=Negotiation.Direction.INBOUND).exists()
+    assert not Turn.objects.exists()
