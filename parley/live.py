@@ -56,9 +56,9 @@ def publish_on_commit(*, event: str, tenant_id: int, payload: dict[str, Any]) ->
     if event not in EVENTS:
         raise ValueError(f"unknown live event {event!r}")
     Event.objects.create(tenant_id=tenant_id, kind=event, payload=payload)
-    groups = [tenant_group(tenant_id)]
+    group = tenant_group(tenant_id)
     message = {"type": "live.event", "event": event, "payload": payload}
-    transaction.on_commit(lambda: _send(groups, message))
+    transaction.on_commit(lambda: _send(group, message))
 
 
 _server_loop: asyncio.AbstractEventLoop | None = None
@@ -75,15 +75,14 @@ def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
     _server_loop = loop
 
 
-def _send(groups: list[str], message: dict[str, Any]) -> None:
+def _send(group: str, message: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    for group in groups:
-        try:
-            if _server_loop is not None and _server_loop.is_running():
-                asyncio.run_coroutine_threadsafe(layer.group_send(group, message), _server_loop)
-                continue
+    try:
+        if _server_loop is not None and _server_loop.is_running():
+            asyncio.run_coroutine_threadsafe(layer.group_send(group, message), _server_loop)
+        else:
             async_to_sync(layer.group_send)(group, message)
-        except Exception:  # a lost push never loses state; the page re-syncs from the database
-            logger.warning("live event %s to %s was not delivered", message["event"], group, exc_info=True)
+    except Exception:  # a lost push never loses state; the page re-syncs from the database
+        logger.warning("live event %s to %s was not delivered", message["event"], group, exc_info=True)
