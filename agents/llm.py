@@ -37,7 +37,6 @@ class ModelReply:
     tool_calls: tuple[ToolCall, ...] = ()
     input_tokens: int = 0
     output_tokens: int = 0
-    model: str = ""
 
 
 @dataclass(frozen=True)

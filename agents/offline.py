@@ -31,8 +31,6 @@ _WAITING_LINE = re.compile(r'^- (?P<id>\S+).*? — asks: "(?P<question>.*?)"')
 class OfflineModel:
     """The deterministic loop policy described in the module docstring."""
 
-    name = "offline"
-
     def complete(self, *, messages: list[ChatMessage], tools: list[ToolSpec]) -> ModelReply:
         available = {t.name for t in tools}
         last = messages[-1]
@@ -67,10 +65,10 @@ class OfflineModel:
 
     def _call(self, messages: list[ChatMessage], name: str, arguments: dict[str, object]) -> ModelReply:
         call = ToolCall(id=f"offline-{len(messages)}", name=name, arguments=json.dumps(arguments))
-        return ModelReply(content="", tool_calls=(call,), model=self.name)
+        return ModelReply(content="", tool_calls=(call,))
 
     def _say(self, text: str) -> ModelReply:
-        return ModelReply(content=text, model=self.name)
+        return ModelReply(content=text)
 
 
 def _tool_name(messages: list[ChatMessage], tool_call_id: str) -> str:

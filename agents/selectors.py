@@ -54,12 +54,21 @@ def run_questions(*, run: Run) -> QuerySet[Question]:
 
 
 def can_answer_for(*, membership: Membership, agent: Agent) -> bool:
-    """Whether the member may answer ``agent``'s questions.
+    """Whether the member may answer ``agent``'s questions (see :func:`can_answer_as`).
 
-    The agent's party may, and so may the tenant's owners and operators (on the
-    party's behalf); viewers never may, and neither may another party of the
-    same tenant. ``membership`` must be of the agent's tenant.
+    ``membership`` must be of the agent's tenant.
     """
-    if membership.tenant_id != agent.tenant_id or membership.role == Membership.Role.VIEWER:
+    return membership.tenant_id == agent.tenant_id and can_answer_as(
+        membership=membership, principal_id=agent.principal_id
+    )
+
+
+def can_answer_as(*, membership: Membership, principal_id: int | None) -> bool:
+    """Whether the member may answer for the party ``principal_id``.
+
+    The party may, and so may the tenant's owners and operators (on the party's
+    behalf); viewers never may, and neither may another party of the tenant.
+    """
+    if membership.role == Membership.Role.VIEWER:
         return False
-    return membership.role in ANSWER_FOR_ANYONE or agent.principal_id == membership.user_id
+    return membership.role in ANSWER_FOR_ANYONE or principal_id == membership.user_id

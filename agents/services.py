@@ -70,7 +70,9 @@ def run_step(*, run_id: Any, tenant_id: int) -> None:
     on a tool call. The model is called outside any transaction.
     """
     run = Run.objects.for_tenant(tenant_id).select_related("agent", "intent").filter(pk=run_id).first()
-    if run is None or run.status not in (Run.Status.QUEUED, Run.Status.RUNNING) or _pending_calls(run):
+    # A run is queued or running only once no tool call waits; a duplicate delivery of a step
+    # is caught under the run's lock in _apply_step.
+    if run is None or run.status not in (Run.Status.QUEUED, Run.Status.RUNNING):
         return
     agent = run.agent
     if run.step_count >= agent.max_steps:
@@ -222,18 +224,20 @@ def tool_call_complete(*, run: Run, tool_call_id: str, result: str) -> None:
             step=run.step_count,
         )
         del pending[tool_call_id]
-        if not pending:
-            run.status = Run.Status.RUNNING
-            run.save(update_fields=["status", "updated_at"])
-            _enqueue_step(run)
-        elif (
-            not Question.objects.for_tenant(run.tenant_id)
+        asking = (
+            Question.objects.for_tenant(run.tenant_id)
             .filter(run=run, tool_call_id__in=pending, answered_at=None)
             .exists()
-        ):
-            run.status = Run.Status.WAITING
+        )
+        status = (
+            Run.Status.RUNNING if not pending else Run.Status.NEEDS_INPUT if asking else Run.Status.WAITING
+        )
+        if status == Run.Status.RUNNING:
+            _enqueue_step(run)
+        if status != run.status:
+            run.status = status
             run.save(update_fields=["status", "updated_at"])
-        _publish_run(run)
+            _publish_run(run)
 
 
 def question_answer(*, question: Question, answer: str, user: User) -> Question:

@@ -10,8 +10,6 @@ from parley.celery import TaskQueue
 
 @shared_task(
     queue=TaskQueue.AGENT.value,
-    acks_late=True,
-    reject_on_worker_lost=True,
     soft_time_limit=300,
     time_limit=330,
 )

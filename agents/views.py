@@ -15,7 +15,6 @@ from django.views.generic import DetailView, TemplateView
 
 from agents import selectors, services
 from agents.models import Agent, Run
-from parley.models import Membership
 from parley.views import TenantMixin
 
 
@@ -37,8 +36,10 @@ class InboxView(TenantMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         context["questions"] = selectors.open_questions_for(tenant=self.tenant, user=self.request.user)
         context["runs"] = selectors.runs_for(tenant=self.tenant, user=self.request.user)
-        # Every question listed is of one of the user's own agents, so only the role decides.
-        context["can_answer"] = self.membership.role != Membership.Role.VIEWER
+        # Every question listed is of one of the user's own agents: they ask for this user.
+        context["can_answer"] = selectors.can_answer_as(
+            membership=self.membership, principal_id=self.request.user.pk
+        )
         return context
 
 

@@ -28,6 +28,7 @@ class TaskQueue(enum.StrEnum):
 app = Celery("parley")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_queues = [Queue(q.value) for q in TaskQueue]
+app.conf.task_default_queue = TaskQueue.AGENT.value
 app.autodiscover_tasks()
 
 _embedded_lock = threading.Lock()

@@ -17,7 +17,7 @@ CLOSE_STALE = 4403
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
-    """Joins the user's own group and their tenants' groups, then forwards each event as JSON.
+    """Joins the groups of the user's tenants, then forwards each event as JSON.
 
     A frame sent to the browser is ``{"event": <name>, "payload": {...}}`` (see
     :mod:`parley.live`). Anonymous sockets are refused. Before every event the

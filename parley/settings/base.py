@@ -99,7 +99,6 @@ CHANNEL_LAYERS: dict[str, dict[str, Any]]
 if EMBEDDED:
     CELERY_BROKER_URL = "memory://localhost/"
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 else:
     CELERY_BROKER_URL = REDIS_URL
     CHANNEL_LAYERS = {
@@ -108,13 +107,12 @@ else:
             "CONFIG": {"hosts": [REDIS_URL]},
         }
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 
 CELERY_TASK_IGNORE_RESULT = True
+# Every task: a worker killed mid-task leaves it to run again (tasks are idempotent).
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_DEFAULT_QUEUE = "agent"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Threads in the embedded worker: one agent step plus a negotiation per target at once.
 PARLEY_EMBEDDED_WORKER_THREADS = env.int("PARLEY_EMBEDDED_WORKER_THREADS", default=8)
