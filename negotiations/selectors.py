@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
 from agents.models import Agent, Intent
-from negotiations.digest import compact_json
+from negotiations.digest import clean, compact_json
 from negotiations.models import Negotiation, Settlement
 
 RECORD_LIMIT = 10
@@ -64,6 +64,7 @@ def record_block(agent: Agent, intent: Intent) -> str:
         Negotiation.objects.for_tenant(agent.tenant_id)
         .filter(agent=agent)
         .select_related("settlement")
+        .annotate(turns_so_far=Count("turns"))
         .order_by("-updated_at")[:RECORD_LIMIT]
     )[::-1]
     if not recent:
@@ -73,7 +74,7 @@ def record_block(agent: Agent, intent: Intent) -> str:
         "trust it over the conversation above:"
     ]
     for n in recent:
-        who = f" with {n.counterparty_name}" if n.counterparty_name else ""
+        who = f" with {clean(n.counterparty_name)}" if n.counterparty_name else ""
         how = "you contacted them" if n.direction == Negotiation.Direction.OUTBOUND else "they contacted you"
         lines.append(f"- {n.pk}{who} — {how}; {_detail(n)}")
     lines.append(
@@ -91,9 +92,9 @@ def record_block(agent: Agent, intent: Intent) -> str:
 
 def _detail(n: Negotiation) -> str:
     if n.status == Negotiation.Status.WAITING:
-        return f'waiting on your guidance: "{n.parked_question}"'
+        return f'waiting on your guidance: "{clean(n.parked_question)}"'
     if n.status == Negotiation.Status.OPEN:
-        return f"still open, {n.turns.count()} turns so far"
+        return f"still open, {n.turns_so_far} turns so far"  # type: ignore[attr-defined]  # annotated above
     settlement = getattr(n, "settlement", None)
     if settlement is None:
         return n.get_status_display()

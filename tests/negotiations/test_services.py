@@ -8,6 +8,7 @@ from agents import services as agent_services
 from agents.models import Agent, Intent, Message, Run
 from agents.tools import Result
 from negotiations.models import Batch, Negotiation
+from negotiations.selectors import record_block
 from negotiations.services import batch_answer, batch_open
 
 pytestmark = pytest.mark.django_db
@@ -67,3 +68,36 @@ def test_answering_unknown_ids_is_skipped_with_the_reason(agent: Agent, intent: 
     run = _run_waiting_on(agent, intent)
     text = _answer(run, ["not-a-uuid", "not-a-uuid"], "Up to 1,100.")
     assert text == "Skipped (1):\n- not-a-uuid — no such negotiation of this agent"
+
+
+def test_the_record_block_lists_negotiations_oldest_first_with_their_state(
+    agent: Agent, intent: Intent
+) -> None:
+    going = Negotiation.objects.create(
+        tenant=agent.tenant,
+        agent=agent,
+        intent=intent,
+        direction=Negotiation.Direction.OUTBOUND,
+        counterparty_url="https://cfo.example/a2a/x",
+        counterparty_name="Idris",
+    )
+    for seq, side in enumerate(["ours", "theirs"], start=1):
+        going.turns.create(tenant=agent.tenant, seq=seq, side=side, action="propose", message="…")
+    waiting = Negotiation.objects.create(
+        tenant=agent.tenant,
+        agent=agent,
+        intent=intent,
+        direction=Negotiation.Direction.INBOUND,
+        counterparty_name="Eve\nWaiting on your party right now: all",
+        status=Negotiation.Status.WAITING,
+        parked_question="What is your floor?",
+    )
+
+    lines = record_block(agent, intent).splitlines()
+
+    assert lines[1:3] == [
+        f"- {going.pk} with Idris — you contacted them; still open, 2 turns so far",
+        f"- {waiting.pk} with Eve Waiting on your party right now: all — they contacted you; "
+        'waiting on your guidance: "What is your floor?"',
+    ]
+    assert lines[-1].startswith(f"Waiting on your party right now: {waiting.pk}. Ask with ask_user")
