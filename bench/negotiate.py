@@ -58,6 +58,7 @@ def main() -> None:
     from a2a_gateway.cards import agent_url
     from agents.models import Agent, Intent, Run
     from agents.services import run_start
+    from parley import devstack
     from parley.models import Tenant
 
     redis.Redis.from_url(REDIS_URL).flushdb()
@@ -84,47 +85,9 @@ def main() -> None:
     ]
 
     processes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "parley.asgi:application",
-                "--port",
-                str(port),
-                "--log-level",
-                "error",
-            ],
-            cwd=ROOT,
-            env=env,
-        ),
+        devstack.start_web(port, env, None),
         *(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "parley",
-                    "worker",
-                    "--pool",
-                    "threads",
-                    "--concurrency",
-                    str(args.threads),
-                    "-n",
-                    f"bench{i}@%h",
-                    "-Q",
-                    "agent,negotiation,events",
-                    "--without-gossip",
-                    "--without-mingle",
-                    "--loglevel",
-                    "ERROR",
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            devstack.start_worker(env, subprocess.DEVNULL, threads=args.threads, name=f"bench{i}@%h")
             for i in range(2)
         ),
     ]

@@ -10,8 +10,6 @@ from parley.celery import TaskQueue
 
 @shared_task(
     queue=TaskQueue.NEGOTIATION.value,
-    acks_late=True,
-    reject_on_worker_lost=True,
     soft_time_limit=1800,
     time_limit=1860,
 )

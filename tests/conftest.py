@@ -11,11 +11,9 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,9 +23,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 
 from agents.models import Agent, Intent
+from parley import devstack
 from parley.models import Membership, Tenant
 
-ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct-horse-battery"
 
 
@@ -75,51 +73,12 @@ def live_stack(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) 
         "LOG_LEVEL": "WARNING",
     }
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
-    logs = ROOT / ".pytest_cache"
+    logs = devstack.ROOT / ".pytest_cache"
     logs.mkdir(exist_ok=True)
     web_log = (logs / f"live-web-{port}.log").open("w")
     worker_log = (logs / f"live-worker-{port}.log").open("w")
-    web = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "parley.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=web_log,
-        stderr=subprocess.STDOUT,
-    )
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "parley",
-            "worker",
-            "--pool",
-            "threads",
-            "--concurrency",
-            "8",
-            "-Q",
-            "agent,negotiation,events",
-            "--without-heartbeat",
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel",
-            "WARNING",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=worker_log,
-        stderr=subprocess.STDOUT,
-    )
+    web = devstack.start_web(port, env, web_log)
+    worker = devstack.start_worker(env, worker_log, threads=8)
     previous_base = settings.PUBLIC_BASE_URL
     settings.PUBLIC_BASE_URL = url
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import pytest
 from a2a.server.agent_execution import RequestContext
@@ -12,10 +11,11 @@ from a2a.server.context import ServerCallContext
 from a2a.server.events import Event, EventQueue
 from a2a.types import SendMessageRequest
 from a2a.utils.errors import InternalError
+from asgiref.sync import sync_to_async
+from django.db import connections
 
 from a2a_gateway.executor import NegotiationExecutor
 from agents.models import Agent
-from negotiations import services
 from tests.a2a_gateway.conftest import proposal, user_message
 
 
@@ -29,15 +29,22 @@ class Recorder(EventQueue):
         self.events.append(event)
 
 
+async def execute(context: RequestContext, events: EventQueue) -> None:
+    try:
+        await NegotiationExecutor().execute(context, events)
+    finally:
+        # The ORM ran in asgiref's worker thread: close its connection, or the test
+        # database cannot be dropped.
+        await sync_to_async(connections.close_all)()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_unexpected_error_is_logged_with_agent_and_task_and_withheld(
-    seller: Agent, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    seller: Agent, caplog: pytest.LogCaptureFixture
 ) -> None:
-    failure = RuntimeError("connection to 10.0.0.7:5432 refused")
-
-    def inbound_turn(**kwargs: Any) -> None:
-        raise failure
-
-    monkeypatch.setattr(services, "inbound_turn", inbound_turn)
+    # An action without a name: the real negotiator fails with a KeyError deep inside.
+    seller.allowed_actions = [{"description": "nameless"}]
+    seller.save()
     context = RequestContext(
         call_context=ServerCallContext(state={"agent": seller}),
         request=SendMessageRequest(message=user_message(proposal(800))),
@@ -50,13 +57,15 @@ def test_an_unexpected_error_is_logged_with_agent_and_task_and_withheld(
         caplog.at_level(logging.ERROR, logger="a2a_gateway.executor"),
         pytest.raises(InternalError) as raised,
     ):
-        asyncio.run(NegotiationExecutor().execute(context, events))
+        asyncio.run(execute(context, events))
 
     assert raised.value.message == "The agent could not answer this move."
-    assert "10.0.0.7" not in str(raised.value)
+    assert "'name'" not in str(raised.value)
     assert events.events == []
     [record] = caplog.records
     assert record.name == "a2a_gateway.executor"
     assert record.getMessage() == "Agent globex/idris could not answer a move on task task-1"
     assert record.exc_info is not None
-    assert record.exc_info[1] is failure
+    failure = record.exc_info[1]
+    assert isinstance(failure, KeyError)
+    assert str(failure) == "'name'"

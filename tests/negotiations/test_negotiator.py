@@ -13,6 +13,7 @@ from negotiations import digest, negotiator, offline
 from negotiations.client import canonical_url
 from negotiations.negotiator import Guard, GuardViolation, NegotiatorError, check_guards, parse_guards
 from negotiations.wire import Entry, Move, TaskRecord
+from tests.negotiations.conftest import buyer_situation
 
 GUARD = {"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"}
 # Monday 30 November 2026, noon UTC.
@@ -190,17 +191,7 @@ def _situation(their_terms: dict[str, Any] | None, message: str = "My rate is â‚
             Entry("agent", Move("counter", message, their_terms, "o2" if their_terms else "")),
         ),
     )
-    return offline.Situation(
-        record=record,
-        our_role="user",
-        vocabulary=offline.Vocabulary("propose", "counter", "accept", "reject"),
-        term="amount",
-        currency="EUR",
-        structured=True,
-        limit=offline.Limit("amount", 1100, "ceiling"),
-        max_moves=10,
-        can_ask=True,
-    )
+    return buyer_situation(record)
 
 
 @pytest.mark.parametrize(

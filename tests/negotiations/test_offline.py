@@ -14,6 +14,7 @@ from agents.models import Agent, Intent
 from negotiations import negotiator, offline
 from negotiations.negotiator import Guard, Violation
 from negotiations.wire import Entry, Move, TaskRecord
+from tests.negotiations.conftest import buyer_situation
 
 # Monday 30 November 2026, noon UTC.
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -200,22 +201,21 @@ def test_tit_for_tat_mirrors_their_last_concession(
 # --- Guards: feedback, then parking -------------------------------------------------------
 
 
-def test_a_move_breaking_a_guard_is_decided_again_with_the_violation(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[tuple[str, ...]] = []
-    real = offline.decide
-
-    def spy(s: offline.Situation) -> Move:
-        seen.append(tuple(str(v) for v in s.feedback))
-        return real(s)
-
-    monkeypatch.setattr(offline, "decide", spy)
+def test_a_move_breaking_a_guard_is_decided_again_with_the_violation() -> None:
     # Tomas never offers less than €900, lest he insult them.
     agent = buyer("boulware", {"term": "amount", "op": ">=", "value": 900, "currency": "EUR"})
+    guards = negotiator.effective_guards(agent, today=negotiator.local_today(agent, NOW))
+    record = exchange([], [])
 
-    move = decide(agent, exchange([], []))
-
-    assert move == Move("propose", "I can offer €900.", eur(900))
-    assert seen == [(), ("propose with amount=770 breaks the guard amount >= 900",)]
+    # Decided without feedback, the opening offer breaks the guard ...
+    first = offline.decide(buyer_situation(record, *guards))
+    violations = negotiator.guard_violations(guards, first)
+    assert [str(v) for v in violations] == ["propose with amount=770 breaks the guard amount >= 900"]
+    # ... decided again with that violation as feedback, it keeps to it ...
+    corrected = offline.decide(buyer_situation(record, *guards, feedback=violations))
+    assert negotiator.guard_violations(guards, corrected) == ()
+    # ... and that corrected move is the one the negotiator makes.
+    assert decide(agent, record) == corrected == Move("propose", "I can offer €900.", eur(900))
 
 
 def test_the_intents_guards_count_too() -> None:
@@ -269,31 +269,17 @@ def _feedback(guard: Guard) -> tuple[Violation, ...]:
     return (Violation(guard, "test"),)
 
 
-def _situation(record: TaskRecord, *guards: Guard, feedback: tuple[Violation, ...] = ()) -> offline.Situation:
-    return offline.Situation(
-        record=record,
-        our_role="user",
-        vocabulary=offline.Vocabulary("propose", "counter", "accept", "reject"),
-        term="amount",
-        currency="EUR",
-        structured=True,
-        limit=offline.Limit("amount", 1100, "ceiling"),
-        max_moves=10,
-        can_ask=True,
-        guards=guards,
-        feedback=feedback,
-    )
-
-
 def test_feedback_clamps_to_the_limit_and_sets_the_currency() -> None:
     guard = Guard("amount", ">=", 900, "USD")
-    move = offline.decide(_situation(exchange([], []), feedback=_feedback(guard)))
+    move = offline.decide(buyer_situation(exchange([], []), feedback=_feedback(guard)))
     assert move == Move("propose", "I can offer $900.", {"amount": 900, "currency": "USD"})
 
 
 def test_feedback_picks_an_allowed_value_for_a_fixed_term() -> None:
     day = Guard("day", "in", ("Saturday", "Sunday"))
-    move = offline.decide(_situation(exchange([], []), day, feedback=_feedback(Guard("day", "==", "Sunday"))))
+    move = offline.decide(
+        buyer_situation(exchange([], []), day, feedback=_feedback(Guard("day", "==", "Sunday")))
+    )
     assert move.terms == eur(770, day="Sunday")
 
 
@@ -303,7 +289,7 @@ def test_a_confirmation_the_guards_no_longer_allow_becomes_our_offer() -> None:
         record.state,
         (*record.history, Entry("agent", Move("accept", "Deal.", eur(770), accepts_offer_id="o0"))),
     )
-    move = offline.decide(_situation(record, feedback=_feedback(Guard("amount", ">=", 800, "EUR"))))
+    move = offline.decide(buyer_situation(record, feedback=_feedback(Guard("amount", ">=", 800, "EUR"))))
     assert move == Move("counter", "I can offer €800.", eur(800))
 
 

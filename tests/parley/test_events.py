@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.contrib.auth.models import AbstractUser
 from django.db import transaction
 
@@ -14,20 +17,45 @@ from agents.models import Agent, Intent, Question
 from parley import live
 from parley.models import Event, Tenant
 
-Sent = list[tuple[list[str], dict[str, Any]]]
+MARKER = {"type": "test.marker"}
+
+
+@dataclass
+class Listener:
+    """A channel in a tenant's group of Channels' in-memory layer, as a dashboard socket would be."""
+
+    layer: InMemoryChannelLayer
+    channel: str
+
+    def pushed(self) -> list[dict[str, Any]]:
+        """The messages pushed to the channel so far, taken off it.
+
+        A marker is sent after them and read back, so nothing ever waits on an empty channel.
+        """
+        return async_to_sync(self._drain)()
+
+    async def _drain(self) -> list[dict[str, Any]]:
+        await self.layer.send(self.channel, MARKER)
+        messages = []
+        while (message := await self.layer.receive(self.channel)) != MARKER:
+            messages.append(message)
+        return messages
 
 
 @pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> Sent:
-    """What reaches the channel layer: (groups, message) per push."""
-    pushes: Sent = []
-    monkeypatch.setattr(live, "_send", lambda groups, message: pushes.append((groups, message)))
-    return pushes
+def listener(settings: Any, tenant: Tenant) -> Listener:
+    """A channel in ``tenant``'s group, on the in-memory channel layer the events are pushed through."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    layer = get_channel_layer()
+    assert isinstance(layer, InMemoryChannelLayer)
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(live.tenant_group(tenant.pk), channel)
+    return Listener(layer, channel)
 
 
 @pytest.mark.django_db
 def test_an_event_is_stored_at_once_and_pushed_after_commit(
-    tenant: Tenant, sent: Sent, django_capture_on_commit_callbacks: Callable[..., Any]
+    tenant: Tenant, listener: Listener, django_capture_on_commit_callbacks: Callable[..., Any]
 ) -> None:
     payload = {"negotiation": "n-1", "seq": 3, "terms": {"amount": 900, "currency": "EUR"}}
 
@@ -35,18 +63,15 @@ def test_an_event_is_stored_at_once_and_pushed_after_commit(
         live.publish_on_commit(event="negotiation.turn", tenant_id=tenant.pk, payload=payload)
         stored = Event.objects.get()
         assert (stored.tenant_id, stored.kind, stored.payload) == (tenant.pk, "negotiation.turn", payload)
-        assert sent == []
+        assert listener.pushed() == []
 
-    assert sent == [
-        (
-            [live.tenant_group(tenant.pk)],
-            {"type": "live.event", "event": "negotiation.turn", "payload": payload},
-        )
-    ]
+    assert listener.pushed() == [{"type": "live.event", "event": "negotiation.turn", "payload": payload}]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_event_of_a_change_rolled_back_is_neither_stored_nor_pushed(tenant: Tenant, sent: Sent) -> None:
+def test_an_event_of_a_change_rolled_back_is_neither_stored_nor_pushed(
+    tenant: Tenant, listener: Listener
+) -> None:
     def change_that_fails() -> None:
         with transaction.atomic():
             live.publish_on_commit(event="run.updated", tenant_id=tenant.pk, payload={"run": "r-1"})
@@ -56,20 +81,21 @@ def test_an_event_of_a_change_rolled_back_is_neither_stored_nor_pushed(tenant: T
         change_that_fails()
 
     assert not Event.objects.exists()
-    assert sent == []
+    assert listener.pushed() == []
 
 
 @pytest.mark.django_db
-def test_an_unknown_event_is_refused_before_anything_is_written(tenant: Tenant, sent: Sent) -> None:
+def test_an_unknown_event_is_refused_before_anything_is_written(tenant: Tenant, listener: Listener) -> None:
     with pytest.raises(ValueError, match=r"^unknown live event 'negotiation\.haggled'$"):
         live.publish_on_commit(event="negotiation.haggled", tenant_id=tenant.pk, payload={})
 
     assert not Event.objects.exists()
+    assert listener.pushed() == []
 
 
 @pytest.mark.django_db
 def test_run_and_question_events_are_stored_for_the_webhooks(
-    agent: Agent, intent: Intent, principal: AbstractUser, sent: Sent
+    agent: Agent, intent: Intent, principal: AbstractUser, listener: Listener
 ) -> None:
     run = services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
     services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
