@@ -237,12 +237,8 @@ def _replay(body: bytes) -> Receive:
 
 
 async def card_endpoint(request: Request) -> Response:
-    card = await _card_dict(request.scope["state"]["agent"])
+    card = agent_card_to_dict(agent_card(request.scope["state"]["agent"]))
     return Response(json.dumps(card), media_type="application/json")
-
-
-async def _card_dict(agent: Agent) -> dict[str, Any]:
-    return agent_card_to_dict(agent_card(agent))
 
 
 async def rpc_needs_post(request: Request) -> Response:

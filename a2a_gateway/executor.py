@@ -41,8 +41,8 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a_gateway.store import call_agent, id_problem
 from agents.models import Agent
-from negotiations import selectors, services
-from negotiations.wire import MoveError, TaskRecord, task_record_from_proto
+from negotiations import services
+from negotiations.wire import MoveError, TaskRecord, nul_path, state_name, task_record_from_proto
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +96,8 @@ def finished(task_id: str, state: int, *, wire_0_3: bool) -> A2AError:
     name = TaskState.Name(state)
     if not wire_0_3:
         return UnsupportedOperationError(message=f"Task {task_id} is in terminal state: {name}")
-    state_0_3 = name.removeprefix("TASK_STATE_").lower().replace("_", "-")
     return Refused(
-        f'Task "{task_id}" is {state_0_3} and cannot accept further messages. '
+        f'Task "{task_id}" is {state_name(name)} and cannot accept further messages. '
         "Start a new task to negotiate again.",
         code=FINISHED_CODE,
     )
@@ -123,7 +122,7 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
             on the 0.3 wire :class:`Refused` 409/-32002 with the same message instead.
         Refused: 409/-32010 :data:`BUSY`, a first message while the agent has a binding
             outbound negotiation under the intent inbound ones join
-            (:func:`negotiations.selectors.binding_outbound`).
+            (``NegotiationBusy`` from :func:`negotiations.services.inbound_check`).
         InternalError: (-32603) :data:`COULD_NOT_ANSWER`, on anything unexpected (logged).
     """
     # Replies are ours to write; an agent-role message would reach the negotiation as the
@@ -135,36 +134,9 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
     incoming = MessageToDict(message)
     async with _refusals(agent, task_id, wire_0_3=wire_0_3):
         await sync_to_async(services.inbound_check)(agent=agent, task_id=task_id or "", incoming=incoming)
-        if task_id is None and await sync_to_async(_busy)(agent):
-            raise Refused(BUSY, code=BUSY_CODE)
     # The whole message is stored (the turn's raw JSON, the Task), and jsonb holds no NUL.
-    if where := _nul_in(incoming, "message"):
+    if where := nul_path(incoming, "message"):
         raise InvalidParamsError(message=f"{where} must not contain a NUL character")
-
-
-def _busy(agent: Agent) -> bool:
-    """Whether ``agent`` negotiates on its own behalf about what a new inbound one would be about."""
-    return selectors.binding_outbound(agent, selectors.inbound_intent(agent)) is not None
-
-
-def _nul_in(value: object, where: str) -> str | None:
-    """The path of the first string in the JSON ``value`` that holds a NUL, or None.
-
-    A key holding one is reported as ``<object> keys``.
-    """
-    if isinstance(value, str):
-        return where if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if "\x00" in key:
-                return f"{where} keys"
-            if found := _nul_in(item, f"{where}.{key}"):
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            if found := _nul_in(item, f"{where}[{index}]"):
-                return found
-    return None
 
 
 @asynccontextmanager

@@ -7,7 +7,7 @@ agent can never read another's Tasks, whatever id it is given.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC
 
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskStore
@@ -52,11 +52,10 @@ class DjangoTaskStore(TaskStore):
     async def save(self, task: Task, context: ServerCallContext) -> None:
         agent = call_agent(context)
         timestamp = (
-            task.status.timestamp.ToDatetime(tzinfo=datetime.now().astimezone().tzinfo)
-            if task.status.HasField("timestamp")
-            else None
+            task.status.timestamp.ToDatetime(tzinfo=UTC) if task.status.HasField("timestamp") else None
         )
-        await A2ATask.objects.aupdate_or_create(
+        # The filter scopes the lookup; what a new row gets is the kwargs and defaults alone.
+        await _tasks(context).aupdate_or_create(
             task_id=task.id,
             owner=owner_of(context),
             defaults={
@@ -83,7 +82,7 @@ class DjangoTaskStore(TaskStore):
         if params.status:
             rows = rows.filter(state=TaskState.Name(params.status))
         if params.HasField("status_timestamp_after"):
-            rows = rows.filter(status_timestamp__gte=params.status_timestamp_after.ToDatetime())
+            rows = rows.filter(status_timestamp__gte=params.status_timestamp_after.ToDatetime(tzinfo=UTC))
         total = await rows.acount()
         size = min(params.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         start = int(decode_page_token(params.page_token)) if params.page_token else 0

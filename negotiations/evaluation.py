@@ -16,6 +16,8 @@ from typing import Any, TypedDict
 
 import httpx
 
+from negotiations.wire import nul_path
+
 TIMEOUT = 10.0
 # The artifact is stored on the turn and may ride on the A2A Task; a hook gets no more room
 # than a counterparty's whole request has (A2A_MAX_BODY_BYTES).
@@ -86,7 +88,7 @@ def evaluate(url: str, request: Request, *, timeout: float = TIMEOUT) -> Evaluat
         answer = json.loads(body)
         artifact = answer.get("artifact") if isinstance(answer, dict) else None
         # Postgres cannot store a NUL in jsonb; the write would fail after the turn.
-        nul = _holds_nul(artifact)
+        nul = nul_path(artifact, "artifact")
     except (ValueError, RecursionError) as exc:
         raise EvaluationError(f"{url} answered with a body that is not JSON we can read") from exc
     if not isinstance(artifact, dict):
@@ -105,13 +107,3 @@ def _depth(value: object) -> int:
     if isinstance(value, list):
         return 1 + max((_depth(v) for v in value), default=0)
     return 0
-
-
-def _holds_nul(value: object) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any("\x00" in k or _holds_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_holds_nul(v) for v in value)
-    return False

@@ -349,8 +349,12 @@ def inbound_check(*, agent: Agent, task_id: str, incoming: dict[str, Any]) -> Mo
 
     Reads only: the gateway calls it before the SDK sets up the task, so a
     refused message writes nothing. Raises :class:`MoveError` (no valid move in
-    the first data part) or :class:`NegotiationClosed` (the negotiation is
-    settled for good; an ``unanswered`` one takes further moves).
+    the first data part, or a replayed message or offer id),
+    :class:`NegotiationClosed` (the negotiation is settled for good; an
+    ``unanswered`` one takes further moves) or :class:`NegotiationBusy` (a first
+    message — ``task_id`` empty or naming no inbound negotiation — while the
+    agent holds a binding outbound negotiation under the intent inbound ones
+    join; :func:`inbound_turn` checks again under lock).
     """
     data = [p["data"] for p in incoming.get("parts", []) if "data" in p]
     if not data:
@@ -360,11 +364,24 @@ def inbound_check(*, agent: Agent, task_id: str, incoming: dict[str, Any]) -> Mo
         Negotiation.objects.for_tenant(agent.tenant_id)
         .filter(agent=agent, direction=Negotiation.Direction.INBOUND, task_id=task_id)
         .first()
+        if task_id
+        else None
     )
-    if task_id and negotiation is not None:
+    if negotiation is None:
+        _refuse_if_busy(agent, selectors.inbound_intent(agent))
+    else:
         _refuse_if_closed(negotiation)
         _refuse_replays(negotiation, incoming.get("messageId", ""), move)
     return move
+
+
+def _refuse_if_busy(agent: Agent, intent: Intent | None) -> None:
+    """Raise :class:`NegotiationBusy` if ``agent`` holds a binding outbound negotiation under ``intent``.
+
+    The -32010 rule for a first inbound message (index-wire-protocol.md §1).
+    """
+    if selectors.binding_outbound(agent, intent) is not None:
+        raise NegotiationBusy(f"agent {agent.slug} already negotiates on its own under this intent")
 
 
 def _refuse_replays(negotiation: Negotiation, message_id: str, move: Move) -> None:
@@ -426,8 +443,7 @@ def inbound_turn(
             # The gateway refused this at admission; check again under the intent's lock, which
             # batch_open holds while it claims, so an outbound open at the same instant loses.
             Intent.objects.for_tenant(agent.tenant_id).select_for_update().get(pk=intent.pk)
-            if selectors.binding_outbound(agent, intent) is not None:
-                raise NegotiationBusy(f"agent {agent.slug} already negotiates on its own under this intent")
+            _refuse_if_busy(agent, intent)
         negotiation, _ = (
             Negotiation.objects.for_tenant(agent.tenant_id)
             .select_for_update()

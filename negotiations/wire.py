@@ -99,9 +99,30 @@ class Move:
         return data
 
 
+def nul_path(value: object, where: str) -> str | None:
+    """The path of the first string in the JSON ``value`` that holds a NUL, or None.
+
+    Paths read ``where.key`` and ``where[index]``; a key holding a NUL is reported as
+    ``<object> keys``. Postgres stores no NUL, in text or jsonb.
+    """
+    if isinstance(value, str):
+        return where if "\x00" in value else None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str) and "\x00" in key:
+                return f"{where} keys"
+            if found := nul_path(item, f"{where}.{key}"):
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if found := nul_path(item, f"{where}[{index}]"):
+                return found
+    return None
+
+
 def _storable(where: str, value: str, limit: int | None = None) -> str:
     """``value``, if Postgres can store it (no NUL) and it is at most ``limit`` characters."""
-    if "\x00" in value:
+    if nul_path(value, where):
         raise MoveError(f"{where} must not contain a NUL character")
     if limit is not None and len(value) > limit:
         raise MoveError(f"{where} must be at most {limit} characters")
@@ -233,7 +254,7 @@ class TaskRecord:
     history: tuple[Entry, ...]
 
 
-def _state_name(raw: object) -> str:
+def state_name(raw: object) -> str:
     """The A2A 0.3 name of a 1.0 or 0.3 state: "TASK_STATE_INPUT_REQUIRED" and
     "input-required" both give "input-required"; a missing or unrecognised state (1.0's
     UNSPECIFIED included) gives "unknown"."""
@@ -292,7 +313,7 @@ def task_record_from_json(task: Mapping[str, Any]) -> TaskRecord:
             are not an array, or has a role other than user/agent (either dialect).
     """
     status = task.get("status")
-    state = _state_name(status.get("state") if isinstance(status, Mapping) else None)
+    state = state_name(status.get("state") if isinstance(status, Mapping) else None)
     history = task.get("history") or []
     if not isinstance(history, list):
         raise ValueError(f"task.history must be an array, got {json_type(history)}")
