@@ -8,7 +8,9 @@ implementation an agent is configured with.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -31,12 +33,46 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ModelReply:
-    """A model's answer to one step, with its usage in tokens."""
+    """A model's answer to one step: what it said, which model said it, usage in tokens and cost.
+
+    ``cost`` is in the answering endpoint's currency (``Decimal(0)`` for ``offline``).
+    """
 
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     input_tokens: int = 0
     output_tokens: int = 0
+    model: str = ""
+    cost: Decimal = Decimal(0)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """One failed try about to be retried: ``wait`` seconds before try ``attempt + 1``."""
+
+    model: str
+    attempt: int
+    wait: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """How one step calls the model.
+
+    * ``on_delta`` gets each piece of text as it is generated (streaming);
+    * ``on_retry`` is told before every wait between tries, and ``on_fallback``
+      when the next model of the list takes over (``(from_model, to_model, reason)``);
+    * ``cancelled`` is polled while waiting and between streamed chunks; once it
+      returns True the call stops with :class:`ModelCancelled`;
+    * ``response_format`` is a JSON Schema the final answer must follow.
+    """
+
+    on_delta: Callable[[str], None] | None = None
+    on_retry: Callable[[Retry], None] | None = None
+    on_fallback: Callable[[str, str, str], None] | None = None
+    cancelled: Callable[[], bool] = lambda: False
+    response_format: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -52,10 +88,16 @@ class ModelError(Exception):
     """The model could not answer; the run ends ``failed`` with this message."""
 
 
+class ModelCancelled(ModelError):
+    """The run was cancelled while its model call was in flight; nothing is retried."""
+
+
 class ChatModel(Protocol):
     """What the loop needs from a model."""
 
-    def complete(self, *, messages: list[ChatMessage], tools: list[ToolSpec]) -> ModelReply: ...
+    def complete(
+        self, *, messages: list[ChatMessage], tools: list[ToolSpec], options: CallOptions | None = None
+    ) -> ModelReply: ...
 
 
 def model_for(agent: Agent) -> ChatModel:

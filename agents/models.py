@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 
 from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
 from parley.models import TenantOwnedModel
@@ -70,6 +72,38 @@ class Agent(TenantOwnedModel):
     evaluation_url = models.URLField(
         max_length=500, blank=True, help_text="host hook that attaches an Artifact to each turn"
     )
+    fallback_models = models.JSONField(
+        default=list, blank=True, help_text="model names tried in order once the primary's attempts are spent"
+    )
+    tools = models.ManyToManyField(
+        "Tool",
+        blank=True,
+        related_name="agents",
+        help_text="the tools a run offers; none chosen means the defaults (ask_user, negotiate, answer)",
+    )
+    guardrails = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="list of {name, stage: input|output, action: block|redact, match: email|phone|regex, "
+        "pattern?}",
+    )
+
+    class History(models.TextChoices):
+        """How much of the thread a step sends the model."""
+
+        APPEND_ONLY = "append_only", "Whole thread"
+        WINDOW = "window", "Last N exchanges"
+
+    history = models.CharField(max_length=16, choices=History.choices, default=History.APPEND_ONLY)
+    history_window = models.PositiveIntegerField(default=20, validators=[MinValueValidator(1)])
+
+    class OnBusy(models.TextChoices):
+        """What starting a run does while another run of the same thread is active."""
+
+        REFUSE = "refuse", "Refuse the new run"
+        QUEUE = "queue", "Queue it behind the active run"
+
+    on_busy = models.CharField(max_length=8, choices=OnBusy.choices, default=OnBusy.REFUSE)
     max_steps = models.PositiveIntegerField(default=10)
     max_turns = models.PositiveIntegerField(default=10)
     timezone = models.CharField(max_length=64, default="UTC")
@@ -82,6 +116,80 @@ class Agent(TenantOwnedModel):
 
     def __str__(self) -> str:
         return f"{self.tenant_id}/{self.slug}"
+
+
+tool_name_validator = RegexValidator(
+    r"^[A-Za-z0-9_-]{1,64}$", "A tool name is 1 to 64 letters, digits, '_' or '-' (chat completions' rule)."
+)
+
+
+class Tool(TenantOwnedModel):
+    """A tool an agent can offer its model.
+
+    ``parameters`` is the JSON Schema of its arguments, handed to the model
+    verbatim and checked before the tool runs. ``kind`` says how it runs:
+
+    * ``builtin`` — one of the platform's own tools, by ``name`` (``ask_user``,
+      ``negotiate``, ``answer``);
+    * ``host`` — an HTTPS POST of the arguments to ``url``, signed with
+      ``secret`` (see :mod:`agents.host_operations`), within ``timeout`` seconds;
+    * ``agent`` — runs ``target_agent``'s loop on the arguments and returns its
+      final text.
+
+    ``suspends`` hands the arguments to the party and stops the run until they
+    answer; ``requires_approval`` stops it until the party approves (the tool
+    then runs with the original arguments) or rejects.
+    """
+
+    class Kind(models.TextChoices):
+        BUILTIN = "builtin", "Built in"
+        HOST = "host", "Host operation (HTTPS)"
+        AGENT = "agent", "Another agent"
+
+    name = models.CharField(max_length=64, validators=[tool_name_validator])
+    description = models.TextField()
+    parameters = models.JSONField(default=dict, blank=True, help_text="JSON Schema of the arguments")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    url = models.URLField(max_length=500, blank=True)
+    secret = models.CharField(max_length=200, blank=True, help_text="HMAC-SHA256 key for the body")
+    timeout = models.FloatField(default=10.0, validators=[MinValueValidator(0.1)], help_text="seconds")
+    target_agent = models.ForeignKey(
+        "Agent", null=True, blank=True, on_delete=models.CASCADE, related_name="offered_as"
+    )
+    suspends = models.BooleanField(default=False)
+    requires_approval = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="tool_name_per_tenant")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ModelEndpoint(TenantOwnedModel):
+    """An OpenAI-compatible chat-completions model an agent may name in ``Agent.model``.
+
+    Prices are per million tokens, in ``currency``; ``attempts`` counts tries
+    on timeouts, dropped connections, 429 and 5xx; ``timeout`` is seconds per
+    request.
+    """
+
+    name = models.CharField(max_length=200, help_text="what Agent.model and fallback_models refer to")
+    base_url = models.URLField(max_length=500, help_text="e.g. https://api.openai.com/v1")
+    api_key = models.CharField(max_length=500, blank=True)
+    upstream_model = models.CharField(max_length=200, help_text="the model id sent to the endpoint")
+    input_price = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal(0))
+    output_price = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal(0))
+    currency = models.CharField(max_length=3, default="USD")
+    timeout = models.FloatField(default=120.0, validators=[MinValueValidator(0.1)])
+    attempts = models.PositiveIntegerField(default=3, validators=[MinValueValidator(1)])
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="model_name_per_tenant")]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class Intent(TenantOwnedModel):
@@ -129,9 +237,21 @@ class Run(TenantOwnedModel):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     end_reason = models.TextField(blank=True)
     output = models.TextField(blank=True)
+    output_schema = models.JSONField(
+        null=True, blank=True, help_text="JSON Schema the final answer must meet; it is then parsed"
+    )
+    output_data = models.JSONField(null=True, blank=True, help_text="the final answer, parsed and valid")
     step_count = models.PositiveIntegerField(default=0)
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal(0))
+    max_tokens = models.PositiveIntegerField(null=True, blank=True, help_text="input + output tokens")
+    max_cost = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    parent_tool_call_id = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -161,11 +281,21 @@ class Message(TenantOwnedModel):
     tool_calls = models.JSONField(default=list, blank=True)
     tool_call_id = models.CharField(max_length=200, blank=True)
     name = models.CharField(max_length=200, blank=True)
+    # The step's usage, on the assistant message that step wrote.
+    model = models.CharField(max_length=200, blank=True)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal(0))
 
     class Meta:
         ordering = ["seq"]
         constraints = [
             models.UniqueConstraint(fields=["intent", "seq"], name="message_seq_per_thread"),
+            models.UniqueConstraint(
+                fields=["run", "step"],
+                condition=models.Q(role="assistant"),
+                name="one_model_reply_per_step",
+            ),
             models.UniqueConstraint(
                 fields=["run", "tool_call_id"],
                 condition=models.Q(role="tool"),
@@ -178,13 +308,27 @@ class Message(TenantOwnedModel):
 
 
 class Question(TenantOwnedModel):
-    """A suspended tool call waiting on the party. It is answered at most once."""
+    """A tool call waiting on the party. It is answered (or decided) at most once.
+
+    A ``question`` comes from a ``suspends`` tool such as ``ask_user``: the
+    answer is the call's result. An ``approval`` comes from a
+    ``requires_approval`` tool: ``approved`` records the decision, ``answer``
+    the reason given, and ``arguments`` what the tool will run with.
+    """
+
+    class Kind(models.TextChoices):
+        QUESTION = "question"
+        APPROVAL = "approval"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="questions")
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.QUESTION)
     tool_call_id = models.CharField(max_length=200)
+    tool_name = models.CharField(max_length=64, blank=True)
+    arguments = models.JSONField(default=dict, blank=True)
     question = models.TextField()
     options = models.JSONField(default=list, blank=True)
+    approved = models.BooleanField(null=True, blank=True)
     answer = models.TextField(blank=True)
     answered_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 
-from agents.llm import ChatMessage, ModelReply, ToolCall, ToolSpec
+from agents.llm import CallOptions, ChatMessage, ModelReply, ToolCall, ToolSpec
 
 _URL = re.compile(r"https?://[^\s,;]+[^\s,;.)]")
 _WAITING_HEADING = re.compile(r"^Waiting on you \(\d+\)")
@@ -31,7 +31,9 @@ _WAITING_LINE = re.compile(r'^- (?P<id>\S+).*? — asks: "(?P<question>.*?)"')
 class OfflineModel:
     """The deterministic loop policy described in the module docstring."""
 
-    def complete(self, *, messages: list[ChatMessage], tools: list[ToolSpec]) -> ModelReply:
+    def complete(
+        self, *, messages: list[ChatMessage], tools: list[ToolSpec], options: CallOptions | None = None
+    ) -> ModelReply:
         available = {t.name for t in tools}
         last = messages[-1]
         if last["role"] == "user":

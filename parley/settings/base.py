@@ -123,6 +123,10 @@ A2A_MAX_BODY_BYTES = env.int("A2A_MAX_BODY_BYTES", default=64 * 1024)
 A2A_SEND_TIMEOUT = env.float("A2A_SEND_TIMEOUT", default=180.0)
 A2A_CARD_TIMEOUT = env.float("A2A_CARD_TIMEOUT", default=30.0)
 
+# Host operations (tools that call a host's URL) must use HTTPS unless this allows plain HTTP,
+# as on loopback in tests.
+PARLEY_HOST_OPERATIONS_ALLOW_HTTP = env.bool("PARLEY_HOST_OPERATIONS_ALLOW_HTTP", default=False)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

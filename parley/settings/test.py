@@ -12,3 +12,6 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
 from parley.settings.base import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Host operations in tests are served by HTTP servers on loopback.
+PARLEY_HOST_OPERATIONS_ALLOW_HTTP = True
