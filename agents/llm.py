@@ -101,12 +101,27 @@ class ChatModel(Protocol):
 
 
 def model_for(agent: Agent) -> ChatModel:
-    """The model client for ``agent.model``.
+    """The model client for ``agent.model``, falling back on ``agent.fallback_models`` in order.
 
-    Raises :class:`ModelError` for a model name this deployment cannot serve.
+    ``offline`` is the built-in model; any other name is the agent's tenant's
+    :class:`~agents.models.ModelEndpoint` of that name (``offline`` may appear among the
+    fallbacks too). Raises :class:`ModelError` naming a model the tenant has no endpoint for.
     """
-    if agent.model == "offline":
-        from agents.offline import OfflineModel
+    from agents.offline import OfflineModel
 
+    if agent.model == "offline":
         return OfflineModel()
-    raise ModelError(f"model {agent.model!r} is not available; this deployment serves 'offline'")
+    from agents.chat_completions import ChatCompletionsModel, FallbackChain
+    from agents.models import ModelEndpoint
+
+    names = [agent.model, *agent.fallback_models]
+    endpoints = {e.name: e for e in ModelEndpoint.objects.for_tenant(agent.tenant_id).filter(name__in=names)}
+    chain: list[tuple[str, ChatModel]] = []
+    for name in names:
+        if name == "offline":
+            chain.append((name, OfflineModel()))
+        elif name in endpoints:
+            chain.append((name, ChatCompletionsModel(endpoints[name])))
+        else:
+            raise ModelError(f"model {name!r} is not available; no model endpoint of that name is configured")
+    return FallbackChain(chain)

@@ -1,0 +1,408 @@
+"""The ``openai`` model (DESIGN §6): any OpenAI-compatible chat-completions endpoint, over httpx.
+
+:class:`ChatCompletionsModel` calls one :class:`~agents.models.ModelEndpoint`:
+it always asks for a stream (SSE), hands each piece of text to
+``CallOptions.on_delta``, and retries what may pass — timeouts, dropped
+connections, HTTP 429 and 5xx — waiting 1 s, 2 s, 4 s … or what
+``Retry-After`` asks (at most :data:`MAX_RETRY_AFTER` seconds). Any other
+failure ends the call at once. :class:`FallbackChain` tries models in order,
+moving on only when one's tries are spent.
+
+The client is synchronous: the agent loop calls it from a Celery worker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from decimal import Decimal
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from agents.llm import (
+    CallOptions,
+    ChatMessage,
+    ChatModel,
+    ModelCancelled,
+    ModelError,
+    ModelReply,
+    Retry,
+    ToolCall,
+    ToolSpec,
+)
+
+if TYPE_CHECKING:
+    from agents.models import ModelEndpoint
+
+# A server asking for longer is still retried after this many seconds: a worker thread waits
+# through it, and the run's own budgets (deadline, cancellation) are the place for longer pauses.
+MAX_RETRY_AFTER = 60.0
+# The longest stretch between two polls of ``CallOptions.cancelled``, in seconds. Polls are spaced
+# at least this far apart while streaming too, since a poll may cost a database query.
+POLL_INTERVAL = 0.2
+# How much of an error body reaches the error message, in characters.
+MAX_ERROR_TEXT = 300
+
+
+class ModelUnavailable(ModelError):
+    """Every try of one model failed in a way that may pass (timeouts, dropped connections, 429, 5xx).
+
+    ``str(error)`` is ``"<model>: <reason>"``, e.g. ``"gpt-x: HTTP 503 after 3 tries"``; a
+    :class:`FallbackChain` moves on to its next model.
+    """
+
+    def __init__(self, model: str, reason: str) -> None:
+        super().__init__(f"{model}: {reason}")
+        self.model = model
+        self.reason = reason
+
+
+class _Retryable(Exception):
+    """One try failed in a way that may pass; ``retry_after`` is the server's wish, in seconds."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+@dataclass
+class _Answer:
+    """What one try gathered, streamed or not."""
+
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ChatCompletionsModel:
+    """One chat-completions endpoint (a :class:`~agents.models.ModelEndpoint` row) with its retries.
+
+    Each try POSTs ``{base_url}/chat/completions``; there are ``endpoint.attempts`` tries.
+    ``endpoint.timeout`` seconds bound the connect, each read, and the whole stream (checked as
+    each line arrives, so a stalled stream ends by the read timeout). ``options.cancelled`` is
+    polled as lines arrive and while waiting between tries, at most every :data:`POLL_INTERVAL`.
+    """
+
+    def __init__(self, endpoint: ModelEndpoint) -> None:
+        self.endpoint = endpoint
+
+    def complete(
+        self, *, messages: list[ChatMessage], tools: list[ToolSpec], options: CallOptions | None = None
+    ) -> ModelReply:
+        """Ask the endpoint for the next message; ``ModelReply.model`` is the endpoint's name.
+
+        ``cost`` is ``(input_tokens * input_price + output_tokens * output_price) / 1e6``, in the
+        endpoint's currency. After a :class:`~agents.llm.Retry` the deltas start over.
+
+        Raises :class:`ModelCancelled` once ``options.cancelled()`` is True (never retried),
+        :class:`ModelUnavailable` when every try failed in a way that may pass, and
+        :class:`ModelError` at once for anything else (another 4xx, a malformed reply).
+        """
+        options = options or CallOptions()
+        endpoint = self.endpoint
+        body = _request_body(endpoint.upstream_model, messages, tools, options.response_format)
+        headers = {"Accept": "text/event-stream, application/json"}
+        if endpoint.api_key:
+            headers["Authorization"] = f"Bearer {endpoint.api_key}"
+        with httpx.Client(timeout=endpoint.timeout) as http:
+            attempt = 1
+            while True:
+                self._check(options)
+                try:
+                    return self._reply(self._try(http, body, headers, options))
+                except _Retryable as failure:
+                    if attempt >= endpoint.attempts:
+                        tries = "1 try" if attempt == 1 else f"{attempt} tries"
+                        raise ModelUnavailable(endpoint.name, f"{failure.reason} after {tries}") from failure
+                    wait = 2.0 ** (attempt - 1) if failure.retry_after is None else failure.retry_after
+                    if options.on_retry:
+                        options.on_retry(
+                            Retry(model=endpoint.name, attempt=attempt, wait=wait, reason=failure.reason)
+                        )
+                    self._pause(wait, options)
+                attempt += 1
+
+    def _try(
+        self, http: httpx.Client, body: dict[str, Any], headers: dict[str, str], options: CallOptions
+    ) -> _Answer:
+        """One POST, read to its end; raises :class:`_Retryable` or :class:`ModelError`."""
+        endpoint = self.endpoint
+        deadline = time.monotonic() + endpoint.timeout
+        url = f"{endpoint.base_url.rstrip('/')}/chat/completions"
+        try:
+            with http.stream("POST", url, json=body, headers=headers) as response:
+                if response.status_code == 429 or response.status_code >= 500:
+                    response.read()
+                    retry_after = _retry_after(response.headers.get("Retry-After"))
+                    raise _Retryable(f"HTTP {response.status_code}", retry_after)
+                if not response.is_success:
+                    response.read()
+                    message = self._redact(_error_text(response))
+                    raise ModelError(
+                        f"{endpoint.name}: HTTP {response.status_code}" + (f": {message}" if message else "")
+                    )
+                if "json" in response.headers.get("Content-Type", ""):
+                    response.read()
+                    answer = self._completion(response)
+                    if answer.content and options.on_delta:
+                        options.on_delta(answer.content)
+                    return answer
+                return self._stream(response, deadline, options)
+        except httpx.TimeoutException as exc:
+            raise _Retryable("timed out") from exc
+        except httpx.ConnectError as exc:
+            raise _Retryable("could not connect") from exc
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            raise _Retryable("connection dropped") from exc
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            # Retrying cannot help: the URL is unusable, or the body is not decodable.
+            raise ModelError(f"{endpoint.name}: {type(exc).__name__}: {exc}") from exc
+
+    def _completion(self, response: httpx.Response) -> _Answer:
+        """A non-streamed answer: ``{"choices": [{"message": {...}}], "usage": {...}}``."""
+        name = self.endpoint.name
+        try:
+            data = response.json()
+            if not data.get("choices"):
+                raise ModelError(f"{name}: the answer has no choices")
+            message = data["choices"][0]["message"]
+            calls = [
+                ToolCall(
+                    id=call.get("id") or _new_call_id(),
+                    name=call["function"].get("name") or "",
+                    arguments=_arguments(call["function"].get("arguments")),
+                )
+                for call in message.get("tool_calls") or []
+            ]
+            answer = _Answer(content=message.get("content") or "", tool_calls=calls)
+            _read_usage(answer, data.get("usage"))
+        except (ValueError, LookupError, TypeError, AttributeError) as exc:
+            raise ModelError(f"{name}: the answer is not a chat completion we can read") from exc
+        return answer
+
+    def _stream(self, response: httpx.Response, deadline: float, options: CallOptions) -> _Answer:
+        """A streamed answer: SSE ``data:`` chunks, then ``data: [DONE]``; tool calls come in by index."""
+        name = self.endpoint.name
+        answer = _Answer()
+        content: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        saw_choice = finished = False
+        next_poll = 0.0
+        for line in response.iter_lines():
+            if time.monotonic() > deadline:
+                raise _Retryable("timed out")
+            if time.monotonic() >= next_poll:
+                self._check(options)
+                next_poll = time.monotonic() + POLL_INTERVAL
+            if not line.startswith("data:"):
+                continue  # blank lines between events, comments (keep-alives), other SSE fields
+            payload = line.removeprefix("data:").strip()
+            if payload == "[DONE]":
+                finished = True
+                break
+            try:
+                chunk = json.loads(payload)
+            except ValueError as exc:
+                raise ModelError(
+                    f"{name}: the stream carried a chunk that is not JSON: {payload[:80]!r}"
+                ) from exc
+            try:
+                if chunk.get("error"):
+                    error = chunk["error"]
+                    text = error.get("message") if isinstance(error, dict) else error
+                    raise ModelError(f"{name}: the stream reported an error: {self._redact(str(text))}")
+                _read_usage(answer, chunk.get("usage"))
+                if not chunk.get("choices"):
+                    continue  # the usage chunk, or a keep-alive
+                saw_choice = True
+                choice = chunk["choices"][0]
+                finished = finished or bool(choice.get("finish_reason"))
+                delta = choice.get("delta") or {}
+                if piece := delta.get("content"):
+                    content.append(piece)
+                    if options.on_delta:
+                        options.on_delta(piece)
+                for position, part in enumerate(delta.get("tool_calls") or []):
+                    index = part.get("index")
+                    call = calls.setdefault(
+                        index if isinstance(index, int) else position, {"id": "", "name": "", "arguments": ""}
+                    )
+                    function = part.get("function") or {}
+                    # Some servers repeat the id and name on every chunk; only the arguments are split.
+                    call["id"] = part.get("id") or call["id"]
+                    call["name"] = function.get("name") or call["name"]
+                    call["arguments"] += function.get("arguments") or ""
+            except (LookupError, TypeError, AttributeError, ValueError) as exc:
+                raise ModelError(
+                    f"{name}: the stream carried a chunk we cannot read: {payload[:80]!r}"
+                ) from exc
+        if not finished:
+            # A stream without a length ends when the connection closes: a cut looks like an end.
+            raise _Retryable("connection dropped")
+        if not saw_choice:
+            raise ModelError(f"{name}: the answer has no choices")
+        answer.content = "".join(content)
+        answer.tool_calls = [
+            ToolCall(id=c["id"] or _new_call_id(), name=c["name"], arguments=c["arguments"])
+            for _, c in sorted(calls.items())
+        ]
+        return answer
+
+    def _reply(self, answer: _Answer) -> ModelReply:
+        endpoint = self.endpoint
+        cost = (
+            answer.input_tokens * endpoint.input_price + answer.output_tokens * endpoint.output_price
+        ) / Decimal(1_000_000)
+        return ModelReply(
+            content=answer.content,
+            tool_calls=tuple(answer.tool_calls),
+            input_tokens=answer.input_tokens,
+            output_tokens=answer.output_tokens,
+            model=endpoint.name,
+            cost=cost,
+        )
+
+    def _check(self, options: CallOptions) -> None:
+        if options.cancelled():
+            raise ModelCancelled(f"{self.endpoint.name}: cancelled")
+
+    def _pause(self, seconds: float, options: CallOptions) -> None:
+        """Wait ``seconds`` between tries, in slices, so a cancellation is noticed within one."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, POLL_INTERVAL))
+            self._check(options)
+
+    def _redact(self, text: str) -> str:
+        """``text`` without the API key: some servers quote the key they refused."""
+        key = self.endpoint.api_key
+        return text.replace(key, "[api key]") if key else text
+
+
+class FallbackChain:
+    """Models tried in order, as ``[(name, model), …]``: the next takes over once one is unavailable.
+
+    Only :class:`ModelUnavailable` moves on (telling ``options.on_fallback(from, to, reason)``);
+    any other :class:`ModelError`, cancellation included, ends the call. ``ModelReply.model`` is
+    the name of the model that answered.
+    """
+
+    def __init__(self, models: Sequence[tuple[str, ChatModel]]) -> None:
+        self.models = list(models)
+
+    def complete(
+        self, *, messages: list[ChatMessage], tools: list[ToolSpec], options: CallOptions | None = None
+    ) -> ModelReply:
+        """The first answer of the chain.
+
+        Raises :class:`ModelError` saying what happened to each model once all are unavailable,
+        e.g. ``"gpt-x: HTTP 503 after 3 tries; then backup: timed out after 3 tries"``.
+        """
+        options = options or CallOptions()
+        spent: list[str] = []
+        for position, (name, model) in enumerate(self.models):
+            try:
+                reply = model.complete(messages=messages, tools=tools, options=options)
+            except ModelUnavailable as exc:
+                spent.append(str(exc))
+                if position + 1 < len(self.models) and options.on_fallback:
+                    options.on_fallback(name, self.models[position + 1][0], exc.reason)
+                continue
+            # The offline model does not name itself.
+            return reply if reply.model else replace(reply, model=name)
+        raise ModelError("; then ".join(spent))
+
+
+def _request_body(
+    upstream_model: str,
+    messages: list[ChatMessage],
+    tools: list[ToolSpec],
+    response_format: dict[str, Any] | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": upstream_model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    # Some servers refuse a function without an object schema.
+                    "parameters": t.parameters or {"type": "object", "properties": {}},
+                },
+            }
+            for t in tools
+        ]
+    if response_format is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": response_format},
+        }
+    return body
+
+
+def _read_usage(answer: _Answer, usage: Any) -> None:
+    if isinstance(usage, dict):
+        answer.input_tokens = int(usage.get("prompt_tokens") or 0)
+        answer.output_tokens = int(usage.get("completion_tokens") or 0)
+
+
+def _arguments(value: Any) -> str:
+    """A tool call's arguments as the raw text; a server that sends an object gets it re-encoded."""
+    if isinstance(value, str):
+        return value
+    return "" if value is None else json.dumps(value)
+
+
+def _new_call_id() -> str:
+    """An id for a tool call the server sent without one; results are matched to calls by id."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _retry_after(value: str | None) -> float | None:
+    """``Retry-After`` (seconds, or an HTTP date) in seconds from now, within [0, MAX_RETRY_AFTER]."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)  # "-0000" dates parse naive; HTTP dates are GMT
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    if math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def _error_text(response: httpx.Response) -> str:
+    """The error message of a refused request: ``error.message`` of a JSON body, or the text."""
+    try:
+        data = response.json()
+    except ValueError:
+        text = " ".join(response.text.split())
+    else:
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict):
+            error = error.get("message")
+        if not error and isinstance(data, dict):
+            error = data.get("message") or data.get("detail")
+        text = str(error) if error else ""
+    return text[:MAX_ERROR_TEXT]

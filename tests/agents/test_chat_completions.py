@@ -1,0 +1,397 @@
+"""The chat-completions client against a real chat-completions server on loopback, through ``model_for``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from agents.llm import (
+    CallOptions,
+    ChatModel,
+    ModelCancelled,
+    ModelError,
+    Retry,
+    ToolCall,
+    ToolSpec,
+    model_for,
+)
+from agents.models import Agent, ModelEndpoint
+from parley.models import Tenant
+from tests.chat_server import ChatServer, Reply, drop, hang, malformed, sse, status, text, tool_calls
+
+KEY = "sk-test-0123456789abcdef"
+MESSAGES = [{"role": "system", "content": "You act for Tomas."}, {"role": "user", "content": "Hello."}]
+
+
+@pytest.fixture
+def server() -> Iterator[ChatServer]:
+    with ChatServer() as chat:
+        yield chat
+
+
+def endpoint(tenant: Tenant, server: ChatServer, name: str = "gpt-x", **fields: Any) -> ModelEndpoint:
+    """An endpoint on the loopback server: a 2 s timeout and 3 tries unless ``fields`` say otherwise."""
+    values: dict[str, Any] = {
+        "base_url": server.url,
+        "api_key": KEY,
+        "upstream_model": f"upstream-{name}",
+        "timeout": 2.0,
+        "attempts": 3,
+        **fields,
+    }
+    return ModelEndpoint.objects.create(tenant=tenant, name=name, **values)
+
+
+def model(agent: Agent, name: str, *fallbacks: str) -> ChatModel:
+    agent.model, agent.fallback_models = name, list(fallbacks)
+    return model_for(agent)
+
+
+@dataclass
+class Seen:
+    """What the call options were told."""
+
+    deltas: list[str] = field(default_factory=list)
+    retries: list[Retry] = field(default_factory=list)
+    fallbacks: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def options(self, **fields: Any) -> CallOptions:
+        return CallOptions(
+            on_delta=self.deltas.append,
+            on_retry=self.retries.append,
+            on_fallback=lambda *change: self.fallbacks.append(change),
+            **fields,
+        )
+
+
+def ask(chat: ChatModel, seen: Seen, *, tools: list[ToolSpec] | None = None, **fields: Any) -> Any:
+    return chat.complete(messages=MESSAGES, tools=tools or [], options=seen.options(**fields))
+
+
+def test_a_streamed_answer_arrives_in_order_with_its_usage_and_cost(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server, input_price=Decimal("2.5"), output_price=Decimal("10"))
+    server.script(text("Hello there, partner.", input_tokens=1200, output_tokens=300, pieces=4))
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x"), seen)
+
+    assert reply.content == "Hello there, partner."
+    assert seen.deltas == ["Hello ", "there,", " partn", "er."]
+    assert (reply.model, reply.input_tokens, reply.output_tokens) == ("gpt-x", 1200, 300)
+    assert reply.cost == Decimal("0.006")
+    assert reply.tool_calls == ()
+    [request] = server.requests
+    assert request.body == {
+        "model": "upstream-gpt-x",
+        "messages": MESSAGES,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    assert request.headers["authorization"] == f"Bearer {KEY}"
+
+
+def test_tools_and_the_response_format_are_sent(tenant: Tenant, agent: Agent, server: ChatServer) -> None:
+    endpoint(tenant, server, api_key="")
+    schema = {"type": "object", "properties": {"price": {"type": "number"}}, "required": ["price"]}
+    tools = [
+        ToolSpec(
+            "ask_user", "Ask the party.", {"type": "object", "properties": {"question": {"type": "string"}}}
+        ),
+        ToolSpec("ping", "No arguments."),
+    ]
+
+    ask(model(agent, "gpt-x"), Seen(), tools=tools, response_format=schema)
+
+    [request] = server.requests
+    assert request.body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "ask_user",
+                "description": "Ask the party.",
+                "parameters": {"type": "object", "properties": {"question": {"type": "string"}}},
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "ping",
+                "description": "No arguments.",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        },
+    ]
+    assert request.body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema},
+    }
+    assert "authorization" not in request.headers
+
+
+def test_parallel_tool_calls_are_assembled_from_deltas_in_order(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server)
+    server.script(
+        tool_calls(
+            ("call_a", "negotiate", '{"targets": [{"url": "https://a.example/a2a"}]}'),
+            ("call_b", "ask_user", '{"question": "Which budget?"}'),
+            content="Two things at once.",
+        )
+    )
+
+    reply = ask(model(agent, "gpt-x"), Seen())
+
+    assert reply.content == "Two things at once."
+    assert reply.tool_calls == (
+        ToolCall("call_a", "negotiate", '{"targets": [{"url": "https://a.example/a2a"}]}'),
+        ToolCall("call_b", "ask_user", '{"question": "Which budget?"}'),
+    )
+
+
+def test_malformed_tool_call_arguments_are_passed_through_raw(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server)
+    server.script(tool_calls(("call_a", "negotiate", '{"targets": [')))
+
+    reply = ask(model(agent, "gpt-x"), Seen())
+
+    assert reply.tool_calls == (ToolCall("call_a", "negotiate", '{"targets": ['),)
+
+
+def test_a_json_answer_is_read_when_the_server_does_not_stream(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server)
+    completion = {
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "Plain.",
+                    "tool_calls": [
+                        {"id": "call_a", "type": "function", "function": {"name": "ping", "arguments": "{}"}}
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+    }
+    server.script(status(200, body=completion))
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x"), seen)
+
+    assert (reply.content, reply.input_tokens, reply.output_tokens) == ("Plain.", 7, 3)
+    assert reply.tool_calls == (ToolCall("call_a", "ping", "{}"),)
+    assert seen.deltas == ["Plain."]
+
+
+def test_sse_comments_are_skipped_and_a_stream_cut_short_is_retried(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server)
+    hello = json.dumps({"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]})
+    done = json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    # Closed after a chunk, without a finish_reason or [DONE]: a cut, though the body is whole.
+    server.script(
+        sse(f"data: {hello}"), sse(": keep-alive", f"data: {hello}", f"data: {done}", "data: [DONE]")
+    )
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x"), seen)
+
+    assert reply.content == "Hi"
+    assert seen.retries == [Retry(model="gpt-x", attempt=1, wait=1.0, reason="connection dropped")]
+
+
+def test_429_waits_as_long_as_retry_after_asks(tenant: Tenant, agent: Agent, server: ChatServer) -> None:
+    endpoint(tenant, server)
+    server.script(status(429, headers={"Retry-After": "1"}), text("At last."))
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x"), seen)
+
+    assert reply.content == "At last."
+    assert seen.retries == [Retry(model="gpt-x", attempt=1, wait=1.0, reason="HTTP 429")]
+    assert len(server.requests) == 2
+
+
+def test_5xx_is_retried_with_backoff_unless_retry_after_says_otherwise(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server)
+    server.script(status(500), status(503, headers={"Retry-After": "0"}), text("Back up."))
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x"), seen)
+
+    assert reply.content == "Back up."
+    assert seen.retries == [
+        Retry(model="gpt-x", attempt=1, wait=1.0, reason="HTTP 500"),
+        Retry(model="gpt-x", attempt=2, wait=0.0, reason="HTTP 503"),
+    ]
+
+
+def test_a_timeout_is_retried(tenant: Tenant, agent: Agent, server: ChatServer) -> None:
+    endpoint(tenant, server, timeout=0.3)
+    server.script(hang(5), text("In time."))
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x"), seen)
+
+    assert reply.content == "In time."
+    assert seen.retries == [Retry(model="gpt-x", attempt=1, wait=1.0, reason="timed out")]
+
+
+@pytest.mark.parametrize("cut", [drop(), drop(after_chunks=2)], ids=["before-answering", "mid-stream"])
+def test_a_dropped_connection_is_retried(
+    tenant: Tenant, agent: Agent, server: ChatServer, cut: Reply
+) -> None:
+    endpoint(tenant, server)
+    server.script(cut, text("Whole."))
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x"), seen)
+
+    assert reply.content == "Whole."
+    assert seen.retries == [Retry(model="gpt-x", attempt=1, wait=1.0, reason="connection dropped")]
+    assert len(server.requests) == 2
+
+
+def test_401_fails_at_once_without_the_api_key_in_the_error(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server)
+    endpoint(tenant, server, name="backup")
+    server.script(status(401, body={"error": {"message": f"Incorrect API key provided: {KEY}."}}))
+    seen = Seen()
+
+    with pytest.raises(ModelError) as error:
+        ask(model(agent, "gpt-x", "backup"), seen)
+
+    assert str(error.value) == "gpt-x: HTTP 401: Incorrect API key provided: [api key]."
+    assert (len(server.requests), seen.retries, seen.fallbacks) == (1, [], [])
+
+
+def test_the_fallback_takes_over_once_the_primarys_tries_are_spent(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server, attempts=2)
+    endpoint(tenant, server, name="backup")
+    busy = status(503, headers={"Retry-After": "0"})
+    server.script(busy, busy, text("From the backup."))
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x", "backup"), seen)
+
+    assert (reply.content, reply.model) == ("From the backup.", "backup")
+    assert seen.fallbacks == [("gpt-x", "backup", "HTTP 503 after 2 tries")]
+    assert [r.body["model"] for r in server.requests] == [
+        "upstream-gpt-x",
+        "upstream-gpt-x",
+        "upstream-backup",
+    ]
+
+
+def test_offline_may_be_a_fallback(tenant: Tenant, agent: Agent, server: ChatServer) -> None:
+    endpoint(tenant, server, attempts=1)
+    server.script(status(502))
+
+    reply = ask(model(agent, "gpt-x", "offline"), Seen())
+
+    assert reply.model == "offline"
+
+
+def test_when_every_model_is_spent_the_error_says_what_happened(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server, attempts=1)
+    endpoint(tenant, server, name="backup", attempts=1, timeout=0.3)
+    server.script(status(503), hang(5))
+    seen = Seen()
+
+    with pytest.raises(ModelError) as error:
+        ask(model(agent, "gpt-x", "backup"), seen)
+
+    assert str(error.value) == "gpt-x: HTTP 503 after 1 try; then backup: timed out after 1 try"
+    assert seen.fallbacks == [("gpt-x", "backup", "HTTP 503 after 1 try")]
+
+
+def test_cancelling_mid_stream_stops_the_call(tenant: Tenant, agent: Agent, server: ChatServer) -> None:
+    endpoint(tenant, server)
+    endpoint(tenant, server, name="backup")
+    server.script(text("one two three four five six", pieces=6, chunk_delay=0.1))
+    seen = Seen()
+
+    with pytest.raises(ModelCancelled):
+        ask(model(agent, "gpt-x", "backup"), seen, cancelled=lambda: bool(seen.deltas))
+
+    assert 1 <= len(seen.deltas) < 6
+    assert (len(server.requests), seen.retries, seen.fallbacks) == (1, [], [])
+
+
+def test_cancelling_while_waiting_to_retry_stops_the_retries(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server)
+    server.script(status(500))
+    seen = Seen()
+
+    with pytest.raises(ModelCancelled):
+        ask(model(agent, "gpt-x"), seen, cancelled=lambda: bool(seen.retries))
+
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        (malformed(), "gpt-x: the stream carried a chunk that is not JSON: '{not json'"),
+        (status(200, body={"choices": []}), "gpt-x: the answer has no choices"),
+        (sse('data: {"choices": []}', "data: [DONE]"), "gpt-x: the answer has no choices"),
+    ],
+    ids=["bad-json-chunk", "json-without-choices", "stream-without-choices"],
+)
+def test_a_malformed_answer_fails_at_once(
+    tenant: Tenant, agent: Agent, server: ChatServer, reply: Reply, message: str
+) -> None:
+    endpoint(tenant, server)
+    server.script(reply)
+    seen = Seen()
+
+    with pytest.raises(ModelError) as error:
+        ask(model(agent, "gpt-x"), seen)
+
+    assert str(error.value) == message
+    assert (len(server.requests), seen.retries) == (1, [])
+
+
+@pytest.mark.parametrize("names", [("nope",), ("gpt-x", "nope")], ids=["primary", "fallback"])
+def test_an_unknown_model_name_is_an_error(
+    tenant: Tenant, agent: Agent, server: ChatServer, names: tuple[str, ...]
+) -> None:
+    endpoint(tenant, server)
+
+    with pytest.raises(ModelError, match="'nope' is not available"):
+        model(agent, *names)
+
+
+def test_another_tenants_endpoint_is_not_available(
+    other_tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(other_tenant, server)
+
+    with pytest.raises(ModelError, match="'gpt-x' is not available"):
+        model(agent, "gpt-x")
+    assert server.requests == []
