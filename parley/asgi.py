@@ -24,10 +24,11 @@ from django.urls import path, re_path  # noqa: E402
 from starlette.types import Receive, Scope, Send  # noqa: E402
 
 from a2a_gateway.app import build_app  # noqa: E402
-from parley import live  # noqa: E402
+from parley import live, telemetry  # noqa: E402
 from parley.celery import start_embedded_worker  # noqa: E402
 from parley.consumers import LiveConsumer  # noqa: E402
 
+telemetry.setup()
 a2a_app = build_app()
 
 

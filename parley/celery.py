@@ -12,7 +12,10 @@ import warnings
 
 from celery import Celery
 from celery.exceptions import SecurityWarning
+from celery.signals import worker_init, worker_process_shutdown
 from kombu import Queue
+
+from parley import telemetry
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "parley.settings.base")
 
@@ -30,6 +33,20 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_queues = [Queue(q.value) for q in TaskQueue]
 app.conf.task_default_queue = TaskQueue.AGENT.value
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def _telemetry_setup(**_: object) -> None:
+    # Once, in the worker's main process: forked pool children inherit the provider, and the SDK
+    # restarts its export thread in each of them.
+    telemetry.setup()
+
+
+@worker_process_shutdown.connect
+def _telemetry_flush(**_: object) -> None:
+    # A pool child may end without running atexit handlers, and so without the SDK's flush.
+    telemetry.shutdown()
+
 
 _embedded_lock = threading.Lock()
 _embedded_started = False

@@ -127,10 +127,34 @@ A2A_CARD_TIMEOUT = env.float("A2A_CARD_TIMEOUT", default=30.0)
 # as on loopback in tests.
 PARLEY_HOST_OPERATIONS_ALLOW_HTTP = env.bool("PARLEY_HOST_OPERATIONS_ALLOW_HTTP", default=False)
 
+# LOG_FORMAT=plain (the default, for people) or json (one object per line, for log shippers). In
+# both, records logged inside parley.telemetry.log_context carry its ids (run_id, tenant_id…) and
+# the current span's trace_id/span_id: JSON fields, or " key=value" pairs after the message.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"log_context": {"()": "parley.telemetry.LogContextFilter"}},
+    "formatters": {
+        "plain": {
+            "()": "logging.Formatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s%(_log_ids)s",
+            # For a record that reaches this formatter without passing the filter.
+            "defaults": {"_log_ids": ""},
+        },
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(levelname)s %(name)s %(message)s",
+            "timestamp": True,
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": env.str("LOG_FORMAT", default="plain"),
+            "filters": ["log_context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},
 }
+# Celery's worker would otherwise replace the root handlers above, and with them the filter.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
