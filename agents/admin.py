@@ -1,7 +1,10 @@
+from typing import Any
+
+from django import forms
 from django.contrib import admin
 from django.db import models
 
-from agents.models import Agent, Intent, Run
+from agents.models import Agent, Intent, ModelEndpoint, Run, Tool
 
 
 class IntentInline(admin.TabularInline):
@@ -10,12 +13,36 @@ class IntentInline(admin.TabularInline):
     fields = ("statement", "external_id")
 
 
+class AgentForm(forms.ModelForm):
+    """The admin's agent form, refusing tools of another tenant."""
+
+    evaluation_url = forms.URLField(
+        max_length=500,
+        required=False,
+        assume_scheme="https",
+        help_text=Agent._meta.get_field("evaluation_url").help_text,
+    )
+
+    class Meta:
+        model = Agent
+        exclude: list[str] = []
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        tenant, chosen = cleaned.get("tenant"), cleaned.get("tools")
+        if tenant is not None and chosen is not None and chosen.exclude(tenant=tenant).exists():
+            self.add_error("tools", "Choose tools of the agent's own tenant.")
+        return cleaned
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    form = AgentForm
     list_display = ("slug", "name", "tenant", "model", "principal")
     list_filter = ("tenant",)
     search_fields = ("slug", "name", "party_id")
     inlines = [IntentInline]
+    filter_horizontal = ("tools",)
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def save_formset(self, request, form, formset, change):  # type: ignore[no-untyped-def]
@@ -33,3 +60,18 @@ class RunAdmin(admin.ModelAdmin):
     list_display = ("pk", "agent", "status", "step_count", "created_at")
     list_filter = ("status", "tenant")
     readonly_fields = [f.name for f in Run._meta.fields]
+
+
+@admin.register(Tool)
+class ToolAdmin(admin.ModelAdmin):
+    list_display = ("name", "kind", "tenant", "suspends", "requires_approval")
+    list_filter = ("tenant", "kind")
+    search_fields = ("name", "description")
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+
+@admin.register(ModelEndpoint)
+class ModelEndpointAdmin(admin.ModelAdmin):
+    list_display = ("name", "upstream_model", "base_url", "tenant")
+    list_filter = ("tenant",)
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}

@@ -6,6 +6,7 @@ import uuid
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
@@ -31,91 +32,6 @@ DEFAULT_ACTIONS: list[dict[str, object]] = [
 
 def default_actions() -> list[dict[str, object]]:
     return [dict(a) for a in DEFAULT_ACTIONS]
-
-
-class Agent(TenantOwnedModel):
-    """One party's agent: its identity, its instructions and its limits.
-
-    ``terms`` describes the structured terms the agent negotiates over ("" means
-    prose only). ``allowed_actions`` is a list of ActionSpec dicts
-    ``{name, description, terminal, state}``. ``term_guards`` is a list of
-    ``{term, op, value}`` hard limits (``op`` one of ``<=``, ``>=``, ``==``,
-    ``in`` with a list value; optional ``currency``, and ``aspiration``, the
-    offline negotiator's opening value) checked in code on every outgoing
-    move; an intent may add its own.
-    """
-
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    slug = models.SlugField(max_length=63)
-    name = models.CharField(max_length=200)
-    party_id = models.CharField(max_length=500, blank=True, help_text="DID, profile URL or account id")
-    description = models.TextField(blank=True)
-    version = models.CharField(max_length=32, default="1.0.0")
-    system_prompt = models.TextField(blank=True)
-    terms = models.TextField(blank=True, default="amount (number)")
-    allowed_actions = models.JSONField(default=default_actions)
-    term_guards = models.JSONField(default=list, blank=True)
-
-    class Strategy(models.TextChoices):
-        """The offline negotiator's concession strategy (time-dependent, or tit-for-tat)."""
-
-        BOULWARE = "boulware", "Boulware (holds firm, concedes late)"
-        LINEAR = "linear", "Linear"
-        CONCEDER = "conceder", "Conceder (concedes early)"
-        TIT_FOR_TAT = "tit_for_tat", "Tit for tat (mirrors the counterparty's concessions)"
-
-    model = models.CharField(max_length=200, default="offline")
-    strategy = models.CharField(max_length=16, choices=Strategy.choices, default=Strategy.BOULWARE)
-    turn_timeout = models.FloatField(
-        default=180.0, help_text="seconds a counterparty may take to answer one move"
-    )
-    evaluation_url = models.URLField(
-        max_length=500, blank=True, help_text="host hook that attaches an Artifact to each turn"
-    )
-    fallback_models = models.JSONField(
-        default=list, blank=True, help_text="model names tried in order once the primary's attempts are spent"
-    )
-    tools = models.ManyToManyField(
-        "Tool",
-        blank=True,
-        related_name="agents",
-        help_text="the tools a run offers; none chosen means the defaults (ask_user, negotiate, answer)",
-    )
-    guardrails = models.JSONField(
-        default=list,
-        blank=True,
-        help_text="list of {name, stage: input|output, action: block|redact, match: email|phone|regex, "
-        "pattern?}",
-    )
-
-    class History(models.TextChoices):
-        """How much of the thread a step sends the model."""
-
-        APPEND_ONLY = "append_only", "Whole thread"
-        WINDOW = "window", "Last N exchanges"
-
-    history = models.CharField(max_length=16, choices=History.choices, default=History.APPEND_ONLY)
-    history_window = models.PositiveIntegerField(default=20, validators=[MinValueValidator(1)])
-
-    class OnBusy(models.TextChoices):
-        """What starting a run does while another run of the same thread is active."""
-
-        REFUSE = "refuse", "Refuse the new run"
-        QUEUE = "queue", "Queue it behind the active run"
-
-    on_busy = models.CharField(max_length=8, choices=OnBusy.choices, default=OnBusy.REFUSE)
-    max_steps = models.PositiveIntegerField(default=10)
-    max_turns = models.PositiveIntegerField(default=10)
-    timezone = models.CharField(max_length=64, default="UTC")
-    principal = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "slug"], name="agent_slug_per_tenant")]
-
-    def __str__(self) -> str:
-        return f"{self.tenant_id}/{self.slug}"
 
 
 tool_name_validator = RegexValidator(
@@ -165,6 +81,120 @@ class Tool(TenantOwnedModel):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """Check that the tool can run as its kind says, and that its parameters are a JSON Schema."""
+        from agents import host_operations, tools
+
+        host_operations.check_schema(self.parameters)
+        if self.kind == self.Kind.BUILTIN and self.name not in tools.builtin_names():
+            raise ValidationError({"name": f"Built-in tools are {', '.join(tools.builtin_names())}."})
+        if self.kind == self.Kind.HOST and not self.url:
+            raise ValidationError({"url": "A host operation needs the URL it calls."})
+        if self.kind == self.Kind.HOST and not self.secret:
+            raise ValidationError({"secret": "A host operation needs a secret to sign its calls."})
+        if self.kind == self.Kind.AGENT and (
+            self.target_agent is None or self.target_agent.tenant_id != self.tenant_id
+        ):
+            raise ValidationError({"target_agent": "Choose an agent of this tenant to run."})
+
+
+class Agent(TenantOwnedModel):
+    """One party's agent: its identity, its instructions and its limits.
+
+    ``terms`` describes the structured terms the agent negotiates over ("" means
+    prose only). ``allowed_actions`` is a list of ActionSpec dicts
+    ``{name, description, terminal, state}``. ``term_guards`` is a list of
+    ``{term, op, value}`` hard limits (``op`` one of ``<=``, ``>=``, ``==``,
+    ``in`` with a list value; optional ``currency``, and ``aspiration``, the
+    offline negotiator's opening value) checked in code on every outgoing
+    move; an intent may add its own.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(max_length=63)
+    name = models.CharField(max_length=200)
+    party_id = models.CharField(max_length=500, blank=True, help_text="DID, profile URL or account id")
+    description = models.TextField(blank=True)
+    version = models.CharField(max_length=32, default="1.0.0")
+    system_prompt = models.TextField(blank=True)
+    terms = models.TextField(blank=True, default="amount (number)")
+    allowed_actions = models.JSONField(default=default_actions)
+    term_guards = models.JSONField(default=list, blank=True)
+
+    class Strategy(models.TextChoices):
+        """The offline negotiator's concession strategy (time-dependent, or tit-for-tat)."""
+
+        BOULWARE = "boulware", "Boulware (holds firm, concedes late)"
+        LINEAR = "linear", "Linear"
+        CONCEDER = "conceder", "Conceder (concedes early)"
+        TIT_FOR_TAT = "tit_for_tat", "Tit for tat (mirrors the counterparty's concessions)"
+
+    model = models.CharField(max_length=200, default="offline")
+    strategy = models.CharField(max_length=16, choices=Strategy.choices, default=Strategy.BOULWARE)
+    turn_timeout = models.FloatField(
+        default=180.0, help_text="seconds a counterparty may take to answer one move"
+    )
+    evaluation_url = models.URLField(
+        max_length=500, blank=True, help_text="host hook that attaches an Artifact to each turn"
+    )
+    fallback_models = models.JSONField(
+        default=list, blank=True, help_text="model names tried in order once the primary's attempts are spent"
+    )
+    tools = models.ManyToManyField(
+        Tool,
+        blank=True,
+        related_name="agents",
+        help_text="the tools a run offers; none chosen means the defaults (ask_user, negotiate, answer)",
+    )
+    guardrails = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="list of {name, stage: input|output, action: block|redact, match: email|phone|regex, "
+        "pattern?}",
+    )
+
+    class History(models.TextChoices):
+        """How much of the thread a step sends the model."""
+
+        APPEND_ONLY = "append_only", "Whole thread"
+        WINDOW = "window", "Last N exchanges"
+
+    history = models.CharField(max_length=16, choices=History.choices, default=History.APPEND_ONLY)
+    history_window = models.PositiveIntegerField(default=20, validators=[MinValueValidator(1)])
+
+    class OnBusy(models.TextChoices):
+        """What starting a run does while another run of the same thread is active."""
+
+        REFUSE = "refuse", "Refuse the new run"
+        QUEUE = "queue", "Queue it behind the active run"
+
+    on_busy = models.CharField(max_length=8, choices=OnBusy.choices, default=OnBusy.REFUSE)
+    max_steps = models.PositiveIntegerField(default=10)
+    max_turns = models.PositiveIntegerField(default=10)
+    timezone = models.CharField(max_length=64, default="UTC")
+    principal = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "slug"], name="agent_slug_per_tenant")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}/{self.slug}"
+
+    def clean(self) -> None:
+        """Check the JSON fields a form cannot: guardrails and the list of fallback model names."""
+        from agents import guardrails
+
+        try:
+            guardrails.validate(self.guardrails)
+        except ValidationError as exc:
+            raise ValidationError({"guardrails": exc.error_list}) from exc
+        if not isinstance(self.fallback_models, list) or not all(
+            isinstance(name, str) and name for name in self.fallback_models
+        ):
+            raise ValidationError({"fallback_models": "List the fallback models' names, in order."})
 
 
 class ModelEndpoint(TenantOwnedModel):
@@ -220,6 +250,7 @@ class Run(TenantOwnedModel):
     """One call of the agent loop on an (agent, intent) thread."""
 
     class Status(models.TextChoices):
+        PENDING = "pending", "pending (behind another run of the thread)"
         QUEUED = "queued"
         RUNNING = "running"
         NEEDS_INPUT = "needs_input"

@@ -67,10 +67,10 @@ class OfflineModel:
 
     def _call(self, messages: list[ChatMessage], name: str, arguments: dict[str, object]) -> ModelReply:
         call = ToolCall(id=f"offline-{len(messages)}", name=name, arguments=json.dumps(arguments))
-        return ModelReply(content="", tool_calls=(call,))
+        return ModelReply(content="", tool_calls=(call,), model="offline")
 
     def _say(self, text: str) -> ModelReply:
-        return ModelReply(content=text)
+        return ModelReply(content=text, model="offline")
 
 
 def _tool_name(messages: list[ChatMessage], tool_call_id: str) -> str:

@@ -1,33 +1,59 @@
-"""Writes of the agent loop: start a run, take a step, complete a tool call, answer a question.
+"""Writes of the agent loop: start, step, cancel and end runs; complete, answer and approve tool calls.
 
 Every step is written in one transaction before the next is enqueued, so a
 worker that dies mid-run loses at most the step in flight, and a step taken
-twice is applied once (the run's ``step_count`` is checked under its row lock).
+twice is applied once (the run's ``step_count`` is checked under its row lock,
+and one model reply per run step is a database constraint).
+
+Lock order, everywhere: the run's row, then its intent's row.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agents import selectors, tools
+from agents import guardrails, history, host_operations, selectors, tools
 from agents.instructions import system_message
-from agents.llm import ChatMessage, ModelError, ModelReply, model_for
+from agents.llm import CallOptions, ChatMessage, ModelCancelled, ModelError, ModelReply, Retry, model_for
 from agents.models import Agent, Intent, Message, Question, Run
-from parley.live import publish_on_commit
+from agents.models import Tool as ToolRow
+from parley import telemetry
+from parley.live import publish_on_commit, push_transient
 from parley.models import Membership
 
 logger = logging.getLogger(__name__)
 
+# Runs ending in these never take a step, an answer or a tool result again.
+ENDED = (Run.Status.DONE, Run.Status.MAX_STEPS, Run.Status.FAILED, Run.Status.CANCELLED)
+# A run takes steps only in these; the others wait on the party or on a tool.
+STEPPING = (Run.Status.QUEUED, Run.Status.RUNNING)
+# How deep agents may call agents as tools, so a cycle of delegation cannot run away.
+MAX_DELEGATION_DEPTH = 4
+# Seconds between two looks at the run's status while its model call is in flight.
+CANCEL_POLL_SECONDS = 0.5
+
 
 class RunError(Exception):
     """A request about a run that cannot be carried out; the message says why."""
+
+
+class RunBusy(RunError):
+    """Another run of the same thread is active and the agent refuses to queue behind it."""
 
 
 class QuestionAlreadyAnswered(RunError):
@@ -38,55 +64,301 @@ class NotAllowed(RunError):
     """The user may not do this for this agent."""
 
 
-def run_start(*, agent: Agent, intent: Intent, task: str) -> Run:
+# Starting runs.
+
+
+def intent_create(*, agent: Agent, statement: str) -> Intent:
+    """A new intent (conversation thread) of ``agent``. Raises :class:`RunError` for an empty statement."""
+    if not statement.strip():
+        raise RunError("The intent is empty.")
+    return Intent.objects.create(tenant_id=agent.tenant_id, agent=agent, statement=statement.strip())
+
+
+def run_start(
+    *,
+    agent: Agent,
+    intent: Intent,
+    task: str,
+    output_schema: dict[str, Any] | None = None,
+    max_tokens: int | None = None,
+    max_cost: Decimal | None = None,
+    deadline: datetime | None = None,
+) -> Run:
     """Start a run of ``agent`` on ``intent`` with the party's ``task`` as the user message.
 
-    Raises :class:`RunError` when the task is empty, the intent belongs to
-    another agent, or a run of this thread is still active (two runs never
-    interleave one history).
+    Optional limits: ``output_schema`` (a JSON Schema the final answer must
+    meet; it is then parsed into ``Run.output_data``), ``max_tokens`` (input +
+    output tokens), ``max_cost`` (in the model endpoint's currency) and a
+    ``deadline``. A run past a limit ends ``failed``, saying which.
+
+    While another run of the thread is active, the new run is refused
+    (:class:`RunBusy`) or, when ``agent.on_busy`` is ``queue``, created
+    ``pending`` and started when the active one ends: two runs never
+    interleave one history. Raises :class:`RunError` when the task is empty,
+    the intent belongs to another agent, or a limit is not usable.
     """
     if not task.strip():
         raise RunError("The task is empty.")
     if intent.agent_id != agent.pk or intent.tenant_id != agent.tenant_id:
         raise RunError("That intent belongs to another agent.")
+    _check_limits(output_schema=output_schema, max_tokens=max_tokens, max_cost=max_cost, deadline=deadline)
     with transaction.atomic():
         Intent.objects.for_tenant(agent.tenant_id).select_for_update().get(pk=intent.pk)
         active = Run.objects.for_tenant(agent.tenant_id).filter(intent=intent, status__in=Run.ACTIVE).first()
-        if active is not None:
-            raise RunError(
+        if active is not None and agent.on_busy != Agent.OnBusy.QUEUE:
+            raise RunBusy(
                 f"Run {active.pk} of this intent is still {active.status}; wait for it or cancel it."
             )
-        run = Run.objects.create(tenant_id=agent.tenant_id, agent=agent, intent=intent)
-        _append(run, role=Message.Role.USER, content=task.strip(), step=0)
+        return _create_run(
+            agent=agent,
+            intent=intent,
+            task=task,
+            status=Run.Status.PENDING if active is not None else Run.Status.QUEUED,
+            output_schema=output_schema,
+            max_tokens=max_tokens,
+            max_cost=max_cost,
+            deadline=deadline,
+        )
+
+
+def _check_limits(
+    *,
+    output_schema: dict[str, Any] | None,
+    max_tokens: int | None,
+    max_cost: Decimal | None,
+    deadline: datetime | None,
+) -> None:
+    if output_schema is not None:
+        if not isinstance(output_schema, dict):
+            raise RunError("The output schema must be a JSON object.")
+        try:
+            host_operations.check_schema(output_schema)
+        except ValidationError as exc:
+            raise RunError(f"The output schema is not usable: {'; '.join(exc.messages)}") from exc
+    if max_tokens is not None and max_tokens < 1:
+        raise RunError("The token budget must be at least 1.")
+    if max_cost is not None and max_cost <= 0:
+        raise RunError("The cost budget must be more than 0.")
+    if deadline is not None and deadline <= timezone.now():
+        raise RunError("The deadline has already passed.")
+
+
+def _create_run(*, agent: Agent, intent: Intent, task: str, status: str, **fields: Any) -> Run:
+    """Create the run with its task as the thread's next user message; enqueue it when ``queued``."""
+    run = Run.objects.create(tenant_id=agent.tenant_id, agent=agent, intent=intent, status=status, **fields)
+    _append(run, role=Message.Role.USER, content=task.strip(), step=0)
+    if status == Run.Status.QUEUED:
         _enqueue_step(run)
-        _publish_run(run)
+    if run.deadline is not None:
+        _enqueue_expiry(run)
+    _publish_run(run)
     return run
+
+
+def run_delegate(
+    *, parent: Run, tool_call_id: str, tool: ToolRow, arguments: dict[str, Any]
+) -> tools.Outcome:
+    """Run ``tool.target_agent``'s loop on ``arguments`` as a child of ``parent``: the agent-as-tool.
+
+    The task is ``arguments["task"]`` when it is a string, else the arguments
+    as JSON; the child gets an intent of its own. The child's final text
+    becomes the tool call's result when it ends (see :func:`_ended`), and
+    cancelling the parent cancels the child. Returns :class:`tools.Defer`.
+    Raises :class:`tools.ToolError` for a target of another tenant, an agent
+    already in the chain of callers, or a chain deeper than
+    :data:`MAX_DELEGATION_DEPTH`.
+    """
+    target = tool.target_agent
+    if target is None or target.tenant_id != parent.tenant_id:
+        raise tools.ToolError(f"{tool.name} has no agent of this tenant to run.")
+    chain = [parent]
+    while chain[-1].parent_id is not None:
+        chain.append(Run.objects.for_tenant(parent.tenant_id).get(pk=chain[-1].parent_id))
+    if any(run.agent_id == target.pk for run in chain):
+        raise tools.ToolError(f"{tool.name} would run {target.name}, which is already working on this call.")
+    if len(chain) > MAX_DELEGATION_DEPTH:
+        raise tools.ToolError(
+            f"{tool.name} refused: agents may call agents at most {MAX_DELEGATION_DEPTH} deep."
+        )
+    task = arguments["task"] if isinstance(arguments.get("task"), str) else json.dumps(arguments)
+    if not task.strip():
+        raise tools.ToolError(f"{tool.name} needs a non-empty 'task'.")
+    intent = Intent.objects.create(
+        tenant_id=parent.tenant_id, agent=target, statement=f"Asked by {parent.agent.name}: {task}"
+    )
+    _create_run(
+        agent=target,
+        intent=intent,
+        task=task,
+        status=Run.Status.QUEUED,
+        parent=parent,
+        parent_tool_call_id=tool_call_id,
+    )
+    return tools.Defer()
+
+
+# Taking steps.
 
 
 def run_step(*, run_id: Any, tenant_id: int) -> None:
     """Take one step of the run: ask the model, run the tools it called, record it all.
 
-    Quietly does nothing when the run is gone, no longer runnable, or waiting
-    on a tool call. The model is called outside any transaction.
+    Quietly does nothing when the run is gone or not stepping (waiting on the
+    party or a tool, or ended). A run past a limit ends instead. The model and
+    host operations are called outside any transaction; everything is then
+    written in one. The step is a span of the run's trace, and its logs carry
+    the run's and tenant's ids.
     """
     run = Run.objects.for_tenant(tenant_id).select_related("agent", "intent").filter(pk=run_id).first()
-    # A run is queued or running only once no tool call waits; a duplicate delivery of a step
-    # is caught under the run's lock in _apply_step.
-    if run is None or run.status not in (Run.Status.QUEUED, Run.Status.RUNNING):
+    if run is None or run.status not in STEPPING:
         return
+    with (
+        telemetry.log_context(run_id=str(run.pk), tenant_id=tenant_id),
+        telemetry.run_step_span(
+            run_id=run.pk,
+            tenant_id=tenant_id,
+            agent_id=run.agent_id,
+            agent_name=run.agent.name,
+            intent_id=run.intent_id,
+            step=run.step_count + 1,
+        ),
+    ):
+        _take_step(run)
+
+
+def _take_step(run: Run) -> None:
     agent = run.agent
-    if run.step_count >= agent.max_steps:
-        _finish(run, Run.Status.MAX_STEPS, reason=f"Stopped after {agent.max_steps} steps.")
+    limit = _limit_reached(run)
+    if limit is not None:
+        _finish(run, *limit)
         return
     offered = tools.tools_for(agent)
     try:
-        reply = model_for(agent).complete(
-            messages=_chat_messages(run), tools=[t.spec for t in offered.values()]
-        )
-    except ModelError as exc:
-        _finish(run, Run.Status.FAILED, reason=str(exc))
+        messages = _chat_messages(run)
+    except guardrails.GuardrailTripped as exc:
+        _finish(run, Run.Status.FAILED, str(exc))
         return
-    _apply_step(run_id=run.pk, tenant_id=tenant_id, seen_steps=run.step_count, reply=reply, offered=offered)
+    provider = "parley.offline" if agent.model == "offline" else "openai"
+    try:
+        with telemetry.model_call_span(model=agent.model, provider=provider) as call:
+            reply = model_for(agent).complete(
+                messages=messages, tools=[t.spec for t in offered.values()], options=_call_options(run)
+            )
+            call.record(reply.model, reply.input_tokens, reply.output_tokens)
+    except ModelCancelled:
+        return  # the run was stopped meanwhile; whoever stopped it wrote its end
+    except ModelError as exc:
+        _finish(run, Run.Status.FAILED, str(exc))
+        return
+    try:
+        content = guardrails.check(agent.guardrails, stage="output", text=reply.content)
+    except guardrails.GuardrailTripped as exc:
+        _finish(run, Run.Status.FAILED, str(exc))
+        return
+    early = _run_outside_transaction(run, reply, offered)
+    _apply_step(
+        run_id=run.pk,
+        tenant_id=run.tenant_id,
+        seen_steps=run.step_count,
+        reply=reply,
+        content=content,
+        offered=offered,
+        early=early,
+    )
+
+
+def _limit_reached(run: Run) -> tuple[str, str] | None:
+    """The (status, reason) a run ends with before its next step, or None to go on."""
+    if run.step_count >= run.agent.max_steps:
+        return Run.Status.MAX_STEPS, f"Stopped after {run.agent.max_steps} steps."
+    if run.deadline is not None and timezone.now() >= run.deadline:
+        return Run.Status.FAILED, f"The deadline ({run.deadline:%Y-%m-%d %H:%M %Z}) passed."
+    if run.max_tokens is not None and run.input_tokens + run.output_tokens >= run.max_tokens:
+        return Run.Status.FAILED, (
+            f"The token budget of {run.max_tokens} is spent ({run.input_tokens + run.output_tokens} used)."
+        )
+    if run.max_cost is not None and run.cost >= run.max_cost:
+        return Run.Status.FAILED, f"The cost budget of {run.max_cost} is spent ({run.cost} used)."
+    return None
+
+
+def _call_options(run: Run) -> CallOptions:
+    """Hooks of one model call: stream deltas live, record retries and fallbacks, stop when cancelled."""
+    step = run.step_count + 1
+    head = {"run": str(run.pk), "step": step}
+
+    def on_delta(text: str) -> None:
+        push_transient(event="run.delta", tenant_id=run.tenant_id, payload={**head, "delta": text})
+
+    def on_retry(retry: Retry) -> None:
+        publish_on_commit(
+            event="run.retry",
+            tenant_id=run.tenant_id,
+            payload={
+                **head,
+                "model": retry.model,
+                "attempt": retry.attempt,
+                "wait": retry.wait,
+                "reason": retry.reason,
+            },
+        )
+
+    def on_fallback(from_model: str, to_model: str, reason: str) -> None:
+        publish_on_commit(
+            event="run.fallback",
+            tenant_id=run.tenant_id,
+            payload={**head, "from": from_model, "to": to_model, "reason": reason},
+        )
+
+    return CallOptions(
+        on_delta=on_delta,
+        on_retry=on_retry,
+        on_fallback=on_fallback,
+        cancelled=_stopped_check(run),
+        response_format=run.output_schema,
+    )
+
+
+def _stopped_check(run: Run) -> Callable[[], bool]:
+    """A check, cheap to call often, of whether the run stopped stepping (cancelled, expired)."""
+    looked_at, stopped = 0.0, False
+
+    def stopped_now() -> bool:
+        nonlocal looked_at, stopped
+        if not stopped and time.monotonic() - looked_at >= CANCEL_POLL_SECONDS:
+            looked_at = time.monotonic()
+            status = Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).values_list("status", flat=True)
+            stopped = status.first() not in STEPPING
+        return stopped
+
+    return stopped_now
+
+
+def _run_outside_transaction(
+    run: Run, reply: ModelReply, offered: dict[str, tools.Tool]
+) -> dict[str, tools.Outcome]:
+    """Run the reply's host operations concurrently, before the step's transaction, by call id.
+
+    Only calls that are ready to run go here: a known tool that needs no
+    approval, with valid arguments; every other call is handled in order
+    inside the transaction.
+    """
+    ready = []
+    for call in reply.tool_calls:
+        prepared = _prepare(call.name, call.arguments, offered)
+        if isinstance(prepared, tuple):
+            tool, arguments = prepared
+            if tool.outside_transaction and not tool.requires_approval:
+                ready.append((call.id, call.name, tool, arguments))
+    if not ready:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(len(ready), 8)) as pool:
+        # Each call runs in a copy of this context, so its span is a child of the step's.
+        futures = {
+            call_id: pool.submit(contextvars.copy_context().run, _execute, run, call_id, name, tool, args)
+            for call_id, name, tool, args in ready
+        }
+    return {call_id: future.result() for call_id, future in futures.items()}
 
 
 def _apply_step(
@@ -95,88 +367,133 @@ def _apply_step(
     tenant_id: int,
     seen_steps: int,
     reply: ModelReply,
+    content: str,
     offered: dict[str, tools.Tool],
+    early: dict[str, tools.Outcome],
 ) -> None:
     with transaction.atomic():
-        run = Run.objects.for_tenant(tenant_id).select_for_update().select_related("agent").get(pk=run_id)
-        if run.step_count != seen_steps or run.status not in (
-            Run.Status.QUEUED,
-            Run.Status.RUNNING,
-        ):
+        run = (
+            Run.objects.for_tenant(tenant_id)
+            .select_for_update()
+            .select_related("agent", "intent")
+            .get(pk=run_id)
+        )
+        if run.step_count != seen_steps or run.status not in STEPPING:
             return  # another worker applied this step, or the run was stopped meanwhile
         run.step_count += 1
         run.input_tokens += reply.input_tokens
         run.output_tokens += reply.output_tokens
+        run.cost += reply.cost
         _append(
             run,
             role=Message.Role.ASSISTANT,
-            content=reply.content,
+            content=content,
             tool_calls=[c.as_dict() for c in reply.tool_calls],
             step=run.step_count,
+            model=reply.model,
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+            cost=reply.cost,
         )
-        if not reply.tool_calls:
-            run.status, run.output = Run.Status.DONE, reply.content
+        if reply.tool_calls:
+            run.status = _run_tools(run, reply, offered, early)
         else:
-            run.status = _run_tools(run, reply, offered)
-            if run.status == Run.Status.RUNNING:
-                _enqueue_step(run)
+            _final_answer(run, content)
+        if run.status == Run.Status.RUNNING:
+            _enqueue_step(run)
         run.save(
             update_fields=[
                 "step_count",
                 "input_tokens",
                 "output_tokens",
+                "cost",
                 "status",
                 "output",
+                "output_data",
                 "updated_at",
             ]
         )
         _publish_run(run)
+        if run.status in ENDED:
+            _ended(run)
 
 
-def _run_tools(run: Run, reply: ModelReply, offered: dict[str, tools.Tool]) -> str:
-    """Run every tool call of one model message, in order; return the run's next status."""
+def _final_answer(run: Run, content: str) -> None:
+    """End the run ``done`` with ``content``, or, when it misses the output schema, ask again."""
+    if run.output_schema is None:
+        run.status, run.output = Run.Status.DONE, content
+        return
+    try:
+        data = json.loads(content)
+        host_operations.validate_arguments(schema=run.output_schema, arguments=data)
+    except (json.JSONDecodeError, tools.ToolError) as exc:
+        problem = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        _append(
+            run,
+            role=Message.Role.USER,
+            content=(
+                f"Your final answer must be JSON that meets the output schema, and it does not: {problem}. "
+                "Answer again with the JSON alone."
+            ),
+            step=run.step_count,
+        )
+        run.status = Run.Status.RUNNING
+        return
+    run.status, run.output, run.output_data = Run.Status.DONE, content, data
+
+
+def _run_tools(
+    run: Run, reply: ModelReply, offered: dict[str, tools.Tool], early: dict[str, tools.Outcome]
+) -> str:
+    """Record every tool call of one model message, in order; return the run's next status."""
     suspended = deferred = False
     for call in reply.tool_calls:
-        outcome = _call_tool(run, call.id, call.name, call.arguments, offered, suspended)
+        outcome = early.get(call.id)
+        if outcome is None:
+            prepared = _prepare(call.name, call.arguments, offered)
+            if isinstance(prepared, tools.Result):
+                outcome = prepared
+            elif prepared[0].requires_approval:
+                _open_question(
+                    run,
+                    call.id,
+                    call.name,
+                    kind=Question.Kind.APPROVAL,
+                    question=f"May your agent call {call.name}?",
+                    arguments=prepared[1],
+                )
+                suspended = True
+                continue
+            else:
+                outcome = _execute(run, call.id, call.name, *prepared)
+        if isinstance(outcome, tools.Suspend) and suspended:
+            outcome = tools.Result(
+                "Error: only one question at a time; ask again after this one is answered."
+            )
         if isinstance(outcome, tools.Suspend):
             suspended = True
-            question = Question.objects.create(
-                tenant_id=run.tenant_id,
-                run=run,
-                tool_call_id=call.id,
+            _open_question(
+                run,
+                call.id,
+                call.name,
+                kind=Question.Kind.QUESTION,
                 question=outcome.question,
                 options=outcome.options,
-            )
-            publish_on_commit(
-                event="question.opened",
-                tenant_id=run.tenant_id,
-                payload={"question": str(question.pk), "run": str(run.pk)},
+                arguments=outcome.arguments,
             )
         elif isinstance(outcome, tools.Defer):
             deferred = True
         else:
-            _append(
-                run,
-                role=Message.Role.TOOL,
-                content=outcome.text,
-                tool_call_id=call.id,
-                name=call.name,
-                step=run.step_count,
-            )
+            _append_result(run, call.id, call.name, outcome.text)
     if suspended:
         return Run.Status.NEEDS_INPUT
     return Run.Status.WAITING if deferred else Run.Status.RUNNING
 
 
-def _call_tool(
-    run: Run,
-    call_id: str,
-    name: str,
-    raw_arguments: str,
-    offered: dict[str, tools.Tool],
-    suspended: bool,
-) -> tools.Outcome:
-    """One tool call; every failure becomes the call's result for the model, never the run's end."""
+def _prepare(
+    name: str, raw_arguments: str, offered: dict[str, tools.Tool]
+) -> tuple[tools.Tool, dict[str, Any]] | tools.Result:
+    """The tool and its parsed, schema-checked arguments, or the error result the model sees."""
     tool = offered.get(name)
     if tool is None:
         return tools.Result(f"Error: unknown tool {name!r}; the tools offered are {', '.join(offered)}.")
@@ -187,57 +504,79 @@ def _call_tool(
     if not isinstance(arguments, dict):
         return tools.Result(f"Error: the arguments of {name} must be a JSON object.")
     try:
-        with transaction.atomic():
-            outcome = tool.handler(tools.ToolContext(run=run, tool_call_id=call_id), arguments)
+        host_operations.validate_arguments(schema=tool.spec.parameters, arguments=arguments)
     except tools.ToolError as exc:
-        return tools.Result(f"Error: {exc}")
-    except Exception:
-        # DESIGN.md §5: a tool that raises becomes its call's result, never the end of the run.
-        # The savepoint above has undone whatever it wrote.
-        logger.exception("tool %s failed in run %s", name, run.pk)
-        return tools.Result(f"Error: {name} failed unexpectedly; try again or do without it.")
-    if isinstance(outcome, tools.Suspend) and suspended:
-        return tools.Result("Error: only one question at a time; ask again after this one is answered.")
-    return outcome
+        return tools.Result(f"Error: the arguments of {name} do not match its schema: {exc}")
+    return tool, arguments
+
+
+def _execute(run: Run, call_id: str, name: str, tool: tools.Tool, arguments: dict[str, Any]) -> tools.Outcome:
+    """Run one tool; every failure becomes the call's result for the model, never the run's end."""
+    context = tools.ToolContext(run=run, tool_call_id=call_id)
+    with telemetry.tool_call_span(name=name, call_id=call_id) as span:
+        try:
+            if tool.outside_transaction:
+                return tool.handler(context, arguments)
+            with transaction.atomic():
+                return tool.handler(context, arguments)
+        except tools.ToolError as exc:
+            span.fail("ToolError", str(exc))
+            return tools.Result(f"Error: {exc}")
+        except Exception as exc:
+            # DESIGN.md §5: a tool that raises becomes its call's result, never the end of the run.
+            # The savepoint above has undone whatever it wrote.
+            logger.exception("tool %s failed in run %s", name, run.pk)
+            span.fail(type(exc).__name__, "the tool raised")
+            return tools.Result(f"Error: {name} failed unexpectedly; try again or do without it.")
+
+
+def _open_question(run: Run, call_id: str, tool_name: str, *, kind: str, **fields: Any) -> None:
+    question = Question.objects.create(
+        tenant_id=run.tenant_id, run=run, tool_call_id=call_id, tool_name=tool_name, kind=kind, **fields
+    )
+    publish_on_commit(
+        event="question.opened",
+        tenant_id=run.tenant_id,
+        payload={"question": str(question.pk), "run": str(run.pk), "kind": kind},
+    )
+
+
+# Tool results that arrive later: deferred calls, answers and approvals.
 
 
 def tool_call_complete(*, run: Run, tool_call_id: str, result: str) -> None:
-    """Record the result of a deferred or suspended tool call and resume the run when none is left.
+    """Record the result of a deferred, suspended or approved tool call; resume the run when none is left.
 
     Safe to call inside an open transaction; the next step is enqueued after
-    it commits. A result already recorded for the call is left as it is.
+    it commits. A result already recorded for the call, or one for a run that
+    ended, is dropped.
     """
     with transaction.atomic():
         run = Run.objects.for_tenant(run.tenant_id).select_for_update().get(pk=run.pk)
         if run.status not in (Run.Status.WAITING, Run.Status.NEEDS_INPUT):
             return
-        pending = _pending_calls(run)
-        call = pending.get(tool_call_id)
+        call = _pending_calls(run).get(tool_call_id)
         if call is None:
             return
-        _append(
-            run,
-            role=Message.Role.TOOL,
-            content=result,
-            tool_call_id=tool_call_id,
-            name=call["name"],
-            step=run.step_count,
-        )
-        del pending[tool_call_id]
-        asking = (
-            Question.objects.for_tenant(run.tenant_id)
-            .filter(run=run, tool_call_id__in=pending, answered_at=None)
-            .exists()
-        )
-        status = (
-            Run.Status.RUNNING if not pending else Run.Status.NEEDS_INPUT if asking else Run.Status.WAITING
-        )
-        if status == Run.Status.RUNNING:
-            _enqueue_step(run)
-        if status != run.status:
-            run.status = status
-            run.save(update_fields=["status", "updated_at"])
-            _publish_run(run)
+        _append_result(run, tool_call_id, call["name"], result)
+        _resume_if_ready(run)
+
+
+def _resume_if_ready(run: Run) -> None:
+    """Set a locked, waiting run's status from its pending calls: running when none is left."""
+    pending = _pending_calls(run)
+    asking = (
+        Question.objects.for_tenant(run.tenant_id)
+        .filter(run=run, tool_call_id__in=pending, answered_at=None)
+        .exists()
+    )
+    status = Run.Status.RUNNING if not pending else Run.Status.NEEDS_INPUT if asking else Run.Status.WAITING
+    if status == Run.Status.RUNNING:
+        _enqueue_step(run)
+    if status != run.status:
+        run.status = status
+        run.save(update_fields=["status", "updated_at"])
+        _publish_run(run)
 
 
 def question_answer(*, question: Question, answer: str, user: User) -> Question:
@@ -246,48 +585,246 @@ def question_answer(*, question: Question, answer: str, user: User) -> Question:
     Raises :class:`NotAllowed` unless ``user`` may answer for the agent (see
     :func:`agents.selectors.can_answer_for`), :class:`QuestionAlreadyAnswered`
     when it was answered before (nothing changes) and :class:`RunError` for an
-    empty answer or a run that stopped.
+    empty answer, an approval (see :func:`approval_decide`) or a run that
+    stopped (cancelled runs take no answers).
     """
+    _check_may_answer(question, user)
+    if not answer.strip():
+        raise RunError("The answer is empty.")
+    with transaction.atomic():
+        question = _lock_open(question, Question.Kind.QUESTION)
+        question.answer, question.answered_by, question.answered_at = answer.strip(), user, timezone.now()
+        question.save(update_fields=["answer", "answered_by", "answered_at", "updated_at"])
+        tool_call_complete(run=question.run, tool_call_id=question.tool_call_id, result=question.answer)
+        _publish_answered(question)
+    return question
+
+
+def approval_decide(*, question: Question, approve: bool, reason: str = "", user: User | None) -> Question:
+    """Approve or reject a ``requires_approval`` tool call, once.
+
+    Approving runs the tool with the arguments the model gave (in a worker);
+    rejecting gives the model ``rejected: <reason>`` as the call's result.
+    ``user`` None is the host acting through its API. Raises
+    :class:`NotAllowed`, :class:`QuestionAlreadyAnswered` (decided before;
+    nothing changes) and :class:`RunError` (not an approval, or the run
+    stopped).
+    """
+    if user is not None:
+        _check_may_answer(question, user)
+    reason = reason.strip()
+    with transaction.atomic():
+        question = _lock_open(question, Question.Kind.APPROVAL)
+        question.approved, question.answer = approve, reason
+        question.answered_by, question.answered_at = user, timezone.now()
+        question.save(update_fields=["approved", "answer", "answered_by", "answered_at", "updated_at"])
+        run = Run.objects.for_tenant(question.tenant_id).select_for_update().get(pk=question.run_id)
+        if approve:
+            _resume_if_ready(run)
+            _enqueue_approved(question)
+        else:
+            tool_call_complete(
+                run=run, tool_call_id=question.tool_call_id, result=f"rejected: {reason or 'no reason given'}"
+            )
+        _publish_answered(question)
+    return question
+
+
+def approved_tool_run(*, question_id: Any, tenant_id: int) -> None:
+    """Run an approved tool call with its original arguments and record the result.
+
+    Does nothing when the run stopped or the call already has its result (a
+    task delivered twice). A tool the agent no longer offers gets an error
+    result.
+    """
+    question = (
+        Question.objects.for_tenant(tenant_id)
+        .select_related("run__agent", "run__intent")
+        .filter(pk=question_id, kind=Question.Kind.APPROVAL, approved=True)
+        .first()
+    )
+    if question is None or question.run.status not in (Run.Status.WAITING, Run.Status.NEEDS_INPUT):
+        return
+    run, name = question.run, question.tool_name
+    if question.tool_call_id not in _pending_calls(run):
+        return
+    tool = tools.tools_for(run.agent).get(name)
+    if tool is None:
+        outcome: tools.Outcome = tools.Result(f"Error: {name} is no longer offered; do without it.")
+    else:
+        outcome = _execute(run, question.tool_call_id, name, tool, question.arguments)
+    if isinstance(outcome, tools.Result):
+        tool_call_complete(run=run, tool_call_id=question.tool_call_id, result=outcome.text)
+    elif isinstance(outcome, tools.Suspend):
+        with transaction.atomic():
+            run = Run.objects.for_tenant(tenant_id).select_for_update().get(pk=run.pk)
+            _open_question(
+                run,
+                question.tool_call_id,
+                name,
+                kind=Question.Kind.QUESTION,
+                question=outcome.question,
+                options=outcome.options,
+                arguments=outcome.arguments,
+            )
+            _resume_if_ready(run)
+
+
+def _check_may_answer(question: Question, user: User) -> None:
     membership = Membership.objects.filter(user=user, tenant_id=question.tenant_id).first()
     agent = Agent.objects.for_tenant(question.tenant_id).get(runs__questions=question)
     if membership is None or not selectors.can_answer_for(membership=membership, agent=agent):
         raise NotAllowed("Only the agent's party, an owner or an operator can answer its questions.")
-    if not answer.strip():
-        raise RunError("The answer is empty.")
-    with transaction.atomic():
-        question = (
-            Question.objects.for_tenant(question.tenant_id)
-            .select_for_update()
-            .select_related("run")
-            .get(pk=question.pk)
-        )
-        if not question.is_open:
-            raise QuestionAlreadyAnswered("This question was already answered.")
-        if question.run.status not in (Run.Status.NEEDS_INPUT, Run.Status.WAITING):
-            raise RunError(f"The run is {question.run.status}; it no longer takes answers.")
-        question.answer, question.answered_by, question.answered_at = (
-            answer.strip(),
-            user,
-            timezone.now(),
-        )
-        question.save(update_fields=["answer", "answered_by", "answered_at", "updated_at"])
-        tool_call_complete(run=question.run, tool_call_id=question.tool_call_id, result=question.answer)
-        publish_on_commit(
-            event="question.answered",
-            tenant_id=question.tenant_id,
-            payload={"question": str(question.pk), "run": str(question.run_id)},
-        )
+
+
+def _lock_open(question: Question, kind: str) -> Question:
+    """The question, locked, checked open, of ``kind``, on a run that still takes answers."""
+    question = (
+        Question.objects.for_tenant(question.tenant_id)
+        .select_for_update()
+        .select_related("run")
+        .get(pk=question.pk)
+    )
+    if question.kind != kind:
+        other = "approve or reject it" if question.kind == Question.Kind.APPROVAL else "answer it"
+        raise RunError(f"This is a {question.kind}; {other}.")
+    if not question.is_open:
+        raise QuestionAlreadyAnswered(f"This {question.kind} was already {_decided(question.kind)}.")
+    if question.run.status not in (Run.Status.NEEDS_INPUT, Run.Status.WAITING):
+        raise RunError(f"The run is {question.run.status}; it no longer takes answers.")
     return question
 
 
-def _finish(run: Run, status: str, *, reason: str) -> None:
+def _decided(kind: str) -> str:
+    return "decided" if kind == Question.Kind.APPROVAL else "answered"
+
+
+def _publish_answered(question: Question) -> None:
+    publish_on_commit(
+        event="question.answered",
+        tenant_id=question.tenant_id,
+        payload={"question": str(question.pk), "run": str(question.run_id), "kind": question.kind},
+    )
+
+
+# Ending runs.
+
+
+def run_cancel(*, run: Run, user: User | None) -> Run:
+    """Cancel an active run: it takes no step, answer or tool result again.
+
+    An in-flight model call stops at its next look at the run (within
+    :data:`CANCEL_POLL_SECONDS`), the runs it delegated to are cancelled, and
+    its negotiations stop (the cancel hooks). ``user`` None is the host acting
+    through its API. Raises :class:`NotAllowed` for a member who may not act
+    for the agent and :class:`RunError` for a run that already ended.
+    """
+    if user is not None:
+        membership = Membership.objects.filter(user=user, tenant_id=run.tenant_id).first()
+        agent = Agent.objects.for_tenant(run.tenant_id).get(pk=run.agent_id)
+        if membership is None or not selectors.can_answer_for(membership=membership, agent=agent):
+            raise NotAllowed("Only the agent's party, an owner or an operator can cancel its runs.")
+    who = f"by {user.get_username()}" if user is not None else "by the host"
     with transaction.atomic():
         locked = Run.objects.for_tenant(run.tenant_id).select_for_update().get(pk=run.pk)
-        if locked.status not in (Run.Status.QUEUED, Run.Status.RUNNING):
+        if locked.status in ENDED:
+            raise RunError(f"The run already ended ({locked.status}).")
+        _end(locked, Run.Status.CANCELLED, f"Cancelled {who}.")
+    return locked
+
+
+def run_expire(*, run_id: Any, tenant_id: int) -> None:
+    """End a run whose deadline passed while it waited (on the party, a tool, or its queue)."""
+    with transaction.atomic():
+        run = Run.objects.for_tenant(tenant_id).select_for_update().filter(pk=run_id).first()
+        if run is None or run.status in ENDED or run.deadline is None or timezone.now() < run.deadline:
             return
-        locked.status, locked.end_reason = status, reason
-        locked.save(update_fields=["status", "end_reason", "updated_at"])
-        _publish_run(locked)
+        _end(run, Run.Status.FAILED, f"The deadline ({run.deadline:%Y-%m-%d %H:%M %Z}) passed.")
+
+
+def _finish(run: Run, status: str, reason: str) -> None:
+    """End a stepping run with ``status`` and ``reason``; a run stopped meanwhile keeps its end."""
+    with transaction.atomic():
+        locked = Run.objects.for_tenant(run.tenant_id).select_for_update().get(pk=run.pk)
+        if locked.status in STEPPING:
+            _end(locked, status, reason)
+
+
+def _end(run: Run, status: str, reason: str) -> None:
+    """Write the end of a locked run and everything that follows from it."""
+    run.status, run.end_reason = status, reason
+    run.save(update_fields=["status", "end_reason", "updated_at"])
+    _publish_run(run)
+    _ended(run)
+
+
+def _ended(run: Run) -> None:
+    """What follows a run's end, in its transaction: its delegates are cancelled, its negotiations
+    stop, its caller will get its result, and the next run pending on its thread starts."""
+    for child in (
+        Run.objects.for_tenant(run.tenant_id)
+        .select_for_update()
+        .filter(parent=run, status__in=(*Run.ACTIVE, Run.Status.PENDING))
+    ):
+        _end(child, Run.Status.CANCELLED, "Cancelled with the run that called it.")
+    if run.status == Run.Status.CANCELLED:
+        for hook in tools.cancel_hooks():
+            hook(run)
+    if run.parent_id is not None:
+        _enqueue_delegate_return(run)
+    _start_next(run)
+    transaction.on_commit(
+        partial(
+            telemetry.record_run_span,
+            run_id=run.pk,
+            tenant_id=run.tenant_id,
+            agent_id=run.agent_id,
+            agent_name=run.agent.name,
+            intent_id=run.intent_id,
+            started_at=run.created_at,
+            ended_at=timezone.now(),
+            status=run.status,
+            input_tokens=run.input_tokens,
+            output_tokens=run.output_tokens,
+            error=run.end_reason if run.status == Run.Status.FAILED else None,
+        )
+    )
+
+
+def delegate_return(*, run_id: Any, tenant_id: int) -> None:
+    """Give an ended delegate run's result to the run that called it as a tool.
+
+    Its own transaction, after the delegate's end commits: locks are taken
+    caller first everywhere else, so the delegate's end must not take its
+    caller's. The result is the delegate's output when it ended ``done``, else
+    what ended it. A caller that stopped, or has the result, drops it.
+    """
+    run = Run.objects.for_tenant(tenant_id).select_related("agent").filter(pk=run_id).first()
+    if run is None or run.parent_id is None or run.status not in ENDED:
+        return
+    if run.status == Run.Status.DONE:
+        result = run.output
+    else:
+        result = f"{run.agent.name} ended {run.status}: {run.end_reason}"
+    parent = Run.objects.for_tenant(tenant_id).get(pk=run.parent_id)
+    tool_call_complete(run=parent, tool_call_id=run.parent_tool_call_id, result=result)
+
+
+def _start_next(run: Run) -> None:
+    """Start the oldest pending run of ``run``'s thread once none is active."""
+    Intent.objects.for_tenant(run.tenant_id).select_for_update().get(pk=run.intent_id)
+    runs = Run.objects.for_tenant(run.tenant_id).filter(intent_id=run.intent_id)
+    if runs.filter(status__in=Run.ACTIVE).exists():
+        return
+    pending = runs.filter(status=Run.Status.PENDING).order_by("created_at").first()
+    if pending is not None:
+        pending.status = Run.Status.QUEUED
+        pending.save(update_fields=["status", "updated_at"])
+        _enqueue_step(pending)
+        _publish_run(pending)
+
+
+# The thread.
 
 
 def _pending_calls(run: Run) -> dict[str, dict[str, str]]:
@@ -301,14 +838,24 @@ def _pending_calls(run: Run) -> dict[str, dict[str, str]]:
     return {c["id"]: c for c in last.tool_calls if c["id"] not in answered}
 
 
-def _chat_messages(run: Run) -> list[ChatMessage]:
-    """The system message and the thread's history in chat-completions form."""
-    chat: list[ChatMessage] = [
-        {"role": "system", "content": system_message(agent=run.agent, intent=run.intent)}
-    ]
+def chat_history(run: Run) -> list[ChatMessage]:
+    """The thread's messages in chat-completions form, tool results in the order of their calls.
+
+    Results of one model message arrive in any order (a deferred call ends
+    after a quick one); the model sees them in the order it made the calls.
+    """
+    chat: list[ChatMessage] = []
+    order: dict[str, int] = {}
+    results: list[ChatMessage] = []
     for m in Message.objects.for_tenant(run.tenant_id).filter(intent_id=run.intent_id).order_by("seq"):
+        if m.role == Message.Role.TOOL:
+            results.append({"role": "tool", "content": m.content, "tool_call_id": m.tool_call_id})
+            continue
+        chat.extend(sorted(results, key=lambda r: order.get(r["tool_call_id"], len(order))))
+        results = []
         entry: ChatMessage = {"role": m.role, "content": m.content}
         if m.tool_calls:
+            order = {c["id"]: i for i, c in enumerate(m.tool_calls)}
             entry["tool_calls"] = [
                 {
                     "id": c["id"],
@@ -317,10 +864,25 @@ def _chat_messages(run: Run) -> list[ChatMessage]:
                 }
                 for c in m.tool_calls
             ]
-        if m.role == Message.Role.TOOL:
-            entry["tool_call_id"] = m.tool_call_id
         chat.append(entry)
+    chat.extend(sorted(results, key=lambda r: order.get(r["tool_call_id"], len(order))))
     return chat
+
+
+def _chat_messages(run: Run) -> list[ChatMessage]:
+    """What the model gets: the system message and the thread's history, under the agent's history
+    policy, with its input guardrails applied to what the party and tools wrote.
+
+    Raises :class:`guardrails.GuardrailTripped` when an input guardrail blocks.
+    """
+    agent = run.agent
+    thread = chat_history(run)
+    if agent.history == Agent.History.WINDOW:
+        thread = history.window(thread, agent.history_window)
+    for entry in thread:
+        if entry["role"] in ("user", "tool") and entry["content"]:
+            entry["content"] = guardrails.check(agent.guardrails, stage="input", text=entry["content"])
+    return [{"role": "system", "content": system_message(agent=agent, intent=run.intent)}, *thread]
 
 
 def _append(
@@ -332,6 +894,7 @@ def _append(
     tool_calls: list[dict[str, str]] | None = None,
     tool_call_id: str = "",
     name: str = "",
+    **usage: Any,
 ) -> Message:
     """Append to the thread; callers hold the run's row lock, so ``seq`` cannot collide."""
     last = (
@@ -349,7 +912,12 @@ def _append(
         tool_calls=tool_calls or [],
         tool_call_id=tool_call_id,
         name=name,
+        **usage,
     )
+
+
+def _append_result(run: Run, call_id: str, name: str, text: str) -> None:
+    _append(run, role=Message.Role.TOOL, content=text, tool_call_id=call_id, name=name, step=run.step_count)
 
 
 def _enqueue_step(run: Run) -> None:
@@ -357,6 +925,28 @@ def _enqueue_step(run: Run) -> None:
 
     run_id, tenant_id = str(run.pk), run.tenant_id
     transaction.on_commit(lambda: run_step_task.delay(run_id, tenant_id))
+
+
+def _enqueue_expiry(run: Run) -> None:
+    from agents.tasks import run_expire as run_expire_task
+
+    run_id, tenant_id, eta = str(run.pk), run.tenant_id, run.deadline
+    assert eta is not None
+    transaction.on_commit(lambda: run_expire_task.apply_async((run_id, tenant_id), eta=eta))
+
+
+def _enqueue_delegate_return(run: Run) -> None:
+    from agents.tasks import delegate_return as delegate_return_task
+
+    run_id, tenant_id = str(run.pk), run.tenant_id
+    transaction.on_commit(lambda: delegate_return_task.delay(run_id, tenant_id))
+
+
+def _enqueue_approved(question: Question) -> None:
+    from agents.tasks import approved_tool_run as approved_tool_run_task
+
+    question_id, tenant_id = str(question.pk), question.tenant_id
+    transaction.on_commit(lambda: approved_tool_run_task.delay(question_id, tenant_id))
 
 
 def _publish_run(run: Run) -> None:

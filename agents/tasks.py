@@ -16,3 +16,21 @@ from parley.celery import TaskQueue
 def run_step(run_id: str, tenant_id: int) -> None:
     """Take one step of a run (see :func:`agents.services.run_step`)."""
     services.run_step(run_id=run_id, tenant_id=tenant_id)
+
+
+@shared_task(queue=TaskQueue.AGENT.value)
+def run_expire(run_id: str, tenant_id: int) -> None:
+    """End a run whose deadline passed (see :func:`agents.services.run_expire`)."""
+    services.run_expire(run_id=run_id, tenant_id=tenant_id)
+
+
+@shared_task(queue=TaskQueue.AGENT.value)
+def approved_tool_run(question_id: str, tenant_id: int) -> None:
+    """Run an approved tool call (see :func:`agents.services.approved_tool_run`)."""
+    services.approved_tool_run(question_id=question_id, tenant_id=tenant_id)
+
+
+@shared_task(queue=TaskQueue.AGENT.value)
+def delegate_return(run_id: str, tenant_id: int) -> None:
+    """Give an ended delegate run's result to its caller (see :func:`agents.services.delegate_return`)."""
+    services.delegate_return(run_id=run_id, tenant_id=tenant_id)

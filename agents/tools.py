@@ -1,4 +1,4 @@
-"""Tools of the agent loop and the registry other apps fill.
+"""Tools of the agent loop: the built-in registry other apps fill, and what a run offers.
 
 A tool's handler gets the call's context and its parsed arguments and returns
 one of three outcomes:
@@ -7,6 +7,10 @@ one of three outcomes:
 * :class:`Suspend` — a question for the party; the run stops ``needs_input``;
 * :class:`Defer` — the result arrives later through
   :func:`agents.services.tool_call_complete`; the run stops ``waiting``.
+
+What a run offers comes from :func:`tools_for`: the agent's own
+:class:`agents.models.Tool` rows when it has any (built-in, host operation or
+another agent), else the defaults (:data:`DEFAULT_TOOLS`).
 
 ``agents`` never imports ``negotiations``: that app registers ``negotiate``
 and ``answer`` here when it is ready, and a record provider for the system
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agents.llm import ToolSpec
+from agents.models import Tool as ToolRow
 
 if TYPE_CHECKING:
     from agents.models import Agent, Intent, Run
@@ -40,8 +45,11 @@ class Result:
 
 @dataclass(frozen=True)
 class Suspend:
+    """A question for the party; ``arguments`` are the call's, shown beside it."""
+
     question: str
     options: list[str] = field(default_factory=list)
+    arguments: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,12 +66,23 @@ class ToolError(Exception):
 
 @dataclass(frozen=True)
 class Tool:
+    """A tool as a run offers it.
+
+    ``requires_approval`` stops the run until the party approves the call;
+    ``outside_transaction`` tools (host operations) are run before the step's
+    transaction, concurrently with their siblings, because they only wait on
+    the network and write nothing of ours.
+    """
+
     spec: ToolSpec
     handler: Callable[[ToolContext, dict[str, Any]], Outcome]
+    requires_approval: bool = False
+    outside_transaction: bool = False
 
 
 _tools: dict[str, Tool] = {}
 _record_providers: list[Callable[[Agent, Intent], str]] = []
+_cancel_hooks: list[Callable[[Run], None]] = []
 
 DEFAULT_TOOLS = ("ask_user", "negotiate", "answer")
 
@@ -79,9 +98,101 @@ def register_record_provider(provider: Callable[[Agent, Intent], str]) -> None:
         _record_providers.append(provider)
 
 
+def register_cancel_hook(hook: Callable[[Run], None]) -> None:
+    """Call ``hook(run)`` inside the transaction that cancels a run, e.g. to stop its negotiations."""
+    if hook not in _cancel_hooks:
+        _cancel_hooks.append(hook)
+
+
+def cancel_hooks() -> list[Callable[[Run], None]]:
+    return list(_cancel_hooks)
+
+
+def builtin_names() -> list[str]:
+    """Names of the built-in tools registered in this process, sorted."""
+    return sorted(_tools)
+
+
 def tools_for(agent: Agent) -> dict[str, Tool]:
-    """The tools a run of ``agent`` offers the model, by name, in a stable order."""
-    return {name: _tools[name] for name in DEFAULT_TOOLS if name in _tools}
+    """The tools a run of ``agent`` offers the model, by name, in a stable order.
+
+    The agent's own tools replace the defaults; a built-in row brings a default
+    back. A built-in row whose name is not registered is left out (logged at
+    the admin's validation instead).
+    """
+    # Only the agent's tenant's tools, whatever a careless admin linked.
+    rows = list(agent.tools.filter(tenant_id=agent.tenant_id).select_related("target_agent"))
+    if not rows:
+        return {name: _tools[name] for name in DEFAULT_TOOLS if name in _tools}
+    offered: dict[str, Tool] = {}
+    for row in rows:
+        tool = offer(row)
+        if tool is not None:
+            offered[row.name] = tool
+    return offered
+
+
+def offer(row: ToolRow) -> Tool | None:
+    """The runnable tool for one :class:`agents.models.Tool` row (None: an unregistered built-in).
+
+    A built-in row keeps the built-in's description and parameters where its
+    own are empty.
+    """
+    handler: Callable[[ToolContext, dict[str, Any]], Outcome]
+    if row.kind == ToolRow.Kind.BUILTIN:
+        builtin = _tools.get(row.name)
+        if builtin is None:
+            return None
+        spec = ToolSpec(
+            name=row.name,
+            description=row.description or builtin.spec.description,
+            parameters=row.parameters or builtin.spec.parameters,
+        )
+        handler = builtin.handler
+    else:
+        spec = ToolSpec(name=row.name, description=row.description, parameters=row.parameters)
+        handler = _host_handler(row) if row.kind == ToolRow.Kind.HOST else _agent_handler(row)
+    if row.suspends:
+        handler = _suspending_handler(row)
+    return Tool(
+        spec=spec,
+        handler=handler,
+        requires_approval=row.requires_approval,
+        outside_transaction=row.kind == ToolRow.Kind.HOST and not row.suspends,
+    )
+
+
+def _host_handler(row: ToolRow) -> Callable[[ToolContext, dict[str, Any]], Outcome]:
+    def call(context: ToolContext, arguments: dict[str, Any]) -> Outcome:
+        from agents import host_operations  # it raises this module's ToolError
+
+        text = host_operations.call_host_operation(
+            tool=row, arguments=arguments, run_id=str(context.run.pk), tool_call_id=context.tool_call_id
+        )
+        return Result(text)
+
+    return call
+
+
+def _agent_handler(row: ToolRow) -> Callable[[ToolContext, dict[str, Any]], Outcome]:
+    def call(context: ToolContext, arguments: dict[str, Any]) -> Outcome:
+        from agents.services import run_delegate
+
+        return run_delegate(
+            parent=context.run, tool_call_id=context.tool_call_id, tool=row, arguments=arguments
+        )
+
+    return call
+
+
+def _suspending_handler(row: ToolRow) -> Callable[[ToolContext, dict[str, Any]], Outcome]:
+    def call(context: ToolContext, arguments: dict[str, Any]) -> Outcome:
+        question = arguments.get("question")
+        if not isinstance(question, str) or not question.strip():
+            question = row.description or f"{row.name} needs your input."
+        return Suspend(question=question.strip(), arguments=arguments)
+
+    return call
 
 
 def record_blocks(agent: Agent, intent: Intent) -> list[str]:
@@ -95,7 +206,7 @@ def _ask_user(context: ToolContext, arguments: dict[str, Any]) -> Outcome:
     options = arguments.get("options") or []
     if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
         raise ToolError("ask_user 'options', when given, must be a list of strings.")
-    return Suspend(question=question.strip(), options=options)
+    return Suspend(question=question.strip(), options=options, arguments=arguments)
 
 
 register(

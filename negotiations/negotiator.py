@@ -39,6 +39,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.utils import timezone
 
+from agents import guardrails
 from agents.models import Agent, Intent
 from negotiations import offline
 from negotiations.wire import Move, TaskRecord
@@ -343,8 +344,12 @@ def decide(
     naming the limits (when ``can_ask``; on the inbound side, where an ask
     goes over the wire, without their values) or else the agent's reject.
 
+    The move's message passes the agent's output guardrails before it can
+    leave over A2A (redacted, or blocked).
+
     Raises :class:`NegotiatorError` when the agent's model or strategy cannot
-    negotiate, a guard is malformed, or the move is not allowed.
+    negotiate, a guard is malformed, the move is not allowed, or an output
+    guardrail blocks it.
     """
     if agent.model != "offline":
         raise NegotiatorError(f"model {agent.model!r} cannot negotiate in this deployment; use 'offline'")
@@ -379,9 +384,17 @@ def decide(
         move = _admissible(agent, offline.decide(replace(situation, feedback=feedback)), can_ask=can_ask)
         broken = guard_violations(guards, move)
         if not broken:
-            return replace(move, offer_id=str(uuid.uuid4())) if move.terms else move
+            return _guarded(agent, replace(move, offer_id=str(uuid.uuid4())) if move.terms else move)
         feedback = (*feedback, *broken)
-    return _park(vocabulary, feedback, can_ask=can_ask, on_the_wire=our_role == "agent")
+    return _guarded(agent, _park(vocabulary, feedback, can_ask=can_ask, on_the_wire=our_role == "agent"))
+
+
+def _guarded(agent: Agent, move: Move) -> Move:
+    """``move`` with the agent's output guardrails applied to its message."""
+    try:
+        return replace(move, message=guardrails.check(agent.guardrails, stage="output", text=move.message))
+    except guardrails.GuardrailTripped as exc:
+        raise NegotiatorError(str(exc)) from exc
 
 
 def _admissible(agent: Agent, move: Move, *, can_ask: bool) -> Move:

@@ -195,6 +195,20 @@ def _deferred_or_digest(batch: Batch) -> tools.Outcome:
     return tools.Result(digest.render(batch.events))
 
 
+def run_cancelled(run: Run) -> None:
+    """Stop the negotiations ``run`` opened or answered that are still open or waiting on the party.
+
+    The agent loop's cancel hook, called in the transaction that cancels the
+    run. A pump in the middle of a turn records that turn (the counterparty
+    has it) and stops there.
+    """
+    Negotiation.objects.for_tenant(run.tenant_id).filter(
+        batch__run=run, status__in=(Negotiation.Status.OPEN, Negotiation.Status.WAITING)
+    ).update(
+        status=Negotiation.Status.FAILED, error="the run it served was cancelled", updated_at=timezone.now()
+    )
+
+
 # Outbound turns.
 
 

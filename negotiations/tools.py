@@ -40,7 +40,8 @@ def _answer(context: tools.ToolContext, arguments: dict[str, Any]) -> tools.Outc
 
 
 def register() -> None:
-    """Offer ``negotiate`` and ``answer`` to the loop and add the negotiation record to its system message."""
+    """Offer ``negotiate`` and ``answer`` to the loop, add the negotiation record to its system
+    message, and stop a cancelled run's negotiations."""
     tools.register(
         tools.Tool(
             spec=ToolSpec(
@@ -92,3 +93,4 @@ def register() -> None:
         )
     )
     tools.register_record_provider(selectors.record_block)
+    tools.register_cancel_hook(services.run_cancelled)

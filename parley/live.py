@@ -26,10 +26,14 @@ EVENTS = frozenset(
         "question.opened",
         "question.answered",
         "run.updated",
+        "run.retry",
+        "run.fallback",
         "negotiation.turn",
         "negotiation.settled",
     }
 )
+# Pushed to open pages only, never stored: a page that missed them re-renders from the database.
+TRANSIENT_EVENTS = frozenset({"run.delta"})
 
 
 def tenant_group(tenant_id: int) -> str:
@@ -59,6 +63,17 @@ def publish_on_commit(*, event: str, tenant_id: int, payload: dict[str, Any]) ->
     group = tenant_group(tenant_id)
     message = {"type": "live.event", "event": event, "payload": payload}
     transaction.on_commit(lambda: _send(group, message))
+
+
+def push_transient(*, event: str, tenant_id: int, payload: dict[str, Any]) -> None:
+    """Send ``event`` to the tenant's group now, without storing it (e.g. a model's text as it streams).
+
+    For what is worth showing live but is stored elsewhere once complete.
+    Raises ``ValueError`` for an event name not in :data:`TRANSIENT_EVENTS`.
+    """
+    if event not in TRANSIENT_EVENTS:
+        raise ValueError(f"unknown transient event {event!r}")
+    _send(tenant_group(tenant_id), {"type": "live.event", "event": event, "payload": payload})
 
 
 _server_loop: asyncio.AbstractEventLoop | None = None

@@ -14,16 +14,19 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
 import redis
+from asgiref.sync import async_to_sync
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 
 from agents.models import Agent, Intent
-from parley import devstack
+from parley import devstack, live
 from parley.models import Membership, Tenant
 
 PASSWORD = "correct-horse-battery"
@@ -163,3 +166,39 @@ def seller(other_tenant: Tenant) -> Agent:
         terms="amount (number, EUR per day), currency",
         term_guards=[{"term": "amount", "op": ">=", "value": 950, "currency": "EUR"}],
     )
+
+
+MARKER = {"type": "test.marker"}
+
+
+@dataclass
+class Listener:
+    """A channel in a tenant's group of Channels' in-memory layer, as a dashboard socket would be."""
+
+    layer: InMemoryChannelLayer
+    channel: str
+
+    def pushed(self) -> list[dict[str, Any]]:
+        """The messages pushed to the channel so far, taken off it.
+
+        A marker is sent after them and read back, so nothing ever waits on an empty channel.
+        """
+        return async_to_sync(self._drain)()
+
+    async def _drain(self) -> list[dict[str, Any]]:
+        await self.layer.send(self.channel, MARKER)
+        messages = []
+        while (message := await self.layer.receive(self.channel)) != MARKER:
+            messages.append(message)
+        return messages
+
+
+@pytest.fixture
+def listener(settings: Any, tenant: Tenant) -> Listener:
+    """A channel in ``tenant``'s group, on the in-memory channel layer the events are pushed through."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    layer = get_channel_layer()
+    assert isinstance(layer, InMemoryChannelLayer)
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(live.tenant_group(tenant.pk), channel)
+    return Listener(layer, channel)

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.contrib.auth.models import AbstractUser
 from django.db import transaction
 
@@ -16,41 +13,7 @@ from agents import services
 from agents.models import Agent, Intent, Question
 from parley import live
 from parley.models import Event, Tenant
-
-MARKER = {"type": "test.marker"}
-
-
-@dataclass
-class Listener:
-    """A channel in a tenant's group of Channels' in-memory layer, as a dashboard socket would be."""
-
-    layer: InMemoryChannelLayer
-    channel: str
-
-    def pushed(self) -> list[dict[str, Any]]:
-        """The messages pushed to the channel so far, taken off it.
-
-        A marker is sent after them and read back, so nothing ever waits on an empty channel.
-        """
-        return async_to_sync(self._drain)()
-
-    async def _drain(self) -> list[dict[str, Any]]:
-        await self.layer.send(self.channel, MARKER)
-        messages = []
-        while (message := await self.layer.receive(self.channel)) != MARKER:
-            messages.append(message)
-        return messages
-
-
-@pytest.fixture
-def listener(settings: Any, tenant: Tenant) -> Listener:
-    """A channel in ``tenant``'s group, on the in-memory channel layer the events are pushed through."""
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    layer = get_channel_layer()
-    assert isinstance(layer, InMemoryChannelLayer)
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(live.tenant_group(tenant.pk), channel)
-    return Listener(layer, channel)
+from tests.conftest import Listener
 
 
 @pytest.mark.django_db
@@ -103,7 +66,7 @@ def test_run_and_question_events_are_stored_for_the_webhooks(
     services.question_answer(question=question, answer="Nobody yet.", user=principal)
 
     events = [(e.kind, e.payload) for e in Event.objects.filter(tenant=agent.tenant)]
-    ids = {"run": str(run.pk), "question": str(question.pk)}
+    ids = {"run": str(run.pk), "question": str(question.pk), "kind": "question"}
     assert events == [
         ("run.updated", {"run": ids["run"], "status": "queued"}),
         ("question.opened", ids),

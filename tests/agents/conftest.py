@@ -1,0 +1,91 @@
+"""Agent-loop fixtures: a chat-completions model on loopback, a host with one operation, and stepping."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agents import services
+from agents.models import Agent, ModelEndpoint, Run, Tool
+from tests.chat_server import ChatServer
+from tests.loopback import LoopbackServer
+
+LOOKUP_SCHEMA = {
+    "type": "object",
+    "properties": {"order": {"type": "string"}},
+    "required": ["order"],
+}
+
+
+class HostServer(LoopbackServer):
+    """A host with one operation, ``/lookup``, that answers at once and records what it got."""
+
+    what = "the host"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.received: list[dict[str, Any]] = []
+        self.listen(Starlette(routes=[Route("/lookup", self.lookup, methods=["POST"])]))
+
+    async def lookup(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        self.received.append(body)
+        return JSONResponse({"result": f"Order {body['arguments']['order']} ships Monday."})
+
+
+@pytest.fixture
+def chat() -> Iterator[ChatServer]:
+    with ChatServer() as server:
+        yield server
+
+
+@pytest.fixture
+def host() -> Iterator[HostServer]:
+    with HostServer() as server:
+        yield server
+
+
+@pytest.fixture
+def llm_agent(agent: Agent, chat: ChatServer) -> Agent:
+    """Tomas's agent on the loopback model: 2 per million input tokens, 8 per million output tokens."""
+    ModelEndpoint.objects.create(
+        tenant=agent.tenant,
+        name="house-model",
+        base_url=chat.url,
+        upstream_model="house-1",
+        input_price=Decimal(2),
+        output_price=Decimal(8),
+        timeout=5,
+        attempts=2,
+    )
+    agent.model = "house-model"
+    agent.save()
+    return agent
+
+
+@pytest.fixture
+def lookup(agent: Agent, host: HostServer) -> Tool:
+    return Tool.objects.create(
+        tenant=agent.tenant,
+        name="lookup",
+        description="Look an order up.",
+        parameters=LOOKUP_SCHEMA,
+        kind=Tool.Kind.HOST,
+        url=f"{host.origin}/lookup",
+        secret="s3cret",
+        timeout=5,
+    )
+
+
+def step(run: Run) -> Run:
+    """Take one step in this process, as a worker would."""
+    services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+    run.refresh_from_db()
+    return run
