@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
-from agents.models import Agent, Message, Question, Run
-from parley.models import Membership, Tenant
+from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
+from parley.models import Event, Membership, Tenant
 
 # Roles that may answer any question of their tenant's agents, on the party's behalf.
 ANSWER_FOR_ANYONE = frozenset({Membership.Role.OWNER, Membership.Role.OPERATOR})
+# Roles that run the tenant's agents, and so may see what the agents are told.
+OPERATE = frozenset({Membership.Role.OWNER, Membership.Role.OPERATOR})
+# Stored events that belong in a run's timeline: its model calls' retries and fallbacks.
+TIMELINE_EVENTS = ("run.retry", "run.fallback")
 
 
 def open_questions_for(*, tenant: Tenant, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Question]:
@@ -72,3 +78,70 @@ def can_answer_as(*, membership: Membership, principal_id: int | None) -> bool:
     if membership.role == Membership.Role.VIEWER:
         return False
     return membership.role in ANSWER_FOR_ANYONE or principal_id == membership.user_id
+
+
+def can_operate(*, membership: Membership, agent: Agent) -> bool:
+    """Whether the member is an owner or an operator of ``agent``'s tenant (may see its system message)."""
+    return membership.tenant_id == agent.tenant_id and membership.role in OPERATE
+
+
+def latest_intent(*, agent: Agent) -> Intent | None:
+    """``agent``'s newest intent, or None when it has none."""
+    return Intent.objects.for_tenant(agent.tenant_id).filter(agent=agent).order_by("-created_at").first()
+
+
+def agent_tools(*, agent: Agent) -> QuerySet[Tool]:
+    """The tools ``agent`` offers by choice, by name; empty means the defaults (see ``agents.tools``)."""
+    return Tool.objects.for_tenant(agent.tenant_id).filter(agents=agent).select_related("target_agent")
+
+
+@dataclass(frozen=True)
+class AgentModel:
+    """One model ``agent`` may call, in the order it tries them: ``endpoint`` None is ``offline`` or
+    a name without a :class:`ModelEndpoint` of the tenant."""
+
+    name: str
+    fallback: bool
+    endpoint: ModelEndpoint | None
+
+
+def agent_models(*, agent: Agent) -> list[AgentModel]:
+    """``agent.model`` then its ``fallback_models``, each with its endpoint (prices, currency)."""
+    names = [agent.model, *(str(n) for n in agent.fallback_models or [])]
+    endpoints = {e.name: e for e in ModelEndpoint.objects.for_tenant(agent.tenant_id).filter(name__in=names)}
+    return [AgentModel(name=n, fallback=i > 0, endpoint=endpoints.get(n)) for i, n in enumerate(names)]
+
+
+def run_currency(*, run: Run) -> str:
+    """The currency of ``run``'s costs and cost budget: its agent's model endpoint's, "" for none."""
+    currency = (
+        ModelEndpoint.objects.for_tenant(run.tenant_id)
+        .filter(name=run.agent.model)
+        .values_list("currency", flat=True)
+        .first()
+    )
+    return currency or ""
+
+
+def run_children(*, run: Run) -> QuerySet[Run]:
+    """The runs ``run`` delegated to (other agents called as tools), oldest first."""
+    return (
+        Run.objects.for_tenant(run.tenant_id)
+        .filter(parent=run)
+        .select_related("agent")
+        .order_by("created_at")
+    )
+
+
+def run_timeline(*, run: Run) -> QuerySet[Event]:
+    """The stored retries and fallbacks of ``run``'s model calls, in step order, then as they happened.
+
+    Each is an :class:`parley.models.Event` of kind ``run.retry`` (payload
+    ``{run, step, model, attempt, wait, reason}``) or ``run.fallback``
+    (``{run, step, from, to, reason}``).
+    """
+    return (
+        Event.objects.for_tenant(run.tenant_id)
+        .filter(kind__in=TIMELINE_EVENTS, payload__run=str(run.pk))
+        .order_by("payload__step", "created_at", "pk")
+    )

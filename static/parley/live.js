@@ -5,6 +5,12 @@
 // An element with data-live-src="<url>" holds regions marked data-live="<name>";
 // the URL answers the same regions, freshly rendered. Items marked data-key are
 // kept as they are (with what is typed in them) while the fresh copy has them.
+//
+// A run's model text streams in as run.delta events, which are never stored:
+// they are written into the run's box marked data-stream="<run id>" and cause
+// no refresh. The box keeps its text across a refresh only while its step is
+// newer than the steps the fresh copy holds (data-stored-steps); once the step
+// is stored, the page shows it as a message instead, as it would to anyone.
 (function () {
   "use strict";
   const announcer = document.getElementById("live-status");
@@ -67,6 +73,10 @@
       const old = kept.get(item.dataset.key);
       if (old) item.replaceWith(old);
     }
+    for (const box of region.querySelectorAll("[data-stream]")) {
+      const old = current.querySelector('[data-stream="' + CSS.escape(box.dataset.stream) + '"]');
+      if (old && Number(old.dataset.step) > Number(box.dataset.storedSteps)) box.replaceWith(old);
+    }
     current.replaceWith(region);
     if (focused && region.contains(focused)) {
       focused.focus({ preventScroll: true });
@@ -74,6 +84,38 @@
     }
     const summary = region.dataset.announce;
     if (announcer && summary && summary !== current.dataset.announce) announcer.textContent = summary;
+  }
+
+  function streamBoxes(run) {
+    return document.querySelectorAll('[data-stream="' + CSS.escape(String(run)) + '"]');
+  }
+
+  function stream(payload) {
+    for (const box of streamBoxes(payload.run)) {
+      const text = box.querySelector("pre");
+      if (box.dataset.step !== String(payload.step)) {
+        box.dataset.step = String(payload.step);
+        text.textContent = "";
+      }
+      text.textContent += payload.delta;
+      box.hidden = false;
+    }
+  }
+
+  function restartStream(payload) {
+    // A retried or fallen-back call streams its reply again from the start.
+    for (const box of streamBoxes(payload.run)) {
+      box.querySelector("pre").textContent = "";
+      box.hidden = true;
+    }
+  }
+
+  function parse(data) {
+    try {
+      return JSON.parse(data);
+    } catch (error) {
+      return null;
+    }
   }
 
   function connect() {
@@ -84,7 +126,13 @@
       document.body.dataset.live = "connected";
       refresh(); // whatever happened while the page loaded or the socket was down
     };
-    socket.onmessage = function () {
+    socket.onmessage = function (message) {
+      const frame = parse(message.data);
+      if (frame && frame.event === "run.delta") {
+        stream(frame.payload);
+        return;
+      }
+      if (frame && (frame.event === "run.retry" || frame.event === "run.fallback")) restartStream(frame.payload);
       refresh();
     };
     socket.onclose = function () {

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 from django.urls import reverse
 
-from agents.models import Agent, Intent, Message, Question, Run
+from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from parley.models import Membership, Tenant
 from tests.conftest import make_user
 
@@ -91,6 +93,26 @@ class TestInbox:
         assert 'data-announce="1 open question"' in html
         assert "<h1>Acme Robotics</h1>" in html
         assert 'aria-live="polite"' in html
+
+    def test_lists_approvals_next_to_questions(
+        self, logged_in: Client, agent: Agent, intent: Intent, question: Question
+    ) -> None:
+        other_intent = Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Book a room.")
+        approval = waiting_question(agent, other_intent, text="May your agent call book_room?")
+        Question.objects.filter(pk=approval.pk).update(
+            kind=Question.Kind.APPROVAL, tool_name="book_room", arguments={"room": "A", "nights": 2}
+        )
+
+        html = logged_in.get(reverse("agents:inbox", kwargs={"tenant": "acme"})).content.decode()
+
+        assert 'data-announce="2 open questions"' in html
+        assert QUESTION in html
+        assert f'<li data-key="{approval.pk}" class="question approval">' in html
+        assert "<strong>Approval</strong> · Tomas&#x27;s agent" in html
+        assert "Tool <code>book_room</code>, with these arguments:" in html
+        assert "{\n  &quot;room&quot;: &quot;A&quot;,\n  &quot;nights&quot;: 2\n}</pre>" in html
+        assert reverse("agents:approval-decide", kwargs={"tenant": "acme", "pk": approval.pk}) in html
+        assert '<button type="submit" name="decision" value="approve"' in html
 
     def test_fragment_is_the_live_regions_alone(self, logged_in: Client, question: Question) -> None:
         response = logged_in.get(reverse("agents:inbox", kwargs={"tenant": "acme"}), {"fragment": "1"})
@@ -298,3 +320,112 @@ class TestAgentPage:
             response = logged_in.get(reverse("agents:agent", kwargs={"tenant": slug, "pk": seller.pk}))
             assert response.status_code == 404
             assert "Idris" not in response.content.decode()
+
+    def test_shows_its_configuration_read_only(self, logged_in: Client, agent: Agent) -> None:
+        ModelEndpoint.objects.create(
+            tenant=agent.tenant,
+            name="fast",
+            base_url="https://models.example/v1",
+            upstream_model="fast-1",
+            input_price=Decimal("0.15"),
+            output_price=Decimal("0.60"),
+            currency="EUR",
+        )
+        Agent.objects.filter(pk=agent.pk).update(
+            model="fast",
+            fallback_models=["offline", "missing"],
+            guardrails=[
+                {"name": "no-emails", "stage": "output", "action": "redact", "match": "email"},
+                {
+                    "name": "no-iban",
+                    "stage": "input",
+                    "action": "block",
+                    "match": "regex",
+                    "pattern": "DE\\d+",
+                },
+            ],
+            history=Agent.History.WINDOW,
+            history_window=6,
+            on_busy=Agent.OnBusy.QUEUE,
+            max_steps=7,
+        )
+        booking = Tool.objects.create(
+            tenant=agent.tenant,
+            name="book_room",
+            description="Book a meeting room.",
+            kind=Tool.Kind.HOST,
+            url="https://host.example/book",
+            requires_approval=True,
+        )
+        designer = Agent.objects.create(tenant=agent.tenant, slug="designer", name="Designer")
+        ask = Tool.objects.create(
+            tenant=agent.tenant,
+            name="ask_designer",
+            description="Ask the designer.",
+            kind=Tool.Kind.AGENT,
+            target_agent=designer,
+            suspends=True,
+        )
+        agent.tools.add(booking, ask)
+
+        html = logged_in.get(
+            reverse("agents:agent", kwargs={"tenant": "acme", "pk": agent.pk})
+        ).content.decode()
+
+        for fact in [
+            "<dt>Model</dt><dd>fast</dd>",
+            "<dt>Fallback models</dt><dd>offline, missing</dd>",
+            "<dt>Steps / turns</dt><dd>7 / 10</dd>",
+            "<dt>History</dt><dd>Last N exchanges (N = 6)</dd>",
+            "<dt>When a thread is busy</dt><dd>Queue it behind the active run</dd>",
+            "<tr><td>fast</td><td>primary</td><td>fast-1 at https://models.example/v1</td>",
+            "<td>0.150000 / 0.600000 EUR</td></tr>",
+            "<tr><td>offline</td><td>fallback</td>",
+            "<td>built in: the deterministic offline model, no network</td><td>free</td></tr>",
+            "<tr><td>missing</td><td>fallback</td><td>no endpoint of this name is configured</td>",
+            "<tr><td><code>ask_designer</code></td><td>Another agent: Designer</td>",
+            "<td>Ask the designer.</td><td>asks the party</td></tr>",
+            "<tr><td><code>book_room</code></td><td>Host operation (HTTPS)</td>",
+            "<td>Book a meeting room.</td><td>needs approval</td></tr>",
+            "<tr><td>no-emails</td><td>output</td><td>redact</td><td>email</td></tr>",
+            "<tr><td>no-iban</td><td>input</td><td>block</td><td>regex: <code>DE\\d+</code></td></tr>",
+            "<pre>You act for Tomas.</pre>",
+        ]:
+            assert fact in html
+        assert "The defaults:" not in html
+
+    def test_an_agent_without_tools_or_guardrails_offers_the_defaults(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        html = logged_in.get(
+            reverse("agents:agent", kwargs={"tenant": "acme", "pk": agent.pk})
+        ).content.decode()
+
+        assert (
+            "<p>The defaults: <code>ask_user</code>, <code>negotiate</code>, <code>answer</code>.</p>" in html
+        )
+        assert "<h2>Guardrails</h2>\n\n<p>None.</p>" in html
+
+    @pytest.mark.parametrize(
+        ("role", "staff", "preview", "admin"),
+        [
+            (Membership.Role.OPERATOR, False, True, False),
+            (Membership.Role.OWNER, True, True, True),
+            (Membership.Role.PRINCIPAL, False, False, False),
+            (Membership.Role.VIEWER, True, False, True),
+        ],
+    )
+    def test_links_the_preview_for_operators_and_the_admin_for_staff(
+        self, client: Client, tenant: Tenant, agent: Agent, role: str, staff: bool, preview: bool, admin: bool
+    ) -> None:
+        user = member(tenant, "sam", role)
+        user.is_staff = staff
+        user.save(update_fields=["is_staff"])
+        client.force_login(user)
+
+        html = client.get(reverse("agents:agent", kwargs={"tenant": "acme", "pk": agent.pk})).content.decode()
+
+        preview_url = reverse("agents:system-message", kwargs={"tenant": "acme", "pk": agent.pk})
+        assert (f'<a href="{preview_url}">Preview its system message</a>' in html) is preview
+        admin_url = reverse("admin:agents_agent_change", args=[agent.pk])
+        assert (f'<a href="{admin_url}">Change it in the admin</a>' in html) is admin

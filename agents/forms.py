@@ -1,0 +1,214 @@
+"""Dashboard forms of the agent loop: they parse what the party typed; the services judge it."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django import forms
+from django.db.models import QuerySet
+from django.utils import timezone
+from django.utils.html import format_html
+
+from agents.models import Agent, Intent
+
+# Longest task, answer or reason the dashboard takes, in characters.
+MAX_TEXT = 4000
+
+
+class AnswerForm(forms.Form):
+    """The party's answer to a question."""
+
+    answer = forms.CharField(
+        max_length=MAX_TEXT,
+        strip=True,
+        error_messages={"required": "The answer is empty."},
+    )
+
+
+class ApprovalForm(forms.Form):
+    """The party's decision on a tool call waiting for approval, with an optional reason."""
+
+    decision = forms.ChoiceField(
+        choices=[("approve", "Approve"), ("reject", "Reject")],
+        error_messages={
+            "required": "Choose Approve or Reject.",
+            "invalid_choice": "Choose Approve or Reject.",
+        },
+    )
+    reason = forms.CharField(
+        required=False,
+        max_length=MAX_TEXT,
+        strip=True,
+        error_messages={"max_length": "The reason is longer than %(limit_value)d characters."},
+    )
+
+
+class InAgentTimezone(forms.Form):
+    """A form whose date-times without an offset are read in ``agent``'s timezone, not the server's."""
+
+    def __init__(self, *args: Any, agent: Agent, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.agent = agent
+
+    def full_clean(self) -> None:
+        # DateTimeField makes naive input aware in the current timezone; the party thinks in the agent's.
+        with timezone.override(ZoneInfo(self.agent.timezone)):
+            super().full_clean()
+
+
+def agent_intents(agent: Agent) -> QuerySet[Intent]:
+    """The intents a form offers for ``agent``, newest first."""
+    return Intent.objects.for_tenant(agent.tenant_id).filter(agent=agent).order_by("-created_at")
+
+
+class IntentChoiceField(forms.ModelChoiceField):
+    """An intent by its statement, cut to fit a select."""
+
+    def label_from_instance(self, obj: Intent) -> str:
+        statement = " ".join(obj.statement.split())
+        return statement if len(statement) <= 80 else f"{statement[:79]}…"
+
+
+class RunStartForm(InAgentTimezone):
+    """Start a run: an existing intent or a new one, the task, and optional limits.
+
+    ``cleaned_data`` holds ``intent`` (an :class:`Intent` or None), ``statement``
+    (the new intent's text when no intent is chosen), ``task``,
+    ``output_schema`` (a dict or None), ``max_tokens``, ``max_cost`` and
+    ``deadline`` (aware, read in the agent's timezone). Whether the limits are
+    usable (a valid JSON Schema, a deadline to come) is the service's call.
+    """
+
+    intent = IntentChoiceField(
+        queryset=Intent.objects.none(),
+        required=False,
+        empty_label="A new intent (write it below)",
+        error_messages={"invalid_choice": "Intent: choose one of this agent's intents."},
+    )
+    statement = forms.CharField(
+        label="New intent",
+        required=False,
+        max_length=MAX_TEXT,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="What the agent works on, when you start a new thread.",
+        error_messages={"max_length": "New intent: at most %(limit_value)d characters."},
+    )
+    task = forms.CharField(
+        max_length=MAX_TEXT,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="The message your agent starts from.",
+        error_messages={
+            "required": "Task: say what the agent should do.",
+            "max_length": "Task: at most %(limit_value)d characters.",
+        },
+    )
+    output_schema = forms.CharField(
+        label="Output JSON Schema",
+        required=False,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text='Optional. The final answer must be JSON meeting it, e.g. {"type": "object"}.',
+    )
+    max_tokens = forms.IntegerField(
+        label="Max tokens",
+        required=False,
+        min_value=1,
+        help_text="Optional. Input and output tokens together.",
+        error_messages={
+            "invalid": "Max tokens: enter a whole number.",
+            "min_value": "Max tokens: at least %(limit_value)s.",
+        },
+    )
+    max_cost = forms.DecimalField(
+        label="Max cost",
+        required=False,
+        max_digits=14,
+        decimal_places=6,
+        help_text="Optional. In the model endpoint's currency.",
+        error_messages={
+            "invalid": "Max cost: enter a number.",
+            "max_digits": "Max cost: at most %(max)s digits.",
+            "max_decimal_places": "Max cost: at most %(max)s decimal places.",
+            "max_whole_digits": "Max cost: at most %(max)s digits before the point.",
+        },
+    )
+    deadline = forms.DateTimeField(
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        error_messages={"invalid": "Deadline: enter a date and time."},
+    )
+
+    def __init__(self, *args: Any, agent: Agent, **kwargs: Any) -> None:
+        super().__init__(*args, agent=agent, **kwargs)
+        intent_field = self.fields["intent"]
+        assert isinstance(intent_field, IntentChoiceField)
+        intent_field.queryset = agent_intents(agent)
+        # Django's field template marks help text safe: escape what the operator typed.
+        self.fields["deadline"].help_text = format_html(
+            "Optional. In the agent's timezone, {}.", agent.timezone
+        )
+
+    def clean_output_schema(self) -> dict[str, Any] | None:
+        text: str = self.cleaned_data["output_schema"]
+        if not text:
+            return None
+        try:
+            schema = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(
+                f"Output JSON Schema: not valid JSON ({exc.msg}, line {exc.lineno})."
+            ) from exc
+        if not isinstance(schema, dict):
+            raise forms.ValidationError("Output JSON Schema: must be a JSON object.")
+        return schema
+
+    def clean_max_cost(self) -> Decimal | None:
+        cost: Decimal | None = self.cleaned_data["max_cost"]
+        if cost is not None and cost <= 0:
+            raise forms.ValidationError("Max cost: must be more than 0.")
+        return cost
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if "intent" in self.errors or "statement" in self.errors:
+            return cleaned
+        if cleaned.get("intent") is None and not cleaned.get("statement"):
+            self.add_error("statement", "New intent: choose an intent or write a new one.")
+        elif cleaned.get("intent") is not None and cleaned.get("statement"):
+            self.add_error("statement", "New intent: leave it empty when you choose an existing intent.")
+        return cleaned
+
+
+class SystemMessagePreviewForm(InAgentTimezone):
+    """Which intent and moment to build the system message for (a GET form; every field optional)."""
+
+    intent = IntentChoiceField(
+        queryset=Intent.objects.none(),
+        required=False,
+        empty_label=None,
+        error_messages={"invalid_choice": "Intent: choose one of this agent's intents."},
+    )
+    statement = forms.CharField(
+        label="Intent",
+        required=False,
+        max_length=MAX_TEXT,
+        strip=True,
+        help_text="The agent has no intent yet: the preview uses this text.",
+    )
+    at = forms.DateTimeField(
+        label="At",
+        required=False,
+        help_text="ISO 8601, e.g. 2025-06-02T09:30; without an offset, in the agent's timezone. Empty: now.",
+        error_messages={"invalid": "At: enter an ISO 8601 date and time, e.g. 2025-06-02T09:30."},
+    )
+
+    def __init__(self, *args: Any, agent: Agent, **kwargs: Any) -> None:
+        super().__init__(*args, agent=agent, **kwargs)
+        intent_field = self.fields["intent"]
+        assert isinstance(intent_field, IntentChoiceField)
+        intent_field.queryset = agent_intents(agent)
