@@ -56,7 +56,7 @@ class LiveStack:
     env: dict[str, str]
 
 
-def _database_url() -> str:
+def database_url() -> str:
     db = settings.DATABASES["default"]
     return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
@@ -69,7 +69,7 @@ def live_stack(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) 
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "parley.settings.test",
-        "DATABASE_URL": _database_url(),
+        "DATABASE_URL": database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "PUBLIC_BASE_URL": url,
         "A2A_SEND_TIMEOUT": "30",

@@ -113,6 +113,14 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# On Redis, a task whose worker died is handed out again once it has been out this long (seconds):
+# longer than the longest task (a negotiation's pump), or a task still running would run twice.
+# Tasks out that long are looked for every restore interval (kombu's default looks every 100 s).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
+    "unacked_restore_interval": env.float("CELERY_RESTORE_INTERVAL", default=10.0),
+    "unacked_restore_throttle": 1,
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Threads in the embedded worker: one agent step plus a negotiation per target at once.
 PARLEY_EMBEDDED_WORKER_THREADS = env.int("PARLEY_EMBEDDED_WORKER_THREADS", default=8)

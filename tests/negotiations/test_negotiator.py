@@ -162,6 +162,39 @@ def test_a_move_with_terms_gets_an_offer_id_minted_here() -> None:
     assert len(move.offer_id) == 36
 
 
+def test_a_moves_message_passes_the_output_guardrails_before_it_leaves() -> None:
+    redact = {"name": "no-euro", "stage": "output", "action": "redact", "match": "regex", "pattern": "€770"}
+    agent = Agent(terms="amount (number, EUR per day), currency", term_guards=[GUARD], guardrails=[redact])
+
+    move = negotiator.decide(
+        agent=agent,
+        record=TaskRecord("submitted", ()),
+        our_role="user",
+        guidance=[],
+        can_ask=True,
+        max_moves=10,
+    )
+
+    assert "€770" not in move.message
+    assert "[redacted]" in move.message
+    assert move.terms == {"amount": 770, "currency": "EUR"}
+
+
+def test_a_blocking_output_guardrail_stops_the_move() -> None:
+    block = {"name": "no-offers", "stage": "output", "action": "block", "match": "regex", "pattern": "offer"}
+    agent = Agent(terms="amount (number, EUR per day), currency", term_guards=[GUARD], guardrails=[block])
+
+    with pytest.raises(NegotiatorError, match='Guardrail "no-offers" blocked the output'):
+        negotiator.decide(
+            agent=agent,
+            record=TaskRecord("submitted", ()),
+            our_role="user",
+            guidance=[],
+            can_ask=True,
+            max_moves=10,
+        )
+
+
 @pytest.mark.parametrize(
     ("change", "error"),
     [

@@ -45,6 +45,19 @@ def test_answering_a_negotiation_still_in_progress_is_skipped(agent: Agent, inte
     assert negotiation.batch == Batch.objects.get(run=run, tool_call_id=negotiate_call["id"])
 
 
+def test_cancelling_the_run_stops_its_negotiations(agent: Agent, intent: Intent) -> None:
+    run = _run_waiting_on(agent, intent)
+    assert run.status == Run.Status.WAITING
+
+    agent_services.run_cancel(run=run, user=None)
+
+    negotiation = Negotiation.objects.get(agent=agent)
+    assert (negotiation.status, negotiation.error) == (
+        Negotiation.Status.FAILED,
+        "the run it served was cancelled",
+    )
+
+
 @pytest.mark.parametrize(
     "spelling", ["https://cfo.example/a2a/x/", "HTTPS://CFO.Example:443/a2a/%78", "https://cfo.example/a2a/x"]
 )
