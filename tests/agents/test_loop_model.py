@@ -374,21 +374,21 @@ def test_the_agents_own_tools_replace_the_defaults_and_a_builtin_comes_back(
     assert offered == [["ask_user", "negotiate", "answer"], ["lookup"], ["ask_user", "lookup"]]
 
 
-@pytest.mark.django_db
-def test_an_approved_tool_runs_with_the_original_arguments(
-    llm_agent: Agent,
-    intent: Intent,
-    lookup: Tool,
-    host: HostServer,
-    chat: ChatServer,
-    principal: AbstractUser,
-) -> None:
+@pytest.fixture
+def awaiting_approval(llm_agent: Agent, intent: Intent, lookup: Tool, chat: ChatServer) -> Run:
+    """A run stopped on its ``lookup`` call of order A-17, which needs the party's approval."""
     lookup.requires_approval = True
     lookup.save()
     llm_agent.tools.add(lookup)
     chat.script(tool_calls(("c1", "lookup", '{"order": "A-17"}')))
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Look up A-17."))
+    return step(services.run_start(agent=llm_agent, intent=intent, task="Look up A-17."))
 
+
+@pytest.mark.django_db
+def test_an_approved_tool_runs_with_the_original_arguments(
+    awaiting_approval: Run, host: HostServer, principal: AbstractUser
+) -> None:
+    run = awaiting_approval
     approval = Question.objects.get(run=run)
     assert (run.status, approval.kind, approval.tool_name, approval.arguments) == (
         Run.Status.NEEDS_INPUT,
@@ -413,18 +413,9 @@ def test_an_approved_tool_runs_with_the_original_arguments(
 
 @pytest.mark.django_db
 def test_a_rejected_tool_gives_the_model_the_reason(
-    llm_agent: Agent,
-    intent: Intent,
-    lookup: Tool,
-    host: HostServer,
-    chat: ChatServer,
-    principal: AbstractUser,
+    awaiting_approval: Run, host: HostServer, principal: AbstractUser
 ) -> None:
-    lookup.requires_approval = True
-    lookup.save()
-    llm_agent.tools.add(lookup)
-    chat.script(tool_calls(("c1", "lookup", '{"order": "A-17"}')))
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Look up A-17."))
+    run = awaiting_approval
 
     services.approval_decide(
         question=Question.objects.get(run=run), approve=False, reason="Not now.", user=principal
