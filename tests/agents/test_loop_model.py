@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import AbstractUser
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from agents import services
@@ -210,7 +210,13 @@ def test_cancelling_stops_the_model_call_in_flight(
         role=Message.Role.USER,
         content="Take your time.",
     )
-    worker = threading.Thread(target=services.run_step, kwargs={"run_id": run.pk, "tenant_id": run.tenant_id})
+    def take_step() -> None:
+        try:
+            services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+        finally:
+            connection.close()  # the thread's own; left open it keeps the test database in use
+
+    worker = threading.Thread(target=take_step)
     worker.start()
     wait_until(lambda: chat.requests, what="the model call")
 
