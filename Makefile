@@ -37,6 +37,7 @@ migrate: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/negotiate.py
+	$(BIN)/python bench/steps.py
 
 clean:
 	rm -rf $(VENV) demo.sqlite3* parley.sqlite3*

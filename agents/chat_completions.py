@@ -37,6 +37,7 @@ from agents.llm import (
     ToolCall,
     ToolSpec,
 )
+from parley.http import client as http_client
 
 if TYPE_CHECKING:
     from agents.models import ModelEndpoint
@@ -113,7 +114,7 @@ class ChatCompletionsModel:
         headers = {"Accept": "text/event-stream, application/json"}
         if endpoint.api_key:
             headers["Authorization"] = f"Bearer {endpoint.api_key}"
-        with httpx.Client(timeout=endpoint.timeout) as http:
+        with http_client(timeout=endpoint.timeout) as http:
             attempt = 1
             while True:
                 self._check(options)

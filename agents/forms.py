@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -13,9 +14,12 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from agents.models import Agent, Intent
+from agents.services import MAX_TOKEN_BUDGET
 
 # Longest task, answer or reason the dashboard takes, in characters.
 MAX_TEXT = 4000
+# What the system-message preview will show: years a datetime can be moved between timezones in.
+PREVIEW_YEARS = (1900, 2999)
 
 
 class AnswerForm(forms.Form):
@@ -118,10 +122,12 @@ class RunStartForm(InAgentTimezone):
         label="Max tokens",
         required=False,
         min_value=1,
+        max_value=MAX_TOKEN_BUDGET,
         help_text="Optional. Input and output tokens together.",
         error_messages={
             "invalid": "Max tokens: enter a whole number.",
             "min_value": "Max tokens: at least %(limit_value)s.",
+            "max_value": "Max tokens: at most %(limit_value)s.",
         },
     )
     max_cost = forms.DecimalField(
@@ -206,6 +212,15 @@ class SystemMessagePreviewForm(InAgentTimezone):
         help_text="ISO 8601, e.g. 2025-06-02T09:30; without an offset, in the agent's timezone. Empty: now.",
         error_messages={"invalid": "At: enter an ISO 8601 date and time, e.g. 2025-06-02T09:30."},
     )
+
+    def clean_at(self) -> datetime | None:
+        at: datetime | None = self.cleaned_data["at"]
+        # Dates at the ends of the calendar cannot be moved between timezones.
+        if at is not None and not PREVIEW_YEARS[0] <= at.year <= PREVIEW_YEARS[1]:
+            raise forms.ValidationError(
+                f"At: pick a time between the years {PREVIEW_YEARS[0]} and {PREVIEW_YEARS[1]}."
+            )
+        return at
 
     def __init__(self, *args: Any, agent: Agent, **kwargs: Any) -> None:
         super().__init__(*args, agent=agent, **kwargs)

@@ -74,6 +74,7 @@ from jsonschema.validators import (
 from referencing.exceptions import Unresolvable
 
 from agents.tools import ToolError
+from parley.http import client as http_client
 
 if TYPE_CHECKING:
     from agents.models import Tool
@@ -238,7 +239,7 @@ def _post(
 ) -> _Answer:
     try:
         with (
-            httpx.Client(timeout=timeout, follow_redirects=False) as http,
+            http_client(timeout=timeout, follow_redirects=False) as http,
             http.stream("POST", url, content=body, headers=headers) as response,
         ):
             received = bytearray()

@@ -105,7 +105,8 @@ def model_for(agent: Agent) -> ChatModel:
 
     ``offline`` is the built-in model; any other name is the agent's tenant's
     :class:`~agents.models.ModelEndpoint` of that name (``offline`` may appear among the
-    fallbacks too). Raises :class:`ModelError` naming a model the tenant has no endpoint for.
+    fallbacks too). Raises :class:`ModelError` naming a model the tenant has no endpoint for, or
+    when the models are priced in more than one currency.
     """
     from agents.offline import OfflineModel
 
@@ -124,4 +125,10 @@ def model_for(agent: Agent) -> ChatModel:
             chain.append((name, ChatCompletionsModel(endpoints[name])))
         else:
             raise ModelError(f"model {name!r} is not available; no model endpoint of that name is configured")
+    currencies = sorted({e.currency for e in endpoints.values()})
+    if len(currencies) > 1:
+        # A run's cost and its cost budget add up the answering models' prices: one currency.
+        raise ModelError(
+            f"the models {', '.join(names)} are priced in {' and '.join(currencies)}; use one currency"
+        )
     return FallbackChain(chain)

@@ -93,6 +93,9 @@ class Tool(TenantOwnedModel):
             raise ValidationError({"url": "A host operation needs the URL it calls."})
         if self.kind == self.Kind.HOST and not self.secret:
             raise ValidationError({"secret": "A host operation needs a secret to sign its calls."})
+        if self.requires_approval and (self.suspends or self.name == "ask_user"):
+            asking = "A tool that asks the party needs no approval: the answer is the approval."
+            raise ValidationError({"requires_approval": asking})
         if self.kind == self.Kind.AGENT and (
             self.target_agent is None or self.target_agent.tenant_id != self.tenant_id
         ):
@@ -184,7 +187,8 @@ class Agent(TenantOwnedModel):
         return f"{self.tenant_id}/{self.slug}"
 
     def clean(self) -> None:
-        """Check the JSON fields a form cannot: guardrails and the list of fallback model names."""
+        """Check what a form cannot: the guardrails, and that the model and its fallbacks are served
+        (by the tenant's endpoints, priced in one currency)."""
         from agents import guardrails
 
         try:
@@ -195,6 +199,13 @@ class Agent(TenantOwnedModel):
             isinstance(name, str) and name for name in self.fallback_models
         ):
             raise ValidationError({"fallback_models": "List the fallback models' names, in order."})
+        if self.tenant_id is not None:
+            from agents.llm import ModelError, model_for
+
+            try:
+                model_for(self)
+            except ModelError as exc:
+                raise ValidationError({"model": str(exc)}) from exc
 
 
 class ModelEndpoint(TenantOwnedModel):
@@ -267,6 +278,9 @@ class Run(TenantOwnedModel):
     intent = models.ForeignKey(Intent, on_delete=models.CASCADE, related_name="runs")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     end_reason = models.TextField(blank=True)
+    task = models.TextField(
+        blank=True, default="", help_text="what the party asked; it enters the thread as the run starts"
+    )
     output = models.TextField(blank=True)
     output_schema = models.JSONField(
         null=True, blank=True, help_text="JSON Schema the final answer must meet; it is then parsed"

@@ -19,11 +19,11 @@ TIMELINE_EVENTS = ("run.retry", "run.fallback")
 
 
 def open_questions_for(*, tenant: Tenant, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Question]:
-    """Open questions of the tenant's agents whose party is ``user``, newest first."""
+    """Open questions of the tenant's agents whose party is ``user``, newest first; a question of a
+    run that ended (cancelled, failed, …) takes no answer and is left out."""
     return (
         Question.objects.for_tenant(tenant)
-        .filter(answered_at=None, run__agent__principal_id=user.pk)
-        .exclude(run__status=Run.Status.CANCELLED)
+        .filter(answered_at=None, run__agent__principal_id=user.pk, run__status__in=Run.ACTIVE)
         .select_related("run__agent", "run__intent")
         .order_by("-created_at")
     )

@@ -16,7 +16,8 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
 from typing import Any
@@ -46,6 +47,11 @@ STEPPING = (Run.Status.QUEUED, Run.Status.RUNNING)
 MAX_DELEGATION_DEPTH = 4
 # Seconds between two looks at the run's status while its model call is in flight.
 CANCEL_POLL_SECONDS = 0.5
+# Limits a run may set: what its columns hold, and a deadline a person may mean.
+MAX_TOKEN_BUDGET = 2**31 - 1
+MAX_DEADLINE = timedelta(days=10 * 365)
+# Tool call ids are the model's; longer ones, repeats and blanks are replaced by ids of ours.
+MAX_CALL_ID = 64
 
 
 class RunError(Exception):
@@ -135,24 +141,39 @@ def _check_limits(
             host_operations.check_schema(output_schema)
         except ValidationError as exc:
             raise RunError(f"The output schema is not usable: {'; '.join(exc.messages)}") from exc
-    if max_tokens is not None and max_tokens < 1:
-        raise RunError("The token budget must be at least 1.")
+        if output_schema.get("type") != "object":
+            # Chat-completions structured outputs take an object at the root.
+            raise RunError('The output schema must describe a JSON object ("type": "object").')
+    if max_tokens is not None and not 1 <= max_tokens <= MAX_TOKEN_BUDGET:
+        raise RunError(f"The token budget must be from 1 to {MAX_TOKEN_BUDGET:,}.")
     if max_cost is not None and max_cost <= 0:
         raise RunError("The cost budget must be more than 0.")
     if deadline is not None and deadline <= timezone.now():
         raise RunError("The deadline has already passed.")
+    if deadline is not None and deadline > timezone.now() + MAX_DEADLINE:
+        raise RunError(f"The deadline must be within {MAX_DEADLINE.days // 365} years.")
 
 
 def _create_run(*, agent: Agent, intent: Intent, task: str, status: str, **fields: Any) -> Run:
-    """Create the run with its task as the thread's next user message; enqueue it when ``queued``."""
-    run = Run.objects.create(tenant_id=agent.tenant_id, agent=agent, intent=intent, status=status, **fields)
-    _append(run, role=Message.Role.USER, content=task.strip(), step=0)
+    """Create the run; a ``queued`` one starts at once, a ``pending`` one when its thread is free."""
+    run = Run.objects.create(
+        tenant_id=agent.tenant_id, agent=agent, intent=intent, status=status, task=task.strip(), **fields
+    )
     if status == Run.Status.QUEUED:
-        _enqueue_step(run)
+        _begin(run)
     if run.deadline is not None:
         _enqueue_expiry(run)
     _publish_run(run)
     return run
+
+
+def _begin(run: Run) -> None:
+    """Put the run's task in its thread as the next user message, and enqueue its first step.
+
+    Only here: a pending run's task must not enter the history of the run it waits behind.
+    """
+    _append(run, role=Message.Role.USER, content=run.task, step=0)
+    _enqueue_step(run)
 
 
 def run_delegate(
@@ -223,7 +244,17 @@ def run_step(*, run_id: Any, tenant_id: int) -> None:
             step=run.step_count + 1,
         ),
     ):
-        _take_step(run)
+        try:
+            _take_step(run)
+        except Exception as exc:
+            # A step that cannot be written would fail the same way on every delivery, and a
+            # run left stepping blocks its thread: end it, saying so.
+            logger.exception("step %s of run %s failed", run.step_count + 1, run.pk)
+            _finish(
+                run,
+                Run.Status.FAILED,
+                f"Step {run.step_count + 1} failed unexpectedly ({type(exc).__name__}).",
+            )
 
 
 def _take_step(run: Run) -> None:
@@ -253,8 +284,9 @@ def _take_step(run: Run) -> None:
     try:
         content = guardrails.check(agent.guardrails, stage="output", text=reply.content)
     except guardrails.GuardrailTripped as exc:
-        _finish(run, Run.Status.FAILED, str(exc))
+        _finish(run, Run.Status.FAILED, str(exc), spent=reply)
         return
+    reply = _with_unique_call_ids(run, reply)
     early = _run_outside_transaction(run, reply, offered)
     _apply_step(
         run_id=run.pk,
@@ -265,6 +297,31 @@ def _take_step(run: Run) -> None:
         offered=offered,
         early=early,
     )
+
+
+def _with_unique_call_ids(run: Run, reply: ModelReply) -> ModelReply:
+    """``reply`` with every tool call id unique in the run, non-empty and at most :data:`MAX_CALL_ID` long.
+
+    Some servers number calls afresh in every message (``call_0``…) or repeat an
+    id within one; results are matched to calls by id, so ids that are not
+    unique are replaced by ids of ours (``call_<step>_<n>``), in the stored
+    message and its results alike.
+    """
+    used = {
+        call["id"]
+        for calls in Message.objects.for_tenant(run.tenant_id)
+        .filter(run=run, role=Message.Role.ASSISTANT)
+        .values_list("tool_calls", flat=True)
+        for call in calls
+    }
+    step, renamed = run.step_count + 1, []
+    for n, call in enumerate(reply.tool_calls, start=1):
+        call_id = call.id
+        if not call_id or len(call_id) > MAX_CALL_ID or call_id in used:
+            call_id = f"call_{step}_{n}"
+        used.add(call_id)
+        renamed.append(replace(call, id=call_id))
+    return replace(reply, tool_calls=tuple(renamed))
 
 
 def _limit_reached(run: Run) -> tuple[str, str] | None:
@@ -310,8 +367,10 @@ def _call_options(run: Run) -> CallOptions:
             payload={**head, "from": from_model, "to": to_model, "reason": reason},
         )
 
+    # Streamed text reaches the dashboard before the output guardrails can see the whole of it.
+    streams = not any(g.get("stage") == "output" for g in run.agent.guardrails)
     return CallOptions(
-        on_delta=on_delta,
+        on_delta=on_delta if streams else None,
         on_retry=on_retry,
         on_fallback=on_fallback,
         cancelled=_stopped_check(run),
@@ -424,10 +483,10 @@ def _final_answer(run: Run, content: str) -> None:
         run.status, run.output = Run.Status.DONE, content
         return
     try:
-        data = json.loads(content)
+        data = _parse_json(content)
         host_operations.validate_arguments(schema=run.output_schema, arguments=data)
-    except (json.JSONDecodeError, tools.ToolError) as exc:
-        problem = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+    except (ValueError, tools.ToolError) as exc:
+        problem = _problem(exc)
         _append(
             run,
             role=Message.Role.USER,
@@ -490,6 +549,20 @@ def _run_tools(
     return Run.Status.WAITING if deferred else Run.Status.RUNNING
 
 
+def _parse_json(text: str) -> Any:
+    """JSON as the model wrote it, refusing ``NaN`` and ``Infinity``: Python reads them, JSON
+    (and Postgres) has no such numbers. Raises ``ValueError``."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not a JSON number")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _problem(exc: Exception) -> str:
+    return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+
+
 def _prepare(
     name: str, raw_arguments: str, offered: dict[str, tools.Tool]
 ) -> tuple[tools.Tool, dict[str, Any]] | tools.Result:
@@ -498,9 +571,9 @@ def _prepare(
     if tool is None:
         return tools.Result(f"Error: unknown tool {name!r}; the tools offered are {', '.join(offered)}.")
     try:
-        arguments = json.loads(raw_arguments or "{}")
-    except json.JSONDecodeError as exc:
-        return tools.Result(f"Error: the arguments of {name} are not valid JSON ({exc.msg}).")
+        arguments = _parse_json(raw_arguments or "{}")
+    except ValueError as exc:
+        return tools.Result(f"Error: the arguments of {name} are not valid JSON ({_problem(exc)}).")
     if not isinstance(arguments, dict):
         return tools.Result(f"Error: the arguments of {name} must be a JSON object.")
     try:
@@ -634,8 +707,10 @@ def approved_tool_run(*, question_id: Any, tenant_id: int) -> None:
     """Run an approved tool call with its original arguments and record the result.
 
     Does nothing when the run stopped or the call already has its result (a
-    task delivered twice). A tool the agent no longer offers gets an error
-    result.
+    task delivered twice). A tool the agent no longer offers, or one that asks
+    the party (asking needs no approval), gets an error result. Host
+    operations run outside any transaction; the others under the run's lock,
+    so a cancel cannot slip in between the check and the call.
     """
     question = (
         Question.objects.for_tenant(tenant_id)
@@ -643,31 +718,41 @@ def approved_tool_run(*, question_id: Any, tenant_id: int) -> None:
         .filter(pk=question_id, kind=Question.Kind.APPROVAL, approved=True)
         .first()
     )
-    if question is None or question.run.status not in (Run.Status.WAITING, Run.Status.NEEDS_INPUT):
+    if question is None:
         return
-    run, name = question.run, question.tool_name
-    if question.tool_call_id not in _pending_calls(run):
-        return
+    run, name, call_id = question.run, question.tool_name, question.tool_call_id
     tool = tools.tools_for(run.agent).get(name)
-    if tool is None:
-        outcome: tools.Outcome = tools.Result(f"Error: {name} is no longer offered; do without it.")
-    else:
-        outcome = _execute(run, question.tool_call_id, name, tool, question.arguments)
+    if tool is not None and tool.outside_transaction:
+        if _waits_on(run, call_id):
+            _record_approved(run, call_id, name, _execute(run, call_id, name, tool, question.arguments))
+        return
+    with transaction.atomic():
+        run = (
+            Run.objects.for_tenant(tenant_id)
+            .select_for_update()
+            .select_related("agent", "intent")
+            .get(pk=run.pk)
+        )
+        if not _waits_on(run, call_id):
+            return
+        if tool is None:
+            outcome: tools.Outcome = tools.Result(f"Error: {name} is no longer offered; do without it.")
+        else:
+            outcome = _execute(run, call_id, name, tool, question.arguments)
+        _record_approved(run, call_id, name, outcome)
+
+
+def _waits_on(run: Run, call_id: str) -> bool:
+    """Whether the run still waits for the result of call ``call_id``."""
+    return run.status in (Run.Status.WAITING, Run.Status.NEEDS_INPUT) and call_id in _pending_calls(run)
+
+
+def _record_approved(run: Run, call_id: str, name: str, outcome: tools.Outcome) -> None:
+    """Record what an approved tool call came to; a deferred one reports later by itself."""
+    if isinstance(outcome, tools.Suspend):
+        outcome = tools.Result(f"Error: {name} asks the party itself; it cannot also wait for an approval.")
     if isinstance(outcome, tools.Result):
-        tool_call_complete(run=run, tool_call_id=question.tool_call_id, result=outcome.text)
-    elif isinstance(outcome, tools.Suspend):
-        with transaction.atomic():
-            run = Run.objects.for_tenant(tenant_id).select_for_update().get(pk=run.pk)
-            _open_question(
-                run,
-                question.tool_call_id,
-                name,
-                kind=Question.Kind.QUESTION,
-                question=outcome.question,
-                options=outcome.options,
-                arguments=outcome.arguments,
-            )
-            _resume_if_ready(run)
+        tool_call_complete(run=run, tool_call_id=call_id, result=outcome.text)
 
 
 def _check_may_answer(question: Question, user: User) -> None:
@@ -742,10 +827,18 @@ def run_expire(*, run_id: Any, tenant_id: int) -> None:
         _end(run, Run.Status.FAILED, f"The deadline ({run.deadline:%Y-%m-%d %H:%M %Z}) passed.")
 
 
-def _finish(run: Run, status: str, reason: str) -> None:
-    """End a stepping run with ``status`` and ``reason``; a run stopped meanwhile keeps its end."""
+def _finish(run: Run, status: str, reason: str, *, spent: ModelReply | None = None) -> None:
+    """End a stepping run with ``status`` and ``reason``; a run stopped meanwhile keeps its end.
+
+    ``spent`` is a model reply the run paid for but will not use: its usage still counts.
+    """
     with transaction.atomic():
         locked = Run.objects.for_tenant(run.tenant_id).select_for_update().get(pk=run.pk)
+        if spent is not None:
+            locked.input_tokens += spent.input_tokens
+            locked.output_tokens += spent.output_tokens
+            locked.cost += spent.cost
+            locked.save(update_fields=["input_tokens", "output_tokens", "cost", "updated_at"])
         if locked.status in STEPPING:
             _end(locked, status, reason)
 
@@ -820,7 +913,7 @@ def _start_next(run: Run) -> None:
     if pending is not None:
         pending.status = Run.Status.QUEUED
         pending.save(update_fields=["status", "updated_at"])
-        _enqueue_step(pending)
+        _begin(pending)
         _publish_run(pending)
 
 
@@ -871,7 +964,8 @@ def chat_history(run: Run) -> list[ChatMessage]:
 
 def _chat_messages(run: Run) -> list[ChatMessage]:
     """What the model gets: the system message and the thread's history, under the agent's history
-    policy, with its input guardrails applied to what the party and tools wrote.
+    policy, with its input guardrails applied to the system message and to what the party and
+    tools wrote.
 
     Raises :class:`guardrails.GuardrailTripped` when an input guardrail blocks.
     """
@@ -882,7 +976,11 @@ def _chat_messages(run: Run) -> list[ChatMessage]:
     for entry in thread:
         if entry["role"] in ("user", "tool") and entry["content"]:
             entry["content"] = guardrails.check(agent.guardrails, stage="input", text=entry["content"])
-    return [{"role": "system", "content": system_message(agent=agent, intent=run.intent)}, *thread]
+    # The system message carries the party's intent and what counterparties said in negotiations.
+    system = guardrails.check(
+        agent.guardrails, stage="input", text=system_message(agent=agent, intent=run.intent)
+    )
+    return [{"role": "system", "content": system}, *thread]
 
 
 def _append(

@@ -147,6 +147,7 @@ class RunDetailView(TenantMixin, DetailView):
             run_messages=selectors.run_messages(run=run),
             questions=with_arguments_shown(selectors.run_questions(run=run)),
             can_answer=can_answer,
+            ended=run.status in services.ENDED,
             can_cancel=can_answer and run.status not in services.ENDED,
             children=selectors.run_children(run=run),
             timeline=selectors.run_timeline(run=run),

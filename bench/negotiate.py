@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DATABASE_URL = "postgres://postgres@127.0.0.1:5432/parley_bench"
+from stack import DATABASE_URL, free_port, fresh_database, wait
+
 REDIS_URL = "redis://127.0.0.1:6379/8"
 
 
@@ -33,7 +30,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8, help="threads per worker process")
     args = parser.parse_args()
 
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
@@ -43,15 +40,7 @@ def main() -> None:
         "DJANGO_SETTINGS_MODULE": "parley.settings.base",
         "LOG_LEVEL": "ERROR",
     }
-    os.environ.update(env)
-    for sql in ("drop database if exists parley_bench", "create database parley_bench"):
-        subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True)
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
-
-    import django
-
-    sys.path.insert(0, str(ROOT))
-    django.setup()
+    fresh_database(env)
     import httpx
     import redis
 
@@ -92,7 +81,7 @@ def main() -> None:
         ),
     ]
     try:
-        _wait(lambda: httpx.get(f"{base}/login/", timeout=1).status_code == 200)
+        wait(lambda: httpx.get(f"{base}/login/", timeout=1).status_code == 200)
         time.sleep(2)  # the workers connect to the broker
         print(f"web 1 process, workers 2 x {args.threads} threads, Postgres, Redis, offline model")
         results = {}
@@ -101,7 +90,7 @@ def main() -> None:
             urls = " ".join(agent_url(s) for s in sellers[:size])
             started = time.perf_counter()
             run = run_start(agent=buyer, intent=intent, task=f"Negotiate with {urls}")
-            _wait(lambda pk=run.pk: Run.objects.get(pk=pk).status not in Run.ACTIVE, timeout=600)
+            wait(lambda pk=run.pk: Run.objects.get(pk=pk).status not in Run.ACTIVE, timeout=600)
             elapsed = time.perf_counter() - started
             run.refresh_from_db()
             settled = run.output.count("— agreed")
@@ -114,25 +103,6 @@ def main() -> None:
             process.terminate()
         for process in processes:
             process.wait(timeout=20)
-
-
-def _wait(predicate, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if predicate():
-                return
-        except Exception:  # the server may not be up yet
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit("timed out")
-        time.sleep(0.1)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 if __name__ == "__main__":

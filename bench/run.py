@@ -23,9 +23,9 @@ import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from stack import ROOT, free_port
+
 sys.path.insert(0, str(ROOT))
 
 
@@ -50,7 +50,7 @@ def main() -> None:
     from agents.models import Agent
     from parley.models import Tenant
 
-    port = _free_port()
+    port = free_port()
     settings.PUBLIC_BASE_URL = f"http://127.0.0.1:{port}"
     call_command("migrate", verbosity=0)
     tenant, _ = Tenant.objects.get_or_create(slug="bench", defaults={"name": "Bench"})
@@ -126,14 +126,6 @@ def main() -> None:
     p95 = ms[int(len(ms) * 0.95) - 1]
     print(f"latency ms    p50 {statistics.median(ms):.1f}  p95 {p95:.1f}  max {ms[-1]:.1f}")
     print(f"peak RSS      {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 if __name__ == "__main__":

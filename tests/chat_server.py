@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -153,6 +154,12 @@ class ChatServer:
 
 class _HTTPServer(ThreadingHTTPServer):
     chat: ChatServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client may close once it has read ``data: [DONE]``, before the stream's last chunk;
+        # the reset that follows is how streams end, not an error worth a traceback.
+        if not isinstance(sys.exc_info()[1], ConnectionResetError | BrokenPipeError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -210,6 +210,7 @@ def test_cancelling_stops_the_model_call_in_flight(
         role=Message.Role.USER,
         content="Take your time.",
     )
+
     def take_step() -> None:
         try:
             services.run_step(run_id=run.pk, tenant_id=run.tenant_id)

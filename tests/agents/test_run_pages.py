@@ -132,7 +132,7 @@ class TestStartRun:
                 "output_schema": json.dumps(schema),
                 "max_tokens": "5000",
                 "max_cost": "0.25",
-                "deadline": "2099-01-02T09:30",
+                "deadline": "2030-01-02T09:30",
             },
             follow=True,
         )
@@ -144,7 +144,7 @@ class TestStartRun:
         assert run.output_schema == schema
         assert (run.max_tokens, run.max_cost) == (5000, Decimal("0.25"))
         # 09:30 in Berlin in winter is 08:30 UTC: the deadline is read in the agent's timezone.
-        assert run.deadline == datetime(2099, 1, 2, 8, 30, tzinfo=UTC)
+        assert run.deadline == datetime(2030, 1, 2, 8, 30, tzinfo=UTC)
         first = Message.objects.get(run=run)
         assert (first.seq, first.step, first.role, first.content) == (1, 0, Message.Role.USER, TASK)
 

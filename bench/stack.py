@@ -1,0 +1,46 @@
+"""What the benchmarks share: a fresh Postgres database for the production shape, waiting, ports."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATABASE_URL = "postgres://postgres@127.0.0.1:5432/parley_bench"
+
+
+def fresh_database(env: dict[str, str]) -> None:
+    """Drop and create ``parley_bench``, migrate it, and set up Django in this process on ``env``."""
+    os.environ.update(env)
+    for sql in ("drop database if exists parley_bench", "create database parley_bench"):
+        subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+    import django
+
+    sys.path.insert(0, str(ROOT))
+    django.setup()
+
+
+def wait(predicate: Callable[[], object], timeout: float = 60) -> None:
+    """Poll ``predicate`` until it is truthy (an exception counts as not yet); exit after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if predicate():
+                return
+        except Exception:  # the server may not be up yet
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:g} s")
+        time.sleep(0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
