@@ -29,6 +29,7 @@ from django.conf import settings
 from google.protobuf.json_format import MessageToDict, ParseError
 
 from negotiations.wire import Move
+from parley.http import async_client
 
 CARD_PATH = "/.well-known/agent-card.json"
 JSONRPC = "JSONRPC"  # the only protocol binding our client speaks (the SDK's default)
@@ -107,7 +108,7 @@ async def _send(url: str, move: Move, task_id: str, context_id: str, seconds: fl
         context_id=context_id,
     )
     try:
-        async with httpx.AsyncClient(timeout=timeout) as http:
+        async with async_client(timeout=timeout) as http:
             card = await read_card(http, url)
             client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
             task = None

@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 import httpx
 
 from negotiations.wire import nul_path
+from parley.http import client as http_client
 
 TIMEOUT = 10.0
 # The artifact is stored on the turn and may ride on the A2A Task; a hook gets no more room
@@ -68,7 +69,7 @@ def evaluate(url: str, request: Request, *, timeout: float = TIMEOUT) -> Evaluat
     deadline = time.monotonic() + timeout
     try:
         with (
-            httpx.Client(timeout=timeout) as http,
+            http_client(timeout=timeout) as http,
             http.stream("POST", url, json=request, headers={"Accept": "application/json"}) as response,
         ):
             if not response.is_success:
