@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from agents.models import Agent
@@ -28,3 +29,121 @@ class A2ATask(TenantOwnedModel):
 
     class Meta:
         ordering = ["-status_timestamp", "-task_id"]
+
+
+class InboundKey(TenantOwnedModel):
+    """A credential a counterparty presents to one agent's endpoint (as an API key or a bearer token).
+
+    Shown once as ``<prefix>.<secret>``; only a hash of the secret is kept.
+    Tasks a caller makes belong to its key: another caller asking for them is
+    told they do not exist.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="inbound_keys")
+    name = models.CharField(max_length=200, help_text="who holds it")
+    prefix = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=128)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix})"
+
+
+class CounterpartyCredential(TenantOwnedModel):
+    """What our client presents when it calls a counterparty whose URL starts with ``url_prefix``.
+
+    ``agent`` None: for every agent of the tenant. ``scheme`` ``bearer`` sends
+    ``Authorization: Bearer <secret>``; ``api_key`` sends ``<header>: <secret>``.
+    """
+
+    class Scheme(models.TextChoices):
+        BEARER = "bearer"
+        API_KEY = "api_key"
+
+    agent = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="counterparty_credentials"
+    )
+    url_prefix = models.URLField(max_length=500)
+    scheme = models.CharField(max_length=8, choices=Scheme.choices, default=Scheme.BEARER)
+    header = models.CharField(max_length=100, default="X-API-Key")
+    secret = models.CharField(max_length=500)
+
+    def __str__(self) -> str:
+        return self.url_prefix
+
+
+class SigningKey(TenantOwnedModel):
+    """A tenant's key for signing its agents' cards (ES256, JWS per the A2A spec's signed cards)."""
+
+    kid = models.CharField(max_length=64, unique=True)
+    private_pem = models.TextField()
+    public_jwk = models.JSONField()
+    active = models.BooleanField(default=True)
+
+    def __str__(self) -> str:
+        return self.kid
+
+
+class PushConfig(TenantOwnedModel):
+    """A push-notification config a caller set on one of its tasks (A2A TaskPushNotificationConfig)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="push_configs")
+    owner = models.CharField(max_length=500, db_index=True)
+    task_id = models.CharField(max_length=ID_LENGTH, db_index=True)
+    config_id = models.CharField(max_length=ID_LENGTH)
+    data = models.JSONField(help_text="the config as protobuf JSON")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "task_id", "config_id"], name="one_push_config_per_id")
+        ]
+
+
+class InboundContext(TenantOwnedModel):
+    """One caller's conversation (A2A contextId) with an agent: its turns, and when it was last used."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="inbound_contexts")
+    owner = models.CharField(max_length=500)
+    context_id = models.CharField(max_length=ID_LENGTH)
+    turns = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "owner", "context_id"], name="one_inbound_context")
+        ]
+
+
+class GroundingDocument(TenantOwnedModel):
+    """Public text about the agent's party that its representative face may answer from (only these)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="grounding_documents")
+    title = models.CharField(max_length=200)
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["title"]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class IntakeRequest(TenantOwnedModel):
+    """A request a visitor left with the agent's intake tool, for the agent's fixed recipient."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="intake_requests")
+    caller = models.CharField(max_length=500, help_text="the task owner that left it")
+    summary = models.CharField(max_length=500)
+    details = models.TextField(blank=True)
+    recipient = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    notified_at = models.DateTimeField(null=True, blank=True)
+    notify_error = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.summary[:60]

@@ -176,6 +176,57 @@ class Agent(TenantOwnedModel):
     max_steps = models.PositiveIntegerField(default=10)
     max_turns = models.PositiveIntegerField(default=10)
     timezone = models.CharField(max_length=64, default="UTC")
+
+    # The public A2A endpoint (a2a_gateway): who may call it, what its card says, and its caps.
+    class InboundAuth(models.TextChoices):
+        ANONYMOUS = "anonymous", "Anyone"
+        API_KEY = "api_key", "An API key (X-API-Key header)"
+        BEARER = "bearer", "A bearer token (Authorization header)"
+
+    inbound_auth = models.CharField(max_length=16, choices=InboundAuth.choices, default=InboundAuth.ANONYMOUS)
+    publish_tools = models.BooleanField(default=False, help_text="list the agent's own tools as card skills")
+    card_skills = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="AgentSkill dicts that replace the derived skills (empty: derived)",
+    )
+    card_fields = models.JSONField(
+        default=dict, blank=True, help_text="card JSON merged over the derived card, last"
+    )
+    host_name = models.CharField(
+        max_length=253,
+        null=True,
+        blank=True,
+        unique=True,
+        help_text="a host name of its own (custom domain or subdomain): card and endpoint at its root",
+    )
+    max_concurrency = models.PositiveIntegerField(
+        default=8, help_text="inbound turns at once; more are told to retry"
+    )
+    max_input_chars = models.PositiveIntegerField(
+        default=8000, help_text="characters of text in one inbound message"
+    )
+    max_turns_per_context = models.PositiveIntegerField(
+        default=50, help_text="inbound messages in one context"
+    )
+    max_contexts = models.PositiveIntegerField(
+        default=1000, help_text="contexts kept per agent; the least recently used is forgotten first"
+    )
+    rate_limit = models.PositiveIntegerField(default=60, help_text="inbound messages per caller per minute")
+    cors_origins = models.JSONField(default=list, blank=True, help_text="browser origins allowed to call")
+    try_again_text = models.CharField(
+        max_length=500,
+        default="I could not answer in time. Please try again in a moment.",
+        help_text="the answer when a turn runs out of time",
+    )
+    intake_owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="who receives requests taken in by the intake tool (the fixed recipient)",
+    )
     principal = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -25,6 +25,13 @@ class Tenant(TimeStampedModel):
 
     slug = models.SlugField(max_length=63, unique=True)
     name = models.CharField(max_length=200)
+    model_budget = models.DecimalField(
+        max_digits=14,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="model spend allowed per calendar month (UTC); inbound turns beyond it are refused",
+    )
 
     def __str__(self) -> str:
         return self.slug
