@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/negotiate.py
 	$(BIN)/python bench/steps.py
+	$(BIN)/python bench/gateway.py
 
 clean:
 	rm -rf $(VENV) demo.sqlite3* parley.sqlite3*

@@ -4,8 +4,11 @@ Routes (under the ASGI router's ``/a2a/`` prefix, which is not stripped):
 
 * ``GET  /a2a/<tenant>/<agent>/.well-known/agent-card.json`` — the AgentCard, also at
   ``…/.well-known/agent.json``, the path A2A 0.3 clients fetch;
+* ``GET  /a2a/<tenant>/<agent>/.well-known/jwks.json`` — the keys its tenant signs cards
+  with (:mod:`a2a_gateway.signing`);
 * ``POST /a2a/<tenant>/<agent>`` — JSON-RPC, A2A 1.0 and 0.3 on the same URL; any other
-  method there is a 405 with a JSON-RPC error body.
+  method there is a 405 with a JSON-RPC error body, but for a CORS preflight from one of
+  the agent's origins (:mod:`a2a_gateway.cors`, which also marks the answers they may read).
 
 The agent is resolved once, at the edge, by :class:`ResolveAgent`; an unknown
 one (or a path segment that is no slug) is a 404 before the SDK sees the
@@ -19,23 +22,23 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from a2a.server.agent_execution import RequestContext, SimpleRequestContextBuilder
+from a2a.server.agent_execution import AgentExecutor, RequestContext, SimpleRequestContextBuilder
 from a2a.server.context import ServerCallContext
+from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes
 from a2a.types import (
     CancelTaskRequest,
-    ListTasksRequest,
-    ListTasksResponse,
     SendMessageRequest,
     Task,
 )
-from a2a.utils.errors import UnsupportedOperationError
+from a2a.types import Message as A2AMessage
+from a2a.utils.task import apply_history_length
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.validators import slug_re
 from starlette.applications import Starlette
@@ -44,15 +47,29 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from a2a_gateway.cards import agent_card, capability_card
-from a2a_gateway.executor import FINISHED, NegotiationExecutor, Refused, admit, finished
+from a2a_gateway import caps, cors
+from a2a_gateway.auth import API_KEY_HEADER, Unauthenticated, authenticate
+from a2a_gateway.cards import capability_card, card_document
+from a2a_gateway.executor import (
+    FINISHED,
+    NegotiationExecutor,
+    Refused,
+    admit,
+    cancel_negotiation,
+    finished,
+)
+from a2a_gateway.hosts import HOST_NAME
+from a2a_gateway.push import DjangoPushConfigStore, PushSender, url_allowed
+from a2a_gateway.signing import jwks_endpoint
 from a2a_gateway.store import DjangoTaskStore, call_agent
 from agents.models import Agent
 
 _AGENT_PATH = re.compile(r"^/a2a/(?P<tenant>[^/]+)/(?P<agent>[^/]+)(?:/.*)?$")
 JSONRPC_INVALID_REQUEST = -32600
-# The 0.3 method a message comes by (streaming never gets this far: the card does not offer it).
-V0_3_SEND = "message/send"
+_CREDENTIAL_HEADERS = frozenset({b"authorization", API_KEY_HEADER.lower().encode()})
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # \uD800 to \uDFFF, any case
+# The 0.3 methods a message comes by; the Index wire's refusals apply to both.
+V0_3_SENDS = frozenset({"message/send", "message/stream"})
 
 
 class AgentContextBuilder(DefaultServerCallContextBuilder):
@@ -76,7 +93,7 @@ def refuse(context: ServerCallContext, refusal: Refused) -> None:
         "id": context.state.get("request_id"),
         "error": {"code": refusal.code, "message": refusal.message},
     }
-    context.state["edge"]["refusal"] = JSONResponse(body, status_code=refusal.status)
+    context.state["edge"]["refusal"] = JSONResponse(body, status_code=refusal.status, headers=refusal.headers)
 
 
 class InboundContextBuilder(SimpleRequestContextBuilder):
@@ -87,7 +104,9 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
     a message to a finished task (:func:`a2a_gateway.executor.finished`: the
     SDK's -32004 on 1.0, an Index server's 409/-32002 on 0.3), then whatever
     :func:`a2a_gateway.executor.admit` refuses. A follow-up naming only
-    ``taskId`` gets the stored ``contextId`` (a2a-sdk-brief.md §1.6).
+    ``taskId`` gets the stored ``contextId`` (a2a-sdk-brief.md §1.6). The caps
+    (:mod:`a2a_gateway.caps`) come first (rate, size) and last (budget,
+    concurrency, turns per context, once the contextId is final).
     """
 
     def __init__(self, store: DjangoTaskStore) -> None:
@@ -103,8 +122,10 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
         task: Task | None = None,
     ) -> RequestContext:
         stored = await self._store.get(task_id, context) if task_id else None
-        wire_0_3 = context.state.get("method") == V0_3_SEND
+        wire_0_3 = context.state.get("method") in V0_3_SENDS
         try:
+            if params is not None:
+                await caps.message_screen(context, params.message)
             if stored is not None and stored.status.state in FINISHED:
                 # Refused before the SDK builds an ActiveTask: refusing there, a2a-sdk 1.3.0 leaves
                 # the task's queue dispatcher pending (logged on collection).
@@ -116,30 +137,53 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
             raise
         if stored is not None and not context_id:
             context_id = stored.context_id
-        return await super().build(
+        built = await super().build(
             context=context, params=params, task_id=task_id, context_id=context_id, task=task
         )
+        if params is not None:
+            try:
+                await caps.turn_admit(context, built.context_id or "")
+            except Refused as refusal:
+                refuse(context, refusal)
+                raise
+        return built
 
 
-class AnonymousCallerHandler(DefaultRequestHandler):
-    """The SDK's handler, minus what an anonymous caller must not do to other callers' tasks.
+class GatewayHandler(DefaultRequestHandler):
+    """The SDK's handler, with what a negotiation adds to its operations.
 
-    Until callers authenticate, every anonymous caller shares one task
-    partition per agent (owner ``<agent>|``, :func:`a2a_gateway.store.owner_of`),
-    so for them ListTasks answers an empty list and CancelTask -32004
-    (UnsupportedOperationError) "Cancelling needs an authenticated caller.".
-    GetTask still answers: a task id is an unguessable UUID the SDK minted.
+    Every caller owns its own tasks (:func:`a2a_gateway.store.owner_of`: the
+    caller's key, or an anonymous counterparty's own partition), so every
+    operation is the SDK's within that partition. A canceled task's
+    negotiation ends with it (:func:`a2a_gateway.executor.cancel_negotiation`);
+    a turn in flight cannot be stopped, only kept out of the task.
     """
 
-    async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        if not context.user.is_authenticated:
-            return ListTasksResponse()
-        return await super().on_list_tasks(params, context)
-
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
-        if not context.user.is_authenticated:
-            raise UnsupportedOperationError(message="Cancelling needs an authenticated caller.")
-        return await super().on_cancel_task(params, context)
+        task = await super().on_cancel_task(params, context)
+        if task is not None:
+            await cancel_negotiation(call_agent(context), task)
+        return task
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        """The SDK's stream, which begins with the Task on a follow-up too (A2A spec §3.1.2).
+
+        a2a-sdk 1.3.0 streams a follow-up's events without the Task they change; it
+        is read from the store once the message is admitted (its first event).
+        """
+        events = super().on_message_send_stream(params, context)
+        first = await anext(events, None)
+        if first is None:
+            return
+        if params.message.task_id and not isinstance(first, Task | A2AMessage):
+            stored = await self.task_store.get(params.message.task_id, context)
+            if isinstance(stored, Task):  # the store is DjangoTaskStore, not a versioned one
+                yield apply_history_length(stored, params.configuration)
+        yield first
+        async for event in events:
+            yield event
 
 
 def _rpc_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -155,7 +199,11 @@ class ResolveAgent:
     """ASGI middleware: find the agent named by the path (404 if none) and bound the body size.
 
     A segment outside Django's slug pattern names no agent, so it is a 404 without a query
-    (Postgres would refuse a NUL in one).
+    (Postgres would refuse a NUL in one). A POST's caller is authenticated next, before the
+    body is read (:func:`a2a_gateway.auth.authenticate`; 401 if the agent requires a key it
+    lacks), and is the scope's ``user``, without its credential headers. A concurrency slot
+    taken for the request that no executor took over is released when it ends. A body whose
+    strings hold an unpaired surrogate is a 400 (:func:`_lone_surrogate`).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -182,29 +230,85 @@ class ResolveAgent:
         state = scope.setdefault("state", {})
         state["agent"] = agent
         if scope["method"] == "POST":
+            try:
+                caller = await authenticate(agent, scope)
+            except Unauthenticated as refusal:
+                await refusal.response()(scope, receive, send)
+                return
+            # The SDK keeps every header in the call context (and logs it at DEBUG): not the key.
+            headers = [(k, v) for k, v in scope["headers"] if k not in _CREDENTIAL_HEADERS]
+            scope = {**scope, "user": caller, "headers": headers}
             body = await _read_body(receive, settings.A2A_MAX_BODY_BYTES)
             if body is None:
                 limit = settings.A2A_MAX_BODY_BYTES
                 await _rpc_error(413, f"The request body is larger than {limit} bytes.")(scope, receive, send)
                 return
-            receive = _replay(body)
-        await self.app(scope, receive, _answering_refusals(state, scope, receive, send))
+            if _lone_surrogate(body):
+                await _rpc_error(400, "A string in the body holds an unpaired UTF-16 surrogate.")(
+                    scope, receive, send
+                )
+                return
+            receive = _replay(body, receive)
+        try:
+            await self.app(scope, receive, _answering_refusals(state, scope, receive, send))
+        finally:
+            await caps.slot_release_unclaimed(state)
+
+
+def _lone_surrogate(body: bytes) -> bool:
+    """Whether ``body`` is JSON with an unpaired surrogate escape in a string (``"\\ud800"``).
+
+    JSON's grammar allows one (RFC 8259 §8.2); Python reads it into a str that
+    cannot be encoded as UTF-8, so once a2a-sdk 1.3.0 echoes it (the request's
+    ``id`` is echoed in every answer) its answer fails to render: a 500. Only a
+    body with a surrogate escape is parsed here; a body that is no JSON is the SDK's.
+    """
+    if not _SURROGATE_ESCAPE.search(body):
+        return False
+    try:
+        json.dumps(json.loads(body), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
+    except (ValueError, RecursionError):
+        return False
+    return False
 
 
 def _answering_refusals(state: dict[str, Any], scope: Scope, receive: Receive, send: Send) -> Send:
     """``send``, except that once a refusal is left in ``state`` (:func:`refuse`) before the
-    SDK starts its answer, the refusal is the answer and the SDK's is dropped."""
+    SDK starts its answer, the refusal is the answer and the SDK's is dropped.
+
+    An event stream's start is held back until its first event: a 0.3
+    ``message/stream`` starts its stream before it admits the message (the SDK
+    reads the stream only then), so its refusal comes after the start."""
     replaced = False
+    held: Message | None = None
 
     async def answer(message: Message) -> None:
-        nonlocal replaced
-        if message["type"] == "http.response.start" and "refusal" in state:
+        nonlocal replaced, held
+        if replaced:
+            return
+        starting = message["type"] == "http.response.start"
+        if starting and _is_event_stream(message):
+            held = message
+            return
+        if (starting or held is not None) and "refusal" in state:
             replaced = True
             await state["refusal"](scope, receive, send)
-        if not replaced:
-            await send(message)
+            return
+        if held is not None:
+            await send(held)
+            held = None
+        await send(message)
 
     return answer
+
+
+def _is_event_stream(start: Message) -> bool:
+    return any(
+        name.lower() == b"content-type" and value.startswith(b"text/event-stream")
+        for name, value in start.get("headers", [])
+    )
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
@@ -223,21 +327,27 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _replay(body: bytes) -> Receive:
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` with ``body``, already read, replayed first.
+
+    After it, the client's own messages: an event stream waits there for the
+    disconnect, and would end at once on a made-up one.
+    """
     sent = False
 
-    async def receive() -> Message:
+    async def replay() -> Message:
         nonlocal sent
         if sent:
-            return {"type": "http.disconnect"}
+            return await receive()
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
-    return receive
+    return replay
 
 
 async def card_endpoint(request: Request) -> Response:
-    card = agent_card_to_dict(agent_card(request.scope["state"]["agent"]))
+    state = request.scope["state"]
+    card = await sync_to_async(card_document)(state["agent"], host_name=state.get(HOST_NAME))
     return Response(json.dumps(card), media_type="application/json")
 
 
@@ -246,26 +356,40 @@ async def rpc_needs_post(request: Request) -> Response:
     return _rpc_error(405, "Use POST for JSON-RPC.", headers={"Allow": "POST"})
 
 
-def build_app() -> ASGIApp:
-    """The gateway application; one request handler and one executor serve every agent."""
+def build_app(executor: AgentExecutor | None = None) -> ASGIApp:
+    """The gateway application; one request handler and one executor serve every agent.
+
+    ``executor`` replaces :class:`NegotiationExecutor` behind the same edge, context
+    builders and store (``bench/gateway.py`` measures the gateway with a trivial one).
+    """
     store = DjangoTaskStore()
-    handler = AnonymousCallerHandler(
-        agent_executor=NegotiationExecutor(),
+    push_configs = DjangoPushConfigStore()
+    push_sender = PushSender(push_configs)
+    handler = GatewayHandler(
+        agent_executor=executor or NegotiationExecutor(),
         task_store=store,
         agent_card=capability_card(),
         request_context_builder=InboundContextBuilder(store),
         # Parties answer in days: release parked tasks from memory; the store rebuilds them.
         interrupted_task_timeout=300,
+        push_config_store=push_configs,
+        push_sender=push_sender,
+        push_url_validator=url_allowed,
     )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         await handler.aclose()
+        await push_sender.aclose()
 
     routes = [
         Route("/a2a/{tenant}/{agent}/.well-known/agent-card.json", card_endpoint, methods=["GET"]),
         Route("/a2a/{tenant}/{agent}/.well-known/agent.json", card_endpoint, methods=["GET"]),
+        Route("/a2a/{tenant}/{agent}/.well-known/jwks.json", jwks_endpoint, methods=["GET"]),
+        Route("/a2a/{tenant}/{agent}/.well-known/agent-card.json", cors.card_preflight, methods=["OPTIONS"]),
+        Route("/a2a/{tenant}/{agent}/.well-known/agent.json", cors.card_preflight, methods=["OPTIONS"]),
+        Route("/a2a/{tenant}/{agent}", cors.preflight("POST", otherwise=rpc_needs_post), methods=["OPTIONS"]),
         *create_jsonrpc_routes(
             handler,
             rpc_url="/a2a/{tenant}/{agent}",
@@ -273,6 +397,6 @@ def build_app() -> ASGIApp:
             enable_v0_3_compat=True,
         ),
         # Starlette prefers the route whose methods match, so POST stays the SDK's; HEAD comes with GET.
-        Route("/a2a/{tenant}/{agent}", rpc_needs_post, methods=["GET", "PUT", "PATCH", "DELETE", "OPTIONS"]),
+        Route("/a2a/{tenant}/{agent}", rpc_needs_post, methods=["GET", "PUT", "PATCH", "DELETE"]),
     ]
-    return ResolveAgent(Starlette(routes=routes, lifespan=lifespan))
+    return cors.AllowListedOrigins(ResolveAgent(Starlette(routes=routes, lifespan=lifespan)))

@@ -4,3 +4,16 @@ from django.apps import AppConfig
 class A2AGatewayConfig(AppConfig):
     name = "a2a_gateway"
     verbose_name = "A2A gateway"
+
+    def ready(self) -> None:
+        """Validate the agent fields the public endpoint reads whenever an agent is cleaned."""
+        from a2a_gateway import cards, cors, hosts
+        from agents.models import Agent, register_agent_check
+
+        def card_overrides(agent: Agent) -> None:
+            if agent.tenant_id is not None:  # the card names the tenant
+                cards.check_overrides(agent)
+
+        register_agent_check(card_overrides)
+        register_agent_check(hosts.check_host_name)
+        register_agent_check(cors.check_cors_origins)

@@ -1,13 +1,93 @@
-"""The AgentCard of each agent, derived from the agent (index-wire-protocol.md §4 "AgentCard derivation")."""
+"""The AgentCard of each agent, derived from the agent (index-wire-protocol.md §4 "AgentCard derivation").
+
+What a card says, in order of derivation:
+
+* identity — name, description, version, the tenant as provider; the party the
+  agent acts for as our extension :data:`PARTY_EXTENSION`, ``params``
+  ``{"partyId": agent.party_id}`` (left out when the agent names no party);
+* where — one JSON-RPC URL, offered at A2A 1.0 and 0.3: the agent's URL under
+  ``PUBLIC_BASE_URL``, or the root of its own host name when the card is
+  served there (:func:`endpoint_url`);
+* who may call — the security scheme of ``agent.inbound_auth``
+  (:data:`API_KEY_SCHEME`: header ``X-API-Key``; :data:`BEARER_SCHEME`: HTTP
+  bearer), required by ``security_requirements``; none for anonymous agents;
+* skills — ``negotiate`` with the agent's vocabulary, and, with
+  ``publish_tools``, one skill per tool of its own;
+* operator overrides, last: ``agent.card_skills`` replaces the skills,
+  ``agent.card_fields`` is deep-merged over the card's JSON (:func:`with_overrides`).
+
+The same agent gives the same bytes every time (an intent never changes its
+card). A tenant with an active signing key gets its cards signed
+(:func:`card_document`, :mod:`a2a_gateway.signing`).
+"""
 
 from __future__ import annotations
 
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentProvider, AgentSkill
-from django.conf import settings
+import logging
+import re
+from typing import Any, TypeVar
 
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentExtension,
+    AgentInterface,
+    AgentProvider,
+    AgentSkill,
+    APIKeySecurityScheme,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+)
+from a2a.utils.errors import InvalidParamsError
+from a2a.utils.proto_utils import validate_proto_required_fields
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
+from google.protobuf.message import Message as ProtobufMessage
+from google.protobuf.struct_pb2 import Struct
+
+from a2a_gateway import signing
+from agents import tools
 from agents.models import Agent
 
+logger = logging.getLogger(__name__)
+M = TypeVar("M", bound=ProtobufMessage)
+_CAMEL = re.compile(r"_([a-z])")
+
 MODES = ["application/json", "text/plain"]
+
+# The party an agent acts for. A fixed URI, not one under PUBLIC_BASE_URL: an extension URI names
+# the extension's meaning, which is the same on every Parley deployment, so a client can recognise it.
+PARTY_EXTENSION = "https://parley.dev/ext/party/v1"
+
+API_KEY_HEADER = "X-API-Key"
+API_KEY_SCHEME = "apiKey"
+BEARER_SCHEME = "bearer"
+_SCHEMES: dict[str, tuple[str, SecurityScheme]] = {
+    Agent.InboundAuth.API_KEY: (
+        API_KEY_SCHEME,
+        SecurityScheme(
+            api_key_security_scheme=APIKeySecurityScheme(
+                location="header", name=API_KEY_HEADER, description="An API key the agent's operator issued."
+            )
+        ),
+    ),
+    Agent.InboundAuth.BEARER: (
+        BEARER_SCHEME,
+        SecurityScheme(
+            http_auth_security_scheme=HTTPAuthSecurityScheme(
+                scheme="bearer", description="A token the agent's operator issued."
+            )
+        ),
+    ),
+}
+
+# Nesting an override may reach. Far below the canonicalizer's own limit (a2a-sdk: 128), which a
+# signed card must stay under; no card field needs more.
+MAX_OVERRIDE_DEPTH = 12
 
 
 def agent_url(agent: Agent) -> str:
@@ -15,10 +95,57 @@ def agent_url(agent: Agent) -> str:
     return f"{settings.PUBLIC_BASE_URL}/a2a/{agent.tenant.slug}/{agent.slug}"
 
 
-def agent_card(agent: Agent) -> AgentCard:
-    """The card counterparties fetch: identity, both protocol versions on one URL, the negotiate skill."""
-    url = agent_url(agent)
-    return AgentCard(
+def endpoint_url(agent: Agent, *, host_name: str | None = None) -> str:
+    """The JSON-RPC URL a card names: :func:`agent_url`, or ``<scheme>://<host_name>/`` for the card
+    served on the agent's own host name.
+
+    The scheme is ``PUBLIC_BASE_URL``'s (``https`` in production), not the request's: behind a
+    proxy that terminates TLS every request arrives as ``http``, and the card must say the same to
+    every caller. A host name is served on the default port of that scheme.
+    """
+    if host_name is None:
+        return agent_url(agent)
+    scheme = settings.PUBLIC_BASE_URL.partition("://")[0]
+    return f"{scheme}://{host_name}/"
+
+
+def jwks_url(endpoint: str) -> str:
+    """The key set beside a card's endpoint (``<endpoint>/.well-known/jwks.json``)."""
+    return f"{endpoint.rstrip('/')}{signing.JWKS_PATH}"
+
+
+def card_document(agent: Agent, *, host_name: str | None = None) -> dict[str, Any]:
+    """The card's JSON as served, with the v0.3 fields; signed when the tenant has an active key.
+
+    Queries the database (the agent's tools when it publishes them, the
+    tenant's signing key): call it from async code through ``sync_to_async``.
+    """
+    card = agent_card(agent, host_name=host_name)
+    key = signing.active_signing_key(agent.tenant_id)
+    if key is not None:
+        card = signing.sign_card(card, key, jku=jwks_url(endpoint_url(agent, host_name=host_name)))
+    return agent_card_to_dict(card)
+
+
+def agent_card(agent: Agent, *, host_name: str | None = None) -> AgentCard:
+    """The card counterparties fetch (unsigned): :func:`derived_card` with the operator's overrides.
+
+    An override that no longer makes a valid card (saved before it was
+    checked, or broken by a change to the derived card) is logged and left
+    out, so the agent keeps a card.
+    """
+    card = derived_card(agent, host_name=host_name)
+    try:
+        return with_overrides(card, agent)
+    except ValidationError as exc:
+        logger.warning("card overrides of agent %s left out: %s", agent.pk, exc.messages)
+        return card
+
+
+def derived_card(agent: Agent, *, host_name: str | None = None) -> AgentCard:
+    """The card as the agent's own fields give it, before any operator override."""
+    url = endpoint_url(agent, host_name=host_name)
+    card = AgentCard(
         name=agent.name,
         description=agent.description or f"Negotiates on behalf of {agent.name}.",
         version=agent.version,
@@ -27,23 +154,58 @@ def agent_card(agent: Agent) -> AgentCard:
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0"),
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
         ],
-        capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True),
         default_input_modes=MODES,
         default_output_modes=MODES,
-        skills=[
-            AgentSkill(
-                id="negotiate",
-                name="Negotiate",
-                description=(
-                    "Negotiates on its party's behalf over A2A message/send. "
-                    f"Understands: {vocabulary(agent)}."
-                ),
-                tags=["negotiation"],
-                input_modes=["application/json"],
-                output_modes=["application/json"],
-            )
-        ],
+        skills=derived_skills(agent),
     )
+    if agent.party_id:
+        card.capabilities.extensions.append(party_extension(agent))
+    if (declared := _SCHEMES.get(agent.inbound_auth)) is not None:
+        name, scheme = declared
+        card.security_schemes[name].CopyFrom(scheme)
+        card.security_requirements.append(SecurityRequirement(schemes={name: StringList()}))
+    return card
+
+
+def party_extension(agent: Agent) -> AgentExtension:
+    """Who the agent acts for: ``params.partyId`` is the party's DID, profile URL or account id."""
+    params = Struct()
+    params.update({"partyId": agent.party_id})
+    return AgentExtension(
+        uri=PARTY_EXTENSION,
+        description="The party this agent acts for: params.partyId is its DID, profile URL or account id.",
+        required=False,
+        params=params,
+    )
+
+
+def derived_skills(agent: Agent) -> list[AgentSkill]:
+    """``negotiate``, then (with ``publish_tools``) the agent's own tools by name, in offer order.
+
+    The platform's default tools (``ask_user``, ``negotiate``, ``answer``) are
+    the agent's dealings with its own party and the negotiate skill itself,
+    so they are never listed as tools.
+    """
+    skills = [
+        AgentSkill(
+            id="negotiate",
+            name="Negotiate",
+            description=(
+                f"Negotiates on its party's behalf over A2A message/send. Understands: {vocabulary(agent)}."
+            ),
+            tags=["negotiation"],
+            input_modes=["application/json"],
+            output_modes=["application/json"],
+        )
+    ]
+    if agent.publish_tools:
+        skills += [
+            AgentSkill(id=name, name=name, description=tool.spec.description or name, tags=["tool"])
+            for name, tool in tools.tools_for(agent).items()
+            if name not in tools.DEFAULT_TOOLS
+        ]
+    return skills
 
 
 def vocabulary(agent: Agent) -> str:
@@ -55,6 +217,93 @@ def vocabulary(agent: Agent) -> str:
     )
 
 
+def with_overrides(card: AgentCard, agent: Agent) -> AgentCard:
+    """``card`` with the operator's overrides: ``card_skills`` (AgentSkill JSON objects, camelCase
+    as on the wire) replace its skills, then ``card_fields`` is merged over its A2A 1.0 JSON,
+    dicts deeply, anything else (lists included) replaced.
+
+    Raises ``ValidationError`` keyed by the field at fault when an override is
+    not JSON of the right shape, names a field AgentCard does not have (the
+    v0.3 fields ``url``, ``preferredTransport``, ``protocolVersion`` and
+    ``security`` are derived from the 1.0 ones), sets ``signatures`` or the
+    security schemes (they follow ``inbound_auth``), nests
+    deeper than :data:`MAX_OVERRIDE_DEPTH`, or leaves a required field empty.
+    """
+    if agent.card_skills:
+        if not isinstance(agent.card_skills, list):
+            raise ValidationError({"card_skills": "List AgentSkill objects."})
+        _check_depth("card_skills", agent.card_skills)
+        skills = [_parse("card_skills", skill, AgentSkill()) for skill in agent.card_skills]
+        ids = [skill.id for skill in skills]
+        if len(set(ids)) != len(ids):
+            raise ValidationError({"card_skills": "Give every skill its own id."})
+        card = _copy(card)
+        del card.skills[:]
+        card.skills.extend(skills)
+    if agent.card_fields:
+        if not isinstance(agent.card_fields, dict):
+            raise ValidationError({"card_fields": "Give the card fields as a JSON object."})
+        if "signatures" in agent.card_fields:
+            raise ValidationError({"card_fields": "Signatures are made by the platform, not set."})
+        if {"securitySchemes", "securityRequirements"} & agent.card_fields.keys():
+            # The edge enforces inbound_auth: a card declaring anything else would misdirect callers.
+            raise ValidationError({"card_fields": "The security schemes follow the inbound auth setting."})
+        _check_depth("card_fields", agent.card_fields)
+        card = _parse("card_fields", _merge(MessageToDict(card), agent.card_fields), AgentCard())
+    try:
+        validate_proto_required_fields(card)
+    except InvalidParamsError as exc:
+        # The SDK names proto fields; the operator wrote JSON names.
+        missing = ", ".join(
+            _CAMEL.sub(lambda m: m[1].upper(), error["field"]) for error in (exc.data or {}).get("errors", [])
+        )
+        field = "card_fields" if agent.card_fields else "card_skills"
+        raise ValidationError({field: f"The card needs these fields: {missing}."}) from exc
+    return card
+
+
+def check_overrides(agent: Agent) -> None:
+    """Refuse, at save time, card overrides that would not make a valid AgentCard.
+
+    For ``Agent.clean``: needs ``agent.tenant``. Raises ``ValidationError``
+    keyed ``card_skills`` or ``card_fields`` (see :func:`with_overrides`).
+    """
+    with_overrides(derived_card(agent), agent)
+
+
+def _copy(card: AgentCard) -> AgentCard:
+    copied = AgentCard()
+    copied.CopyFrom(card)
+    return copied
+
+
+def _parse(field: str, data: Any, message: M) -> M:
+    """``data`` parsed strictly (unknown fields refused) into ``message``; ``ValidationError`` if not."""
+    try:
+        return ParseDict(data, message)
+    except (ParseError, TypeError, ValueError) as exc:
+        raise ValidationError({field: f"Not a valid {type(message).__name__}: {exc}"}) from exc
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base``: a dict over a dict merges, anything else replaces."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _check_depth(field: str, value: Any, depth: int = 1) -> None:
+    if depth > MAX_OVERRIDE_DEPTH:
+        raise ValidationError({field: f"Nest no deeper than {MAX_OVERRIDE_DEPTH} levels."})
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for child in children:
+        _check_depth(field, child, depth + 1)
+
+
 def capability_card() -> AgentCard:
     """The union of what any agent supports; it gates operations for the shared request handler."""
     return AgentCard(
@@ -64,7 +313,7 @@ def capability_card() -> AgentCard:
         supported_interfaces=[
             AgentInterface(url=settings.PUBLIC_BASE_URL, protocol_binding="JSONRPC", protocol_version="1.0")
         ],
-        capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=True),
         default_input_modes=MODES,
         default_output_modes=MODES,
         skills=[

@@ -1,9 +1,18 @@
 """The AgentExecutor: an inbound move is answered by the agent's negotiator.
 
+A message without a move (no data part: plain text) is a visitor's question
+or request, answered by the agent's representative face instead, when the
+agent has one (:func:`a2a_gateway.representative.takes` has the rule).
+
 Replies follow the Index wire (index-wire-protocol.md §1): the reply is the
 last entry of the Task's history — emitted as a WORKING status message, which
 the SDK moves into history (a2a-sdk-brief.md §9) — and the final state is the
-one our own action stamps. A terminal reply also carries the outcome artifact.
+one our own action stamps. The reply is also the :data:`REPLY_ARTIFACT_ID`
+artifact (a client reading either sees it); a terminal reply also carries the
+outcome artifact. A new Task is emitted before the turn runs, then WORKING, so
+a stream shows the task at once and CancelTask can reach it while the turn
+runs; a cancel that lands then leaves the task canceled and the turn's reply
+out of it (:func:`_turn`, :func:`cancel_negotiation`).
 
 Whatever ``execute`` raises, a2a-sdk 1.3.0 then stores the task as FAILED —
 creating it as FAILED if it was new (``EventConsumer._write_failed_status``).
@@ -26,25 +35,31 @@ more messages (index-wire-protocol.md §1, server step 4).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
-from a2a.helpers import new_data_part, new_task_from_user_message
+from a2a.helpers import get_message_text, new_data_part, new_task_from_user_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
-from a2a.types import Message, Role, TaskState
+from a2a.types import Message, Role, Task, TaskState
 from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, UnsupportedOperationError
 from asgiref.sync import sync_to_async
+from django.db import connections
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from a2a_gateway.store import call_agent, id_problem
+from a2a_gateway import representative
+from a2a_gateway.models import A2ATask
+from a2a_gateway.store import call_agent, id_problem, owner_of
 from agents.models import Agent
 from negotiations import services
 from negotiations.wire import MoveError, TaskRecord, nul_path, state_name, task_record_from_proto
 
 logger = logging.getLogger(__name__)
+R = TypeVar("R")
 
 COULD_NOT_ANSWER = "The agent could not answer this move."
 BUSY = (
@@ -56,6 +71,13 @@ BUSY_CODE = -32010
 FINISHED_CODE = -32002
 HTTP_CONFLICT = 409
 OUTCOME_ARTIFACT_ID = "negotiator:negotiation-outcome"
+# The turn's answer (its message's parts), one artifact per task, replaced each turn.
+REPLY_ARTIFACT_ID = "negotiator:reply"
+# The answer to a turn that runs out of time when the agent's own text is blank.
+TRY_AGAIN = str(Agent._meta.get_field("try_again_text").default)
+# Where admission (a2a_gateway.caps.turn_admit) leaves, in the call context's state, the release
+# of the concurrency slot the turn holds: whoever pops it gives the slot back.
+TURN_RELEASE = "turn_release"
 _STATES = {
     "input-required": TaskState.TASK_STATE_INPUT_REQUIRED,
     "completed": TaskState.TASK_STATE_COMPLETED,
@@ -76,13 +98,17 @@ FINISHED = frozenset(
 class Refused(A2AError):
     """A refusal with its own HTTP ``status`` and JSON-RPC ``code``, which the gateway's edge answers.
 
-    Left to the SDK, it would be HTTP 200 with -32603 and the same message.
+    Left to the SDK, it would be HTTP 200 with -32603 and the same message. ``headers`` go
+    with the answer (``Retry-After`` on the caps' refusals, :mod:`a2a_gateway.caps`).
     """
 
-    def __init__(self, message: str, *, code: int, status: int = HTTP_CONFLICT) -> None:
+    def __init__(
+        self, message: str, *, code: int, status: int = HTTP_CONFLICT, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message=message)
         self.code = code
         self.status = status
+        self.headers = headers or {}
 
 
 def finished(task_id: str, state: int, *, wire_0_3: bool) -> A2AError:
@@ -124,6 +150,10 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
             outbound negotiation under the intent inbound ones join
             (``NegotiationBusy`` from :func:`negotiations.services.inbound_check`).
         InternalError: (-32603) :data:`COULD_NOT_ANSWER`, on anything unexpected (logged).
+
+    A message without a negotiation move that :func:`a2a_gateway.representative.takes` is a
+    visitor's, checked by that rule instead of the move's (-32602 for a move sent on a
+    representative's task).
     """
     # Replies are ours to write; an agent-role message would reach the negotiation as the
     # counterparty's move, and the SDK refuses it only once the turns are written.
@@ -133,7 +163,9 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
         raise InvalidParamsError(message=f"message.contextId {problem}")
     incoming = MessageToDict(message)
     async with _refusals(agent, task_id, wire_0_3=wire_0_3):
-        await sync_to_async(services.inbound_check)(agent=agent, task_id=task_id or "", incoming=incoming)
+        # No move: a visitor's message, for the representative face (its rule: representative.takes).
+        if not await sync_to_async(representative.takes)(agent=agent, message=message, task_id=task_id):
+            await sync_to_async(services.inbound_check)(agent=agent, task_id=task_id or "", incoming=incoming)
     # The whole message is stored (the turn's raw JSON, the Task), and jsonb holds no NUL.
     if where := nul_path(incoming, "message"):
         raise InvalidParamsError(message=f"{where} must not contain a NUL character")
@@ -189,17 +221,37 @@ async def _answer(agent: Agent, context: RequestContext, event_queue: EventQueue
     """Let ``agent``'s negotiator answer the message and emit the reply and final state."""
     if context.message is None or not context.task_id or not context.context_id:
         raise InvalidParamsError(message="The request carries no message.")
-    reply = await sync_to_async(services.inbound_turn)(
-        agent=agent,
-        task_id=context.task_id,
-        context_id=context.context_id,
-        prior=_prior(context),
-        incoming=MessageToDict(context.message),
-    )
+    # The representative face: a visitor's message without a move (the rule admit applied).
+    task_id = context.task_id if context.current_task is not None else None
+    if await sync_to_async(representative.takes)(agent=agent, message=context.message, task_id=task_id):
+        await _answer_visitor(
+            agent, context, event_queue, message=context.message, ids=(context.task_id, context.context_id)
+        )
+        return
+    prior, incoming = _prior(context), MessageToDict(context.message)
+    # The Task first: it then exists while the turn runs, for GetTask, CancelTask and a stream.
     if context.current_task is None:
         await event_queue.enqueue_event(new_task_from_user_message(context.message))
     updater = TaskUpdater(event_queue, context.task_id, context.context_id)
-    await updater.update_status(TaskState.TASK_STATE_WORKING, message=ParseDict(reply.message, Message()))
+    await updater.start_work()
+    # A thread of its own, not asgiref's one thread that every ORM call of the gateway waits for:
+    # a CancelTask is then answered while the turn runs.
+    turn = sync_to_async(_turn, thread_sensitive=False)(
+        agent=agent, task_id=context.task_id, context_id=context.context_id, prior=prior, incoming=incoming
+    )
+    try:
+        reply = await _in_time(agent, turn, release=context.call_context.state.pop(TURN_RELEASE, None))
+    except TimeoutError:
+        await _try_again(agent, updater)
+        return
+    if reply is None:
+        # Canceled by a call to another web process while the turn ran: end as that process wrote it.
+        await updater.cancel()
+        return
+    message = ParseDict(reply.message, Message())
+    await updater.update_status(TaskState.TASK_STATE_WORKING, message=message)
+    # The answer is also an artifact, replaced each turn, for clients that read only artifacts.
+    await updater.add_artifact(list(message.parts), artifact_id=REPLY_ARTIFACT_ID, name="reply")
     state = _STATES[reply.state]
     # On terminal replies only, as the Index peer does (index-wire-protocol.md §1, step 7): an
     # open task can carry a settlement ("unanswered"), but its verdict is still "open".
@@ -223,6 +275,160 @@ async def _answer(agent: Agent, context: RequestContext, event_queue: EventQueue
             [new_data_part(artifact["data"])], artifact_id=artifact["artifactId"], name=artifact["name"]
         )
     await updater.update_status(state)
+
+
+async def _answer_visitor(
+    agent: Agent, context: RequestContext, event_queue: EventQueue, *, message: Message, ids: tuple[str, str]
+) -> None:
+    """Let ``agent``'s representative answer a visitor's message (:mod:`a2a_gateway.representative`).
+
+    The answer contract and the reply's shape are a move's: one reply in time
+    (else the try-again text), as the last history entry and the
+    :data:`REPLY_ARTIFACT_ID` artifact. The task then ends COMPLETED: a further
+    question is a new task in the same context, which sees this one as history.
+    The turn's model usage is ``reply.usage``. ``message`` and ``ids`` (task id, context id)
+    are ``context``'s, checked present.
+    """
+    task_id, context_id = ids
+    if context.current_task is None:
+        await event_queue.enqueue_event(new_task_from_user_message(message))
+    updater = TaskUpdater(event_queue, task_id, context_id)
+    await updater.start_work()
+    turn = sync_to_async(_visitor_turn, thread_sensitive=False)(
+        agent=agent,
+        text=get_message_text(message),
+        caller=owner_of(context.call_context),
+        context_id=context_id,
+        task_id=task_id,
+    )
+    try:
+        reply = await _in_time(agent, turn, release=context.call_context.state.pop(TURN_RELEASE, None))
+    except TimeoutError:
+        await _try_again(agent, updater)
+        return
+    if reply is None:
+        # Canceled by a call to another web process while the turn ran, as for a move.
+        await updater.cancel()
+        return
+    answer = updater.new_agent_message([new_text_part(reply.text)])
+    await updater.update_status(TaskState.TASK_STATE_WORKING, message=answer)
+    await updater.add_artifact(list(answer.parts), artifact_id=REPLY_ARTIFACT_ID, name="reply")
+    await updater.complete()
+
+
+def _visitor_turn(
+    *, agent: Agent, text: str, caller: str, context_id: str, task_id: str
+) -> representative.Reply | None:
+    """:func:`a2a_gateway.representative.visitor_turn`; None if the task was canceled while it ran.
+    Runs in a thread of its own, whose database connection it closes."""
+    try:
+        reply = representative.visitor_turn(
+            agent=agent, text=text, caller=caller, context_id=context_id, task_id=task_id
+        )
+        tasks = A2ATask.objects.for_tenant(agent.tenant_id).filter(task_id=task_id, agent=agent)
+        if tasks.filter(state=TaskState.Name(TaskState.TASK_STATE_CANCELED)).exists():
+            return None
+        return reply
+    finally:
+        connections.close_all()
+
+
+async def _in_time(agent: Agent, turn: Awaitable[R], *, release: Callable[[], Awaitable[None]] | None) -> R:
+    """``turn``'s result, awaited at most ``agent.turn_timeout`` seconds (the answer contract);
+    ``release`` (the turn's concurrency slot, :mod:`a2a_gateway.caps`) once its work ends.
+
+    Raises TimeoutError after that time. The turn cannot be interrupted: it goes
+    on, keeps its slot until it ends, and its late failure is logged.
+    """
+
+    async def whole() -> R:
+        try:
+            return await turn
+        finally:
+            if release is not None:
+                await release()
+
+    work = asyncio.ensure_future(whole())
+    try:
+        return await asyncio.wait_for(asyncio.shield(work), timeout=agent.turn_timeout)
+    except (TimeoutError, asyncio.CancelledError):
+        _outlive(work, agent)
+        raise
+
+
+# Turns that outlasted their answer, referenced until they end.
+_overrunning: set[asyncio.Future[Any]] = set()
+
+
+def _outlive(work: asyncio.Future[Any], agent: Agent) -> None:
+    _overrunning.add(work)
+
+    def ended(future: asyncio.Future[Any]) -> None:
+        _overrunning.discard(future)
+        if not future.cancelled() and (exc := future.exception()) is not None:
+            logger.warning(
+                "A turn of agent %s/%s that outlasted its answer failed",
+                agent.tenant.slug,
+                agent.slug,
+                exc_info=exc,
+            )
+
+    work.add_done_callback(ended)
+
+
+async def _try_again(agent: Agent, updater: TaskUpdater) -> None:
+    """The answer to a turn that outlasts ``agent.turn_timeout``: the agent's try-again text as
+    the reply (history and artifact, like any reply), input-required, so the counterparty may
+    send again on the same task."""
+    text = agent.try_again_text.strip() or TRY_AGAIN
+    message = updater.new_agent_message([new_text_part(text)])
+    await updater.update_status(TaskState.TASK_STATE_WORKING, message=message)
+    await updater.add_artifact(list(message.parts), artifact_id=REPLY_ARTIFACT_ID, name="reply")
+    await updater.update_status(TaskState.TASK_STATE_INPUT_REQUIRED)
+
+
+def _turn(
+    *, agent: Agent, task_id: str, context_id: str, prior: TaskRecord, incoming: dict[str, Any]
+) -> services.InboundReply | None:
+    """:func:`negotiations.services.inbound_turn`; None if the task was canceled while it ran.
+
+    The turn cannot be interrupted. Once it has committed, a cancel that came
+    meanwhile is applied to its negotiation here (:func:`cancel_negotiation`
+    applies it too, after cancelling: whichever comes second sees the turn
+    committed). Runs in a thread of its own, whose database connection it closes.
+    """
+    try:
+        reply = services.inbound_turn(
+            agent=agent, task_id=task_id, context_id=context_id, prior=prior, incoming=incoming
+        )
+        canceled = (
+            A2ATask.objects.for_tenant(agent.tenant_id)
+            .filter(task_id=task_id, agent=agent, state=TaskState.Name(TaskState.TASK_STATE_CANCELED))
+            .first()
+        )
+        if canceled is None:
+            return reply
+        task = ParseDict(canceled.data, Task(), ignore_unknown_fields=True)
+        services.inbound_cancel(agent=agent, task_id=task_id, delivered=_message_ids(task))
+        return None
+    finally:
+        connections.close_all()
+
+
+async def cancel_negotiation(agent: Agent, task: Task) -> None:
+    """End the negotiation of ``task``, which a caller has just canceled (CancelTask), as ``task`` shows it.
+
+    :func:`negotiations.services.inbound_cancel` over the canceled Task's messages.
+    """
+    await sync_to_async(services.inbound_cancel)(agent=agent, task_id=task.id, delivered=_message_ids(task))
+
+
+def _message_ids(task: Task) -> frozenset[str]:
+    """The ids of the messages ``task`` holds: its history and its status message."""
+    ids = {m.message_id for m in task.history}
+    if task.status.HasField("message"):
+        ids.add(task.status.message.message_id)
+    return frozenset(ids)
 
 
 def _prior(context: RequestContext) -> TaskRecord:

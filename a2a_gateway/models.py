@@ -50,29 +50,6 @@ class InboundKey(TenantOwnedModel):
         return f"{self.name} ({self.prefix})"
 
 
-class CounterpartyCredential(TenantOwnedModel):
-    """What our client presents when it calls a counterparty whose URL starts with ``url_prefix``.
-
-    ``agent`` None: for every agent of the tenant. ``scheme`` ``bearer`` sends
-    ``Authorization: Bearer <secret>``; ``api_key`` sends ``<header>: <secret>``.
-    """
-
-    class Scheme(models.TextChoices):
-        BEARER = "bearer"
-        API_KEY = "api_key"
-
-    agent = models.ForeignKey(
-        Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="counterparty_credentials"
-    )
-    url_prefix = models.URLField(max_length=500)
-    scheme = models.CharField(max_length=8, choices=Scheme.choices, default=Scheme.BEARER)
-    header = models.CharField(max_length=100, default="X-API-Key")
-    secret = models.CharField(max_length=500)
-
-    def __str__(self) -> str:
-        return self.url_prefix
-
-
 class SigningKey(TenantOwnedModel):
     """A tenant's key for signing its agents' cards (ES256, JWS per the A2A spec's signed cards)."""
 
@@ -147,3 +124,19 @@ class IntakeRequest(TenantOwnedModel):
 
     def __str__(self) -> str:
         return self.summary[:60]
+
+
+class ModelUsage(TenantOwnedModel):
+    """Model tokens and cost spent outside runs: a visitor's turn answered by the agent's chat model.
+
+    Runs keep their own (``agents.Run.cost``); the tenant's monthly budget adds both.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    model = models.CharField(max_length=200)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "created_at"])]

@@ -42,7 +42,16 @@ def id_problem(value: str) -> str | None:
 
 
 def owner_of(context: ServerCallContext) -> str:
-    """The Task partition of this call: the agent and the authenticated caller."""
+    """The partition of this call's Tasks (and push configs, inbound contexts, rate counts):
+    ``<agent id>|<caller>``.
+
+    The caller is the ``user_name`` the gateway's edge gives every HTTP call
+    (:mod:`a2a_gateway.auth`): ``key:<prefix>`` for a caller with a key of the
+    agent, ``anon:<digest>`` for an anonymous counterparty (a keyed digest of its
+    address, :func:`a2a_gateway.auth.client_address`), so no two callers share
+    one and another caller's task id is "not found". A context built in process
+    without a user (tests) has ``<agent id>|``, which no HTTP caller can reach.
+    """
     return f"{call_agent(context).pk}|{context.user.user_name}"
 
 

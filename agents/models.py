@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
 
 from django.conf import settings
@@ -28,6 +29,17 @@ DEFAULT_ACTIONS: list[dict[str, object]] = [
     },
     {"name": "reject", "description": "end without a deal", "terminal": True, "state": "rejected"},
 ]
+
+
+_agent_checks: list[Callable[[Agent], None]] = []
+
+
+def register_agent_check(check: Callable[[Agent], None]) -> None:
+    """Run ``check(agent)`` in :meth:`Agent.clean`: how apps above ``agents`` validate the fields
+    they read (the public endpoint's card overrides, host name, CORS origins) without ``agents``
+    importing them. ``check`` raises ``ValidationError`` keyed by field."""
+    if check not in _agent_checks:
+        _agent_checks.append(check)
 
 
 def default_actions() -> list[dict[str, object]]:
@@ -250,6 +262,8 @@ class Agent(TenantOwnedModel):
             isinstance(name, str) and name for name in self.fallback_models
         ):
             raise ValidationError({"fallback_models": "List the fallback models' names, in order."})
+        for check in _agent_checks:
+            check(self)
         if self.tenant_id is not None:
             from agents.llm import ModelError, model_for
 

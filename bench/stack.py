@@ -14,10 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DATABASE_URL = "postgres://postgres@127.0.0.1:5432/parley_bench"
 
 
-def fresh_database(env: dict[str, str]) -> None:
-    """Drop and create ``parley_bench``, migrate it, and set up Django in this process on ``env``."""
+def fresh_database(env: dict[str, str], name: str = "parley_bench") -> None:
+    """Drop and create the database ``name``, migrate it, and set up Django in this process on ``env``
+    (whose ``DATABASE_URL`` names that database)."""
     os.environ.update(env)
-    for sql in ("drop database if exists parley_bench", "create database parley_bench"):
+    for sql in (f"drop database if exists {name}", f"create database {name}"):
         subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
     import django

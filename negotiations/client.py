@@ -5,13 +5,19 @@ speak A2A 1.0 or 0.3 (the SDK picks by the card). Cards are read leniently, as
 Index Network peers publish them (index-wire-protocol.md §1 "Interop
 checklist"): at the origin root when not beside the URL, without
 ``protocolVersion`` (0.3) and without any usable interface (then the URL we
-were given is the endpoint). Errors of any kind reach the caller as
-:class:`CounterpartyError`.
+were given is the endpoint). A signed card is checked (:func:`verify_card`)
+and refused when no signature holds. What our agent presents to the
+counterparty is its :class:`CounterpartyCredential` for that URL
+(:func:`credential_headers`), sent on every request of the exchange. Errors
+of any kind reach the caller as :class:`CounterpartyError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import json
 import posixpath
 import re
 import uuid
@@ -25,14 +31,36 @@ from a2a.client.card_resolver import parse_agent_card
 from a2a.helpers import new_data_part
 from a2a.types import AgentCard, AgentInterface, Message, Role, SendMessageRequest
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError
+from a2a.utils.signing import SignatureVerificationError, create_signature_verifier
 from django.conf import settings
+from django.db import models
 from google.protobuf.json_format import MessageToDict, ParseError
+from jwt import PyJWK
+from jwt.exceptions import PyJWKError
 
+from agents.models import Agent
+from negotiations.models import CounterpartyCredential
 from negotiations.wire import Move
 from parley.http import async_client
 
 CARD_PATH = "/.well-known/agent-card.json"
 JSONRPC = "JSONRPC"  # the only protocol binding our client speaks (the SDK's default)
+# Signature algorithms a card may use: asymmetric only, so that a published key set cannot hold
+# the very secret that forges a signature (HS256 with an "oct" key would).
+SIGNATURE_ALGORITHMS = [
+    "ES256",
+    "ES384",
+    "ES512",
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "EdDSA",
+]
+# Key sets one card may send us to: each signature names one, and each is a request.
+MAX_KEY_SETS = 3
 
 
 class CounterpartyError(Exception):
@@ -80,25 +108,71 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 
 
 def send_move(
-    *, url: str, move: Move, task_id: str = "", context_id: str = "", timeout: float | None = None
+    *,
+    url: str,
+    move: Move,
+    task_id: str = "",
+    context_id: str = "",
+    timeout: float | None = None,
+    agent: Agent | None = None,
 ) -> Exchange:
     """Send ``move`` to the agent at ``url`` and return the exchange (see :func:`read_card` for the card).
 
     ``task_id``/``context_id`` continue an existing Task; both are sent
     together (a2a-sdk-brief.md §1.6). Blocks for at most ``timeout`` seconds
     (default ``A2A_SEND_TIMEOUT``). The card's endpoint must be on the origin of ``url``, so a card
-    cannot send our moves elsewhere. Raises :class:`CounterpartyError`, whose message names a
-    refusal's HTTP status and JSON-RPC code (see :func:`_failure`).
+    cannot send our moves elsewhere. ``agent``, ours, sends its credential for ``url``
+    (:func:`credential_headers`) with every request; without it none is sent. Raises
+    :class:`CounterpartyError`, whose message names a refusal's HTTP status and JSON-RPC code
+    (see :func:`_failure`).
     """
     seconds = timeout or settings.A2A_SEND_TIMEOUT
+    headers = credential_headers(agent=agent, url=url) if agent is not None else {}
     try:
         # A total deadline: httpx's timeouts bound each read, and a peer can trickle forever.
-        return asyncio.run(asyncio.wait_for(_send(url, move, task_id, context_id, seconds), seconds))
+        return asyncio.run(asyncio.wait_for(_send(url, move, task_id, context_id, seconds, headers), seconds))
     except TimeoutError as exc:
         raise CounterpartyError(f"{url}: no answer within {seconds:g} s") from exc
 
 
-async def _send(url: str, move: Move, task_id: str, context_id: str, seconds: float) -> Exchange:
+def credential_headers(*, agent: Agent, url: str) -> dict[str, str]:
+    """The header ``agent`` presents to the counterparty at ``url``: ``{}`` when it has no credential.
+
+    The credential is the tenant's :class:`CounterpartyCredential` whose
+    ``url_prefix`` covers ``url`` (:func:`covers`): the longest prefix wins,
+    and of two equally long, the agent's own beats the tenant-wide one.
+    ``bearer`` gives ``Authorization: Bearer <secret>``, ``api_key``
+    ``<header>: <secret>``.
+    """
+    rows = CounterpartyCredential.objects.for_tenant(agent.tenant_id).filter(
+        models.Q(agent=None) | models.Q(agent=agent)
+    )
+    matching = [row for row in rows if covers(row.url_prefix, url)]
+    if not matching:
+        return {}
+    best = max(matching, key=lambda row: (len(canonical_url(row.url_prefix)), row.agent_id is not None))
+    if best.scheme == CounterpartyCredential.Scheme.BEARER:
+        return {"Authorization": f"Bearer {best.secret}"}
+    return {best.header: best.secret}
+
+
+def covers(prefix: str, url: str) -> bool:
+    """Whether ``prefix`` covers ``url``: the same origin, and a path equal to the prefix's path or
+    under it segment by segment, both compared canonically (:func:`canonical_url`).
+
+    ``https://api.example.com/a`` covers ``https://api.example.com/a/b``, not
+    ``https://api.example.com/ab`` nor ``https://api.example.com.evil.net/a``:
+    a bare string prefix would hand the secret to hosts that merely start alike.
+    """
+    ours, theirs = urlsplit(canonical_url(prefix)), urlsplit(canonical_url(url))
+    if (ours.scheme, ours.netloc) != (theirs.scheme, theirs.netloc) or not ours.netloc:
+        return False
+    return theirs.path == ours.path or theirs.path.startswith(f"{ours.path}/")
+
+
+async def _send(
+    url: str, move: Move, task_id: str, context_id: str, seconds: float, headers: dict[str, str]
+) -> Exchange:
     timeout = httpx.Timeout(seconds, connect=min(seconds, settings.A2A_CARD_TIMEOUT))
     message = Message(
         message_id=str(uuid.uuid4()),
@@ -108,7 +182,8 @@ async def _send(url: str, move: Move, task_id: str, context_id: str, seconds: fl
         context_id=context_id,
     )
     try:
-        async with async_client(timeout=timeout) as http:
+        # No redirects are followed (httpx's default), so the credential never leaves the origin.
+        async with async_client(timeout=timeout, headers=headers) as http:
             card = await read_card(http, url)
             client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
             task = None
@@ -139,14 +214,19 @@ async def read_card(http: httpx.AsyncClient, url: str) -> AgentCard:
     is often ""), ``url`` itself is the 0.3 endpoint: Index clients post to the
     URL exactly as given.
 
+    A card that carries signatures must verify (:func:`verify_card`).
+
     Raises :class:`CounterpartyError` when the card cannot be fetched, is not a
-    JSON object, or names an interface on another origin (a card must not send
-    our moves elsewhere); httpx's errors and ``ValueError`` (not JSON) pass.
+    JSON object, is signed but does not verify, or names an interface on
+    another origin (a card must not send our moves elsewhere); httpx's errors
+    and ``ValueError`` (not JSON) pass.
     """
-    response = await http.get(f"{url.rstrip('/')}{CARD_PATH}")
+    card_url = f"{url.rstrip('/')}{CARD_PATH}"
+    response = await http.get(card_url)
     if response.status_code == 404 and urlsplit(url).path.strip("/"):
         scheme, netloc = urlsplit(url)[:2]
-        response = await http.get(f"{scheme}://{netloc}{CARD_PATH}")
+        card_url = f"{scheme}://{netloc}{CARD_PATH}"
+        response = await http.get(card_url)
     if not response.is_success:
         raise CounterpartyError(f"{url}: no agent card (HTTP {response.status_code} from {response.url})")
     data = response.json()
@@ -155,8 +235,12 @@ async def read_card(http: httpx.AsyncClient, url: str) -> AgentCard:
     name = data.get("name")
     try:
         card = parse_agent_card(data)
-    except ParseError:
+    except ParseError as exc:
+        if data.get("signatures"):
+            raise CounterpartyError(f"{url}: its agent card is signed but cannot be read to check") from exc
         card = AgentCard(name=name if isinstance(name, str) else "")
+    if card.signatures:
+        await verify_card(http, card, card_url=card_url)
     elsewhere = [i.url for i in card.supported_interfaces if i.url and _origin(i.url) != _origin(url)]
     if elsewhere:
         raise CounterpartyError(f"{url}: its card points to another origin ({elsewhere[0]})")
@@ -175,6 +259,65 @@ async def read_card(http: httpx.AsyncClient, url: str) -> AgentCard:
         usable or [AgentInterface(url=url, protocol_binding=JSONRPC, protocol_version="0.3")]
     )
     return card
+
+
+async def verify_card(http: httpx.AsyncClient, card: AgentCard, *, card_url: str) -> None:
+    """Check the card's signatures (A2A "Agent Card Signing": a detached JWS over the card's
+    canonical JSON) with a2a-sdk's verifier; at least one must hold.
+
+    Each signature's key is looked up by ``kid`` in the key set its protected
+    header names (``jku``), fetched with ``http`` (its timeouts) only from the
+    origin ``card_url`` was fetched from. A ``jku`` elsewhere is refused: the
+    origin is what the card speaks for, so only keys it serves can vouch for
+    it — keys anywhere else would let whoever controls them sign any card, and
+    would make our worker fetch any URL a card names (internal addresses
+    included). Raises :class:`CounterpartyError` naming what failed.
+    """
+    key_sets: dict[str, list[Any]] = {}
+    for signature in card.signatures:
+        jku = _protected_header(signature.protected).get("jku")
+        if not isinstance(jku, str) or not jku:
+            continue
+        if _origin(jku) != _origin(card_url):
+            raise CounterpartyError(f"{card_url}: its card's signing keys are on another origin ({jku})")
+        if jku not in key_sets:
+            if len(key_sets) == MAX_KEY_SETS:
+                raise CounterpartyError(f"{card_url}: its card names more than {MAX_KEY_SETS} key sets")
+            key_sets[jku] = await _key_set(http, jku)
+
+    def key_for(kid: str | None, jku: str | None) -> PyJWK:
+        for jwk in key_sets.get(jku or "", []):
+            if isinstance(jwk, dict) and jwk.get("kid") == kid:
+                return PyJWK(jwk)
+        # A PyJWTError: the verifier moves on to the card's next signature.
+        raise PyJWKError(f"no key {kid!r} in {jku!r}")
+
+    try:
+        create_signature_verifier(key_for, SIGNATURE_ALGORITHMS)(card)
+    except SignatureVerificationError as exc:
+        raise CounterpartyError(f"{card_url}: its card's signature does not verify ({exc})") from exc
+
+
+def _protected_header(protected: str) -> dict[str, Any]:
+    """A JWS protected header, decoded; {} when it is not base64url JSON of an object."""
+    try:
+        header = json.loads(base64.urlsafe_b64decode(protected + "=" * (-len(protected) % 4)))
+    except (binascii.Error, ValueError):
+        return {}
+    return header if isinstance(header, dict) else {}
+
+
+async def _key_set(http: httpx.AsyncClient, jku: str) -> list[Any]:
+    """The ``keys`` of the JSON Web Key Set at ``jku``; CounterpartyError when it cannot be read."""
+    try:
+        response = await http.get(jku)
+        body = response.json() if response.is_success else None
+    except (httpx.HTTPError, ValueError) as exc:
+        raise CounterpartyError(f"{jku}: the card's signing keys could not be fetched ({exc})") from exc
+    keys = body.get("keys") if isinstance(body, dict) else None
+    if not isinstance(keys, list):
+        raise CounterpartyError(f"{jku}: no key set there (HTTP {response.status_code})")
+    return keys
 
 
 def _before_1_0(version: str) -> bool:

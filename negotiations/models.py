@@ -127,3 +127,26 @@ class Settlement(TenantOwnedModel):
     reason = models.TextField(blank=True)
     ended_by = models.CharField(max_length=8, choices=Turn.Side.choices, blank=True)
     disputed = models.JSONField(null=True, blank=True)
+
+
+class CounterpartyCredential(TenantOwnedModel):
+    """What our client presents when it calls a counterparty whose URL starts with ``url_prefix``.
+
+    ``agent`` None: for every agent of the tenant. ``scheme`` ``bearer`` sends
+    ``Authorization: Bearer <secret>``; ``api_key`` sends ``<header>: <secret>``.
+    """
+
+    class Scheme(models.TextChoices):
+        BEARER = "bearer"
+        API_KEY = "api_key"
+
+    agent = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="counterparty_credentials"
+    )
+    url_prefix = models.URLField(max_length=500)
+    scheme = models.CharField(max_length=8, choices=Scheme.choices, default=Scheme.BEARER)
+    header = models.CharField(max_length=100, default="X-API-Key")
+    secret = models.CharField(max_length=500)
+
+    def __str__(self) -> str:
+        return self.url_prefix

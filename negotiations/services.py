@@ -279,6 +279,7 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
             task_id=negotiation.task_id,
             context_id=negotiation.context_id,
             timeout=min(agent.turn_timeout, settings.A2A_SEND_TIMEOUT),
+            agent=agent,
         )
     except client.CounterpartyError as exc:
         return _fail(negotiation, str(exc))
@@ -490,6 +491,42 @@ def inbound_turn(
         negotiation.save()
     artifacts = _evaluate(agent, negotiation, turns)
     return InboundReply(message=reply, state=state, settlement=settlement, artifacts=artifacts)
+
+
+def inbound_cancel(*, agent: Agent, task_id: str, delivered: frozenset[str]) -> None:
+    """The counterparty canceled the A2A Task of ``agent``'s inbound negotiation on ``task_id``.
+
+    The negotiation ends as the counterparty's own Task does: settled on the
+    Task as canceled, which is declined (state) (index-wire-protocol.md §2,
+    step 1), over the turns whose message ids are in ``delivered`` (the
+    canceled Task's messages). A reply of ours that was decided but never
+    reached the Task (the cancel came while the turn ran) is not part of that
+    record, so it ends nothing. The negotiation's ``task_state`` becomes
+    ``canceled`` and a question parked for the party is dropped.
+
+    Does nothing when ``agent`` has no inbound negotiation on the task (its
+    first turn has not committed) or it is already canceled. A turn in flight
+    commits after this and stamps its own state: the gateway calls this again
+    once that turn is done, under the same row lock.
+    """
+    with transaction.atomic():
+        negotiation = (
+            Negotiation.objects.for_tenant(agent.tenant_id)
+            .select_for_update()
+            .filter(agent=agent, direction=Negotiation.Direction.INBOUND, task_id=task_id)
+            .first()
+        )
+        if negotiation is None or negotiation.task_state == "canceled":
+            return
+        history = tuple(
+            Entry(role="agent" if t.side == Turn.Side.OURS else "user", move=_move_of(t), text=t.message)
+            for t in negotiation.turns.order_by("seq")
+            if t.raw.get("messageId") in delivered
+        )
+        negotiation.task_state = "canceled"
+        negotiation.parked_question = ""
+        _settle(negotiation, TaskRecord(state="canceled", history=history), our_role="agent")
+        negotiation.save(update_fields=["task_state", "parked_question", "status", "updated_at"])
 
 
 # Shared pieces.

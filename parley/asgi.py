@@ -1,9 +1,10 @@
 """The one ASGI application (DESIGN.md §2): Django, the A2A gateway, and the live socket.
 
-``/a2a/…`` goes to the gateway (a Starlette app on a2a-sdk); every other HTTP
-path to Django; WebSockets to the dashboard consumer, behind session auth and
-an Origin check. In the embedded default the lifespan starts the in-process
-Celery worker and binds live events to the server's event loop.
+``/a2a/…`` goes to the gateway (a Starlette app on a2a-sdk), and so does every
+request to an agent's own host name; every other HTTP path to Django;
+WebSockets to the dashboard consumer, behind session auth and an Origin check.
+In the embedded default the lifespan starts the in-process Celery worker and
+binds live events to the server's event loop.
 """
 
 import asyncio
@@ -24,6 +25,7 @@ from django.urls import path, re_path  # noqa: E402
 from starlette.types import Receive, Scope, Send  # noqa: E402
 
 from a2a_gateway.app import build_app  # noqa: E402
+from a2a_gateway.hosts import AgentHosts  # noqa: E402
 from parley import live, telemetry  # noqa: E402
 from parley.celery import start_embedded_worker  # noqa: E402
 from parley.consumers import LiveConsumer  # noqa: E402
@@ -42,11 +44,14 @@ async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
 
 application = ProtocolTypeRouter(
     {
-        "http": URLRouter(
-            [
-                re_path(r"^a2a/", a2a_app),  # type: ignore[arg-type]  # Channels routes ASGI apps too
-                re_path(r"", ASGIStaticFilesHandler(django_asgi)),  # type: ignore[arg-type]
-            ]
+        # An agent's own host name is served as its /a2a/ URL before routing (a2a_gateway.hosts).
+        "http": AgentHosts(
+            URLRouter(
+                [
+                    re_path(r"^a2a/", a2a_app),  # type: ignore[arg-type]  # Channels routes ASGI apps too
+                    re_path(r"", ASGIStaticFilesHandler(django_asgi)),  # type: ignore[arg-type]
+                ]
+            )
         ),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter([path("ws/live/", LiveConsumer.as_asgi())]))

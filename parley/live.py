@@ -30,6 +30,7 @@ EVENTS = frozenset(
         "run.fallback",
         "negotiation.turn",
         "negotiation.settled",
+        "intake.received",
     }
 )
 # Pushed to open pages only, never stored: a page that missed them re-renders from the database.

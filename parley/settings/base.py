@@ -130,6 +130,16 @@ A2A_MAX_BODY_BYTES = env.int("A2A_MAX_BODY_BYTES", default=64 * 1024)
 # Seconds our client waits for a counterparty's answer to one move (seed default: 180 s).
 A2A_SEND_TIMEOUT = env.float("A2A_SEND_TIMEOUT", default=180.0)
 A2A_CARD_TIMEOUT = env.float("A2A_CARD_TIMEOUT", default=30.0)
+# Inbound keys are stored as HMAC-SHA256 of their secret under this key; changing it voids them all.
+A2A_INBOUND_KEY_SECRET = env.str("A2A_INBOUND_KEY_SECRET", default=SECRET_KEY)
+# Headers our own proxy sets to the caller's address (first present wins; X-Forwarded-For: its last
+# entry), telling anonymous callers apart. Empty: the TCP peer's address. See a2a_gateway.auth.
+A2A_TRUSTED_PROXY_HEADERS = env.list("A2A_TRUSTED_PROXY_HEADERS", default=[])
+# The per-caller rate limit's sliding window, seconds: Agent.rate_limit messages per window.
+A2A_RATE_LIMIT_WINDOW = env.float("A2A_RATE_LIMIT_WINDOW", default=60.0)
+# Push notifications go only to URLs whose host resolves to public addresses, unless this allows
+# private, loopback and link-local ones too (a test receiver on loopback).
+A2A_PUSH_ALLOW_PRIVATE = env.bool("A2A_PUSH_ALLOW_PRIVATE", default=False)
 
 # Host operations (tools that call a host's URL) must use HTTPS unless this allows plain HTTP,
 # as on loopback in tests.

@@ -28,8 +28,8 @@ def test_card_is_served_and_parsed_by_the_sdk(seller_endpoint: Endpoint, live_st
         (seller_endpoint.url, "JSONRPC", "1.0"),
         (seller_endpoint.url, "JSONRPC", "0.3"),
     ]
-    assert not card.capabilities.streaming
-    assert not card.capabilities.push_notifications
+    assert card.capabilities.streaming
+    assert card.capabilities.push_notifications
     assert list(card.default_input_modes) == ["application/json", "text/plain"]
     assert list(card.default_output_modes) == ["application/json", "text/plain"]
     [skill] = card.skills

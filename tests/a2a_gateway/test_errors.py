@@ -254,7 +254,8 @@ def test_a_message_after_an_unanswered_settlement_continues_the_negotiation(
     task = seller_endpoint.send(user_message(bogus, task=first))
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert Negotiation.objects.get().settlement.outcome == "unanswered"
-    assert list(task.artifacts) == []  # the outcome artifact comes with a terminal reply only
+    # The outcome artifact comes with a terminal reply only; the answer's with every reply.
+    assert [a.artifact_id for a in task.artifacts] == ["negotiator:reply"]
 
     task = seller_endpoint.send(user_message(proposal(1000), task=task))
 

@@ -48,7 +48,8 @@ def assert_countered(task: Task, opening: dict[str, Any]) -> dict[str, Any]:
     assert decoded.terms == {"amount": 1330, "currency": "EUR"}
     assert decoded.message == "I can offer €1,330."
     assert decoded.offer_id
-    assert not task.artifacts
+    [artifact] = task.artifacts  # the answer as an artifact too; the outcome comes with a terminal reply
+    assert (artifact.artifact_id, list(artifact.parts)) == ("negotiator:reply", list(reply.parts))
     return counter
 
 
@@ -219,7 +220,8 @@ def test_accepting_the_sellers_offer_completes_the_task(seller_endpoint: Endpoin
         offer["offerId"],
         {"amount": 1330, "currency": "EUR"},
     )
-    [artifact] = task.artifacts
+    answer, artifact = task.artifacts
+    assert (answer.artifact_id, list(answer.parts)) == ("negotiator:reply", list(task.history[-1].parts))
     assert (artifact.artifact_id, artifact.name) == ("negotiator:negotiation-outcome", "negotiation-outcome")
     outcome = data_of(artifact)
     negotiation = assert_recorded(
@@ -248,7 +250,7 @@ def test_rejecting_ends_the_task_declined(seller_endpoint: Endpoint) -> None:
     reply = decode_move(data_of(task.history[-1]))
     assert reply is not None
     assert reply.action == "reject"
-    [artifact] = task.artifacts
+    _, artifact = task.artifacts  # the answer, then the outcome
     assert data_of(artifact)["status"] == "declined"
     negotiation = assert_recorded(
         task,
@@ -283,6 +285,7 @@ def test_full_run_over_0_3_wire_closes_with_the_outcome_artifact(seller_endpoint
     assert task["status"]["state"] == "completed"
     assert [m["role"] for m in task["history"]] == ["user", "agent", "user", "agent"]
     assert task["artifacts"] == [
+        {"artifactId": "negotiator:reply", "name": "reply", "parts": task["history"][-1]["parts"]},
         {
             "artifactId": "negotiator:negotiation-outcome",
             "name": "negotiation-outcome",
@@ -298,7 +301,7 @@ def test_full_run_over_0_3_wire_closes_with_the_outcome_artifact(seller_endpoint
                     },
                 }
             ],
-        }
+        },
     ]
     settlement = Settlement.objects.get()
     assert (settlement.outcome, settlement.basis, settlement.terms) == (

@@ -61,7 +61,9 @@ def test_an_unexpected_error_is_logged_with_agent_and_task_and_withheld(
 
     assert raised.value.message == "The agent could not answer this move."
     assert "'name'" not in str(raised.value)
-    assert events.events == []
+    # The new Task and WORKING, emitted before the turn ran; no reply.
+    assert [type(e).__name__ for e in events.events] == ["Task", "TaskStatusUpdateEvent"]
+    assert not events.events[1].status.HasField("message")
     [record] = caplog.records
     assert record.name == "a2a_gateway.executor"
     assert record.getMessage() == "Agent globex/idris could not answer a move on task task-1"

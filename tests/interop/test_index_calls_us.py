@@ -65,7 +65,8 @@ def test_an_index_client_negotiates_with_our_endpoint_to_a_deal(seller_url: str,
     assert list(negotiation.turns.values_list("side", flat=True)) == [Turn.Side.THEIRS, Turn.Side.OURS] * (
         len(task["history"]) // 2
     )
-    [artifact] = task["artifacts"]
+    answer, artifact = task["artifacts"]
+    assert (answer["artifactId"], answer["parts"]) == ("negotiator:reply", task["history"][-1]["parts"])
     assert artifact["artifactId"] == "negotiator:negotiation-outcome"
     assert artifact["parts"][0]["data"]["status"] == "agreed"
 

@@ -1,0 +1,278 @@
+"""Inbound auth: who is calling an agent's endpoint, from the request's credentials or its address.
+
+An agent's ``inbound_auth`` says what a JSON-RPC call must carry (A2A 1.0 §7.4:
+the server authenticates every request against what its card declares; the
+card side is :mod:`a2a_gateway.cards`):
+
+* ``api_key`` — an :class:`~a2a_gateway.models.InboundKey` of the agent in the
+  ``X-API-Key`` header;
+* ``bearer`` — the same kind of key as ``Authorization: Bearer <key>``;
+* ``anonymous`` — nothing; a valid key of the agent, in either place, still
+  names the caller (its tasks then follow the key, not the address), while a
+  credential that is not one is ignored.
+
+A call without what its agent requires is answered by the gateway's edge with
+HTTP 401 and a JSON-RPC error (:class:`Unauthenticated`), before the SDK reads
+the body: nothing is written and no model runs.
+
+**Keys.** Shown once as ``<prefix>.<secret>``: the prefix (12 hex digits) is a
+public, unique key id; the secret is 256 random bits. Only
+``hmac-sha256$<hex>`` of the secret is stored, keyed by
+``settings.A2A_INBOUND_KEY_SECRET`` (default ``SECRET_KEY``; changing it
+invalidates every key). A fast keyed hash is enough where a password hash
+would be needed for guessable secrets: nobody guesses 256 random bits, and a
+leaked table alone verifies nothing without the server's key. The secret is
+compared in constant time; an unknown prefix, a wrong secret, a revoked key
+and another agent's key all get the same answer.
+
+**Callers.** Each call gets a :class:`Caller` (as the ASGI scope's ``user``,
+from which a2a-sdk builds ``ServerCallContext.user``), and its ``user_name``
+partitions the caller's tasks (:func:`a2a_gateway.store.owner_of`):
+``key:<prefix>`` for a key, ``anon:<digest>`` for anyone else — see
+:func:`client_address` for what tells anonymous counterparties apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+from starlette.authentication import BaseUser
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import Scope
+
+from a2a_gateway.models import InboundKey
+from agents.models import Agent
+
+API_KEY_HEADER = "X-API-Key"
+BEARER = "bearer"
+HASH_SCHEME = "hmac-sha256"
+# The JSON-RPC code of the edge's transport-level refusals (404, 405, 413 and these).
+INVALID_REQUEST = -32600
+HTTP_UNAUTHORIZED = 401
+HTTP_BAD_REQUEST = 400
+PREFIX_BYTES = 6
+SECRET_BYTES = 32
+# last_used_at is written at most this often per key: a busy key costs one UPDATE a minute.
+LAST_USED_EVERY = timedelta(minutes=1)
+_PREFIX = re.compile(r"^[0-9a-f]{12}$")
+_BEARER = re.compile(r"^bearer[ \t]+(?P<token>\S+)[ \t]*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Caller(BaseUser):
+    """The caller of one request, as Starlette's ``scope["user"]``.
+
+    ``name`` is ``key:<prefix>`` (authenticated: it presented that key) or
+    ``anon:<digest>`` (an anonymous counterparty, see :func:`client_address`).
+    """
+
+    name: str
+    key_id: int | None = None
+
+    @property
+    def is_authenticated(self) -> bool:
+        return self.key_id is not None
+
+    @property
+    def display_name(self) -> str:
+        return self.name
+
+    @property
+    def identity(self) -> str:
+        return self.name
+
+
+class Unauthenticated(Exception):
+    """A call the edge refuses before the SDK sees it: HTTP ``status`` (401, or 400 when the
+    caller cannot be told apart) with a JSON-RPC -32600 error naming what is missing.
+
+    ``challenge`` is the ``WWW-Authenticate`` value (bearer agents only, RFC 6750 §3).
+    """
+
+    def __init__(self, message: str, *, status: int = HTTP_UNAUTHORIZED, challenge: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.challenge = challenge
+
+    def response(self) -> JSONResponse:
+        """The answer: the JSON-RPC error (id null: the body is not read) and the challenge."""
+        body = {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": self.message}}
+        headers = {"WWW-Authenticate": self.challenge} if self.challenge else None
+        return JSONResponse(body, status_code=self.status, headers=headers)
+
+
+def inbound_key_create(*, agent: Agent, name: str) -> tuple[InboundKey, str]:
+    """Issue a key for ``agent`` held by ``name``; returns the row and the key as shown once,
+    ``"<prefix>.<secret>"`` (the only time the secret exists outside the caller's hands)."""
+    secret = secrets.token_urlsafe(SECRET_BYTES)
+    while True:
+        prefix = secrets.token_hex(PREFIX_BYTES)
+        try:
+            with transaction.atomic():
+                key = InboundKey.objects.create(
+                    tenant_id=agent.tenant_id,
+                    agent=agent,
+                    name=name,
+                    prefix=prefix,
+                    secret_hash=secret_hash(secret),
+                )
+        except IntegrityError:
+            continue  # a prefix collision (48 random bits): draw another
+        return key, f"{prefix}.{secret}"
+
+
+def inbound_key_revoke(*, key: InboundKey) -> InboundKey:
+    """Revoke ``key`` from now on; revoking it again keeps the first ``revoked_at``."""
+    InboundKey.objects.for_tenant(key.tenant_id).filter(pk=key.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now(), updated_at=timezone.now()
+    )
+    key.refresh_from_db(fields=["revoked_at", "updated_at"])
+    return key
+
+
+def secret_hash(secret: str) -> str:
+    """``hmac-sha256$<hex>``: the secret keyed with ``settings.A2A_INBOUND_KEY_SECRET``."""
+    digest = hmac.new(_server_key(), secret.encode(), hashlib.sha256).hexdigest()
+    return f"{HASH_SCHEME}${digest}"
+
+
+async def authenticate(agent: Agent, scope: Scope) -> Caller:
+    """The caller of the HTTP request ``scope`` to ``agent``'s JSON-RPC endpoint.
+
+    Raises:
+        Unauthenticated: 401 — the agent requires a key and the request carries none in
+            its place ("This agent requires an API key in the X-API-Key header." / "…a
+            bearer token: Authorization: Bearer <key>."), or one that is not a live key of
+            the agent ("The API key is not valid for this agent." / "The bearer token is
+            not valid for this agent."); 400 — an anonymous caller without an address
+            (:func:`client_address`).
+    """
+    headers = Headers(scope=scope)
+    required = agent.inbound_auth
+    if required == Agent.InboundAuth.ANONYMOUS:
+        presented = _bearer(headers) or headers.get(API_KEY_HEADER)
+        key = await _live_key(agent, presented) if presented else None
+        return _key_caller(key) if key else Caller(name=f"anon:{_digest(client_address(scope))}")
+    bearer = required == Agent.InboundAuth.BEARER
+    presented = _bearer(headers) if bearer else headers.get(API_KEY_HEADER)
+    if not presented:
+        raise Unauthenticated(
+            "This agent requires a bearer token: Authorization: Bearer <key>."
+            if bearer
+            else f"This agent requires an API key in the {API_KEY_HEADER} header.",
+            challenge=_challenge(agent, error=None) if bearer else None,
+        )
+    key = await _live_key(agent, presented)
+    if key is None:
+        raise Unauthenticated(
+            f"The {'bearer token' if bearer else 'API key'} is not valid for this agent.",
+            challenge=_challenge(agent, error="invalid_token") if bearer else None,
+        )
+    return _key_caller(key)
+
+
+def client_address(scope: Scope) -> str:
+    """The address an anonymous caller is told apart by.
+
+    The first of ``settings.A2A_TRUSTED_PROXY_HEADERS`` the request carries, else
+    the TCP peer (``scope["client"]``). A list value (``X-Forwarded-For: a, b``)
+    gives its last entry, the one the proxy nearest to us appended. List a header
+    only if every request reaches us through a proxy that sets it: anyone can
+    send it otherwise. uvicorn already rewrites ``scope["client"]`` from
+    ``X-Forwarded-For`` when the peer is in its ``--forwarded-allow-ips``
+    (default 127.0.0.1).
+
+    Limits: callers behind one NAT or proxy share an address, hence their tasks;
+    a caller whose address changes (mobile networks, IPv6 privacy addresses)
+    no longer finds its earlier tasks. A counterparty that needs a stable
+    identity should use a key, which works on anonymous agents too.
+
+    Raises:
+        Unauthenticated: (400) no address at all — served over a socket without a
+            trusted header, every anonymous caller would share one partition.
+    """
+    headers = Headers(scope=scope)
+    for name in settings.A2A_TRUSTED_PROXY_HEADERS:
+        value = headers.get(name, "").split(",")[-1].strip()
+        if value:
+            return _normalised(value)
+    client: Any = scope.get("client")
+    if client and client[0]:
+        return _normalised(str(client[0]))
+    raise Unauthenticated(
+        "The caller's address is unknown, so anonymous callers cannot be told apart; "
+        "call with a key of this agent.",
+        status=HTTP_BAD_REQUEST,
+    )
+
+
+def _normalised(address: str) -> str:
+    """One spelling per IP address: ``::FFFF:7f00:1``, ``::ffff:127.0.0.1`` (an IPv4 caller on a
+    dual-stack socket) and ``127.0.0.1`` alike; anything else as it came."""
+    try:
+        ip = ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        return address
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return str(mapped or ip)
+
+
+def _digest(address: str) -> str:
+    """A keyed digest of the address: owners are stored (tasks, intake requests) and logged,
+    addresses are personal data."""
+    return hmac.new(_server_key(), f"client:{address}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _server_key() -> bytes:
+    return str(settings.A2A_INBOUND_KEY_SECRET).encode()
+
+
+def _bearer(headers: Headers) -> str | None:
+    match = _BEARER.match(headers.get("authorization", ""))
+    return match["token"] if match else None
+
+
+def _challenge(agent: Agent, *, error: str | None) -> str:
+    realm = f'{BEARER.capitalize()} realm="{agent.tenant.slug}/{agent.slug}"'
+    return f'{realm}, error="{error}"' if error else realm
+
+
+def _key_caller(key: InboundKey) -> Caller:
+    return Caller(name=f"key:{key.prefix}", key_id=key.pk)
+
+
+async def _live_key(agent: Agent, presented: str) -> InboundKey | None:
+    """The unrevoked key of ``agent`` that ``presented`` (``<prefix>.<secret>``) is, or None."""
+    prefix, _, secret = presented.partition(".")
+    if not _PREFIX.match(prefix) or not secret:
+        return None
+    key = (
+        await InboundKey.objects.for_tenant(agent.tenant_id)
+        .filter(agent=agent, prefix=prefix, revoked_at__isnull=True)
+        .afirst()
+    )
+    if key is None or not hmac.compare_digest(secret_hash(secret), key.secret_hash):
+        return None
+    now = timezone.now()
+    if key.last_used_at is None or key.last_used_at < now - LAST_USED_EVERY:
+        # The condition again in SQL: of processes racing here, about one writes.
+        await (
+            InboundKey.objects.for_tenant(agent.tenant_id)
+            .filter(pk=key.pk)
+            .filter(Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_EVERY))
+            .aupdate(last_used_at=now)
+        )
+    return key

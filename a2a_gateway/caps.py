@@ -1,0 +1,433 @@
+"""Caps on an agent's public endpoint, checked when a message is admitted.
+
+The gateway's request context builder (``a2a_gateway.app.InboundContextBuilder``)
+calls :func:`message_screen` first and :func:`turn_admit` last, both before
+the SDK starts the task, so a refused message writes no Task, negotiation or
+turn. In order:
+
+==========================  =====  ======  =========================================
+cap                         HTTP   code    refusal
+==========================  =====  ======  =========================================
+``rate_limit`` per caller   429    -32010  ``Retry-After``: when the oldest counted
+                                           message leaves the window
+``max_input_chars``         200    -32602  the message's size and the limit
+``Tenant.model_budget``     429    -32010  ``Retry-After``: the next month (UTC)
+``max_concurrency``         503    -32010  ``Retry-After``: :data:`BUSY_RETRY_AFTER`
+``max_turns_per_context``   200    -32004  the context takes no more messages
+==========================  =====  ======  =========================================
+
+-32010 is the code an Index server gives for "busy, try again later"
+(index-wire-protocol.md §1) and the one of :data:`a2a_gateway.executor.BUSY`:
+every refusal that passes with time carries it, the HTTP status says why, and
+``Retry-After`` (RFC 9110 §10.2.3) when. A2A 1.0 has no code of its own for
+them. The other two are the spec's: invalid params, and -32004 as for a
+message to a task that takes no more (A2A 1.0 §3.1.1). ``max_contexts`` refuses
+nothing: the least recently used contexts of the agent are forgotten. A cap of 0
+takes nothing.
+
+**Counters** live in Redis (``settings.REDIS_URL``), shared by every web
+process, each an atomic Lua script on Redis's own clock:
+
+* the rate limit is a sliding log per (agent, caller): a message is counted
+  if fewer than ``rate_limit`` were counted in the last
+  ``settings.A2A_RATE_LIMIT_WINDOW`` seconds (60: ``rate_limit`` is per
+  minute). Every message that passes this first check counts, whatever the
+  later checks say; refused ones do not.
+* concurrency is a semaphore per agent: a sorted set of slot tokens scored by
+  their expiry, ``turn_timeout`` + :data:`SLOT_GRACE` seconds after they are
+  taken, so a process that dies holding one leaks it only until then.
+
+In the embedded default (no Redis, one process) they are kept in the process
+with the same interface (:class:`MemoryCounters`). If Redis cannot be reached
+the caps it holds admit the message (logged): Redis is disposable, and
+refusing every counterparty would be worse than not counting for a while.
+
+An admitted turn's slot is the executor's to release when the turn's work
+ends (the answer contract, :mod:`a2a_gateway.executor`): its release is left in
+the call context's state under :data:`a2a_gateway.executor.TURN_RELEASE`. The
+gateway's edge releases one no executor took over when the request ends
+(:func:`slot_release_unclaimed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+import weakref
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any, Protocol
+
+import redis.asyncio
+from a2a.server.context import ServerCallContext
+from a2a.types import Message
+from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Sum
+from django.utils import timezone
+from google.protobuf.json_format import MessageToDict
+from redis.exceptions import RedisError
+
+from a2a_gateway.executor import BUSY_CODE, TURN_RELEASE, Refused
+from a2a_gateway.models import InboundContext, ModelUsage
+from a2a_gateway.store import call_agent, owner_of
+from agents.models import Agent, Run
+
+logger = logging.getLogger(__name__)
+
+HTTP_TOO_MANY_REQUESTS = 429
+HTTP_SERVICE_UNAVAILABLE = 503
+# Seconds a busy agent asks a caller to wait: turns take seconds.
+BUSY_RETRY_AFTER = 2
+# Seconds a concurrency slot outlives its turn's timeout before it expires on its own.
+SLOT_GRACE = 60.0
+# Where the edge (its ASGI scope state) keeps the call context's state of an admitted message.
+CALL_STATE = "call_state"
+BUSY = "This agent is answering as many messages as it can at once; try again in a moment."
+
+_SLOT_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
+if redis.call('PTTL', KEYS[1]) < ttl then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+return 1
+"""
+
+_HIT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  return tonumber(oldest[2]) + window - now
+end
+redis.call('ZADD', KEYS[1], now, ARGV[3])
+redis.call('PEXPIRE', KEYS[1], window)
+return -1
+"""
+
+
+class Counters(Protocol):
+    """Counters shared by the processes that serve the endpoint. Times are seconds."""
+
+    async def slot_acquire(self, key: str, limit: int, ttl: float) -> str | None:
+        """Take one of ``limit`` slots under ``key`` for ``ttl`` at most; its token, None if none is free."""
+
+    async def slot_release(self, key: str, token: str) -> None:
+        """Give the slot ``token`` back (no-op if it has expired)."""
+
+    async def hit(self, key: str, limit: int, window: float) -> float:
+        """Count one event under ``key`` if fewer than ``limit`` were counted in the last ``window``;
+        0 if counted, else how long until one leaves the window (> 0)."""
+
+
+class RedisCounters:
+    """:class:`Counters` in Redis, one client per event loop (a client's connections belong to one)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _client(self) -> redis.asyncio.Redis:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = redis.asyncio.Redis.from_url(self._url)
+        return client
+
+    async def slot_acquire(self, key: str, limit: int, ttl: float) -> str | None:
+        token = uuid.uuid4().hex
+        taken = await self._client().eval(_SLOT_ACQUIRE, 1, key, limit, math.ceil(ttl * 1000), token)
+        return token if taken else None
+
+    async def slot_release(self, key: str, token: str) -> None:
+        await self._client().zrem(key, token)
+
+    async def hit(self, key: str, limit: int, window: float) -> float:
+        wait = await self._client().eval(_HIT, 1, key, limit, math.ceil(window * 1000), uuid.uuid4().hex)
+        return 0.0 if int(wait) < 0 else int(wait) / 1000
+
+
+class MemoryCounters:
+    """:class:`Counters` in this process, for the embedded default (one process, no Redis)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slots: dict[str, dict[str, float]] = {}
+        self._logs: dict[str, list[float]] = {}
+
+    async def slot_acquire(self, key: str, limit: int, ttl: float) -> str | None:
+        now = time.monotonic()
+        with self._lock:
+            slots = {t: end for t, end in self._slots.get(key, {}).items() if end > now}
+            self._slots[key] = slots
+            if len(slots) >= limit:
+                return None
+            token = uuid.uuid4().hex
+            slots[token] = now + ttl
+            return token
+
+    async def slot_release(self, key: str, token: str) -> None:
+        with self._lock:
+            self._slots.get(key, {}).pop(token, None)
+
+    async def hit(self, key: str, limit: int, window: float) -> float:
+        now = time.monotonic()
+        with self._lock:
+            log = [t for t in self._logs.get(key, []) if t > now - window]
+            self._logs[key] = log
+            if len(log) >= limit:
+                return log[0] + window - now if log else window
+            log.append(now)
+            return 0.0
+
+
+_memory = MemoryCounters()
+_redis: dict[str, RedisCounters] = {}
+
+
+def counters() -> Counters:
+    """Redis's counters when ``settings.REDIS_URL`` is set, else this process's."""
+    url = settings.REDIS_URL
+    if not url:
+        return _memory
+    if url not in _redis:
+        _redis[url] = RedisCounters(url)
+    return _redis[url]
+
+
+@dataclass
+class Slot:
+    """One of an agent's ``max_concurrency`` slots, held by an admitted turn until its work ends.
+
+    Releasing twice is harmless.
+    """
+
+    key: str
+    token: str
+    released: bool = False
+
+    async def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        try:
+            await counters().slot_release(self.key, self.token)
+        except RedisError:
+            logger.warning("could not release concurrency slot %s; it expires on its own", self.key)
+
+
+async def message_screen(context: ServerCallContext, message: Message) -> None:
+    """The checks before anything is read for ``message``: the caller's rate, then the size.
+
+    Raises:
+        Refused: 429/-32010 with ``Retry-After`` — "Too many messages: this agent takes
+            at most <n> a minute from each caller. Try again in <s> s." (a window other
+            than 60 s is named in seconds).
+        InvalidParamsError: (-32602) "The message has <n> characters of text and data;
+            this agent takes at most <limit>." (:func:`input_chars`).
+    """
+    agent = call_agent(context)
+    window = float(settings.A2A_RATE_LIMIT_WINDOW)
+    wait = await _hit(f"a2a:rate:{owner_of(context)}", agent.rate_limit, window)
+    if wait > 0:
+        per = "a minute" if window == 60 else f"per {window:g} s"
+        retry = max(1, math.ceil(wait))
+        raise Refused(
+            f"Too many messages: this agent takes at most {agent.rate_limit} {per} from each caller. "
+            f"Try again in {retry} s.",
+            code=BUSY_CODE,
+            status=HTTP_TOO_MANY_REQUESTS,
+            headers={"Retry-After": str(retry)},
+        )
+    size = input_chars(message)
+    if size > agent.max_input_chars:
+        raise InvalidParamsError(
+            message=f"The message has {size} characters of text and data; "
+            f"this agent takes at most {agent.max_input_chars}."
+        )
+
+
+def input_chars(message: Message) -> int:
+    """The size of ``message`` the ``max_input_chars`` cap counts: the characters of its text
+    parts plus those of its data parts as compact JSON (``{"a":1.0}``, as parsed: numbers are
+    floats). File parts are bounded by the request size alone."""
+    size = 0
+    for part in message.parts:
+        kind = part.WhichOneof("content")
+        if kind == "text":
+            size += len(part.text)
+        elif kind == "data":
+            size += len(json.dumps(MessageToDict(part.data), ensure_ascii=False, separators=(",", ":")))
+    return size
+
+
+async def turn_admit(context: ServerCallContext, context_id: str) -> None:
+    """The checks last before the SDK starts the turn, with the final ``context_id``: the
+    tenant's budget, a concurrency slot, then the context's turns, counted here.
+
+    The slot's release is left in the call context's state under
+    :data:`a2a_gateway.executor.TURN_RELEASE`, and that state in the edge's under
+    :data:`CALL_STATE` (:func:`slot_release_unclaimed`).
+
+    Raises:
+        Refused: 429/-32010 — "This agent's organisation has used its model budget for
+            <Month YYYY>; it takes no new messages until 1 <Month YYYY> (UTC)." with
+            ``Retry-After``; 503/-32010 :data:`BUSY` with ``Retry-After``.
+        UnsupportedOperationError: (-32004) "Conversation <contextId> has reached this
+            agent's limit of <n> messages; start a new one (a message without taskId and
+            contextId)."
+    """
+    agent = call_agent(context)
+    owner = owner_of(context)
+    await _budget_check(agent)
+    slot = await _slot_acquire(agent)
+    counted = False
+    try:
+        counted = await sync_to_async(_context_turn)(agent, owner, context_id)
+    finally:
+        if slot is not None and not counted:
+            await slot.release()
+    if not counted:
+        raise UnsupportedOperationError(
+            message=f"Conversation {context_id} has reached this agent's limit of "
+            f"{agent.max_turns_per_context} messages; start a new one (a message without taskId and "
+            "contextId)."
+        )
+    if slot is not None:
+        context.state[TURN_RELEASE] = slot.release
+        edge = context.state.get("edge")
+        if isinstance(edge, dict):
+            edge[CALL_STATE] = context.state
+
+
+async def slot_release_unclaimed(state: dict[str, Any]) -> None:
+    """At the end of a request (``state``: its ASGI scope state), release the slot taken for it
+    if no executor took it over (the SDK refused the call after admission, say)."""
+    call_state = state.get(CALL_STATE)
+    release = call_state.pop(TURN_RELEASE, None) if isinstance(call_state, dict) else None
+    if release is not None:
+        await release()
+
+
+async def _hit(key: str, limit: int, window: float) -> float:
+    if limit < 1:
+        return window
+    try:
+        return await counters().hit(key, limit, window)
+    except RedisError:
+        logger.warning("rate limit not checked: Redis did not answer", exc_info=True)
+        return 0.0
+
+
+async def _slot_acquire(agent: Agent) -> Slot | None:
+    key = f"a2a:slots:{agent.pk}"
+    try:
+        token = await counters().slot_acquire(key, agent.max_concurrency, agent.turn_timeout + SLOT_GRACE)
+    except RedisError:
+        logger.warning("concurrency not checked: Redis did not answer", exc_info=True)
+        return None
+    if token is None:
+        raise Refused(
+            BUSY,
+            code=BUSY_CODE,
+            status=HTTP_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(BUSY_RETRY_AFTER)},
+        )
+    return Slot(key=key, token=token)
+
+
+async def _budget_check(agent: Agent) -> None:
+    budget = agent.tenant.model_budget
+    if budget is None:
+        return
+    start = month_start(timezone.now())
+    if await month_spend(agent.tenant_id, start) < budget:
+        return
+    following = month_start(start + timedelta(days=32))
+    retry = max(1, math.ceil((following - timezone.now()).total_seconds()))
+    raise Refused(
+        f"This agent's organisation has used its model budget for {start:%B %Y}; "
+        f"it takes no new messages until 1 {following:%B %Y} (UTC).",
+        code=BUSY_CODE,
+        status=HTTP_TOO_MANY_REQUESTS,
+        headers={"Retry-After": str(retry)},
+    )
+
+
+def month_start(moment: datetime) -> datetime:
+    """The first instant of ``moment``'s calendar month in UTC."""
+    utc = moment.astimezone(UTC)
+    return utc.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+async def month_spend(tenant_id: int, since: datetime) -> Decimal:
+    """The tenant's model spend since ``since``: the cost of its runs created since then and of
+    the visitors' turns its agents' models answered (:class:`a2a_gateway.models.ModelUsage`).
+
+    The inbound negotiator (``offline``) records none.
+    """
+    runs = Run.objects.for_tenant(tenant_id).filter(created_at__gte=since)
+    visitors = ModelUsage.objects.for_tenant(tenant_id).filter(created_at__gte=since)
+    spent = [(await rows.aaggregate(total=Sum("cost")))["total"] for rows in (runs, visitors)]
+    return sum((s or Decimal(0) for s in spent), Decimal(0))
+
+
+def _context_turn(agent: Agent, owner: str, context_id: str) -> bool:
+    """Count one message in ``owner``'s conversation ``context_id`` with ``agent``, if it is under
+    ``max_turns_per_context``; whether it was. A new conversation beyond ``max_contexts``
+    forgets the agent's least recently used ones."""
+    now = timezone.now()
+    rows = InboundContext.objects.for_tenant(agent.tenant_id).filter(
+        agent=agent, owner=owner, context_id=context_id
+    )
+    limit = agent.max_turns_per_context
+
+    def count() -> bool:
+        # One conditional UPDATE: concurrent messages of one context cannot both take its last turn.
+        updated = rows.filter(turns__lt=limit).update(turns=F("turns") + 1, last_used_at=now, updated_at=now)
+        return updated == 1
+
+    if count():
+        return True
+    if rows.exists() or limit < 1:
+        return False
+    try:
+        with transaction.atomic():
+            InboundContext.objects.create(
+                tenant_id=agent.tenant_id,
+                agent=agent,
+                owner=owner,
+                context_id=context_id,
+                turns=1,
+                last_used_at=now,
+            )
+    except IntegrityError:
+        return count()  # another message of the same new context created it first
+    stale = list(
+        InboundContext.objects.for_tenant(agent.tenant_id)
+        .filter(agent=agent)
+        .order_by("-last_used_at", "-pk")
+        .values_list("pk", flat=True)[agent.max_contexts :]
+    )
+    if stale:
+        InboundContext.objects.for_tenant(agent.tenant_id).filter(pk__in=stale).delete()
+    return True

@@ -1,0 +1,247 @@
+"""Push notifications of the public endpoint: configs in Postgres, delivered to public addresses only.
+
+A counterparty registers a webhook for one of its tasks (A2A 1.0
+``CreateTaskPushNotificationConfig``, 0.3 ``tasks/pushNotificationConfig/set``,
+or inline in ``SendMessage``); a2a-sdk then POSTs every event of the task to it
+as a StreamResponse (A2A spec §4.3 "Push Notification Payload").
+
+* :class:`DjangoPushConfigStore` keeps the configs in
+  :class:`a2a_gateway.models.PushConfig`, owner-scoped like the task store
+  (:func:`a2a_gateway.store.owner_of`): a caller sees and deletes only its own.
+* :func:`url_allowed` is the handler's push URL policy: a URL whose host does
+  not resolve to public addresses only is refused, -32602 "Invalid push
+  notification URL" (spec §13 "Push Notification Security": SSRF).
+* :class:`PushSender` delivers, in the background and in order per task,
+  through :class:`PublicOnlyTransport`, which connects only to an address it
+  has just vetted, so the policy holds at connect time too (DNS rebinding).
+
+``A2A_PUSH_ALLOW_PRIVATE`` (default False) lets pushes go to private, loopback
+and link-local addresses, for a receiver on loopback in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import ipaddress
+import logging
+import socket
+import urllib.parse
+
+import httpx
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import BasePushNotificationSender, PushNotificationConfigStore
+from a2a.server.tasks.push_notification_config_store import normalize_push_notification_config
+from a2a.server.tasks.push_notification_sender import PushNotificationEvent
+from a2a.types import TaskPushNotificationConfig
+from a2a.utils.errors import InvalidParamsError
+from django.conf import settings
+from django.db.models import Exists, OuterRef, QuerySet
+from google.protobuf.json_format import MessageToDict, ParseDict
+
+from a2a_gateway.models import A2ATask, PushConfig
+from a2a_gateway.store import call_agent, id_problem, owner_of
+from negotiations.wire import nul_path
+from parley.http import ssl_context
+
+logger = logging.getLogger(__name__)
+
+# Seconds to resolve a push URL's host, and to deliver one notification.
+RESOLVE_TIMEOUT = 5.0
+DELIVERY_TIMEOUT = 10.0
+
+
+class PushURLRefused(Exception):
+    """A push URL no notification goes to; the message says why (it names the host, never the URL)."""
+
+
+def _public(address: str) -> bool:
+    """Whether ``address`` is global unicast; an IPv4-mapped IPv6 address is judged by its IPv4 address.
+
+    ``is_global`` is false for private, loopback, link-local, shared (100.64.0.0/10),
+    reserved and unspecified addresses.
+    """
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    mapped = getattr(ip, "ipv4_mapped", None)
+    if mapped is not None:
+        ip = mapped
+    return ip.is_global and not ip.is_multicast
+
+
+async def vetted_address(url: str) -> str:
+    """The address a push to ``url`` goes to: the first one its host resolves to.
+
+    Raises:
+        PushURLRefused: the URL does not parse, is not http(s) or names no host;
+            the host does not resolve within :data:`RESOLVE_TIMEOUT` seconds; or
+            any address it resolves to is not public (:func:`_public`), unless
+            ``settings.A2A_PUSH_ALLOW_PRIVATE``.
+    """
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError as exc:
+        raise PushURLRefused(f"the URL does not parse: {exc}") from exc
+    if parsed.scheme not in ("http", "https"):
+        raise PushURLRefused(f"the scheme {parsed.scheme!r} is not http or https")
+    host = parsed.hostname
+    if not host:
+        raise PushURLRefused("the URL names no host")
+    try:
+        async with asyncio.timeout(RESOLVE_TIMEOUT):
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, ValueError, TimeoutError) as exc:  # ValueError: a NUL, or a label IDNA refuses
+        raise PushURLRefused(f"the host {host!r} does not resolve") from exc
+    addresses = [str(info[4][0]) for info in infos]
+    if not addresses:
+        raise PushURLRefused(f"the host {host!r} does not resolve")
+    if not settings.A2A_PUSH_ALLOW_PRIVATE:
+        for address in addresses:
+            if not _public(address):
+                raise PushURLRefused(f"the host {host!r} resolves to the non-public address {address}")
+    return addresses[0]
+
+
+async def url_allowed(url: str) -> bool:
+    """a2a-sdk's ``push_url_validator``: whether pushes may go to ``url`` (:func:`vetted_address`).
+
+    A refusal is logged with its reason.
+    """
+    try:
+        await vetted_address(url)
+    except PushURLRefused as exc:
+        logger.warning("push URL refused: %s", exc)
+        return False
+    return True
+
+
+class PublicOnlyTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that connects only to the address :func:`vetted_address` approves.
+
+    Resolving the host again to connect would let one that answers DNS
+    differently the second time reach a private address; the request goes to
+    the vetted address instead, with the host name kept for the Host header
+    and for TLS (SNI and the certificate check). A refused URL is an
+    ``httpx.ConnectError``.
+    """
+
+    def __init__(self) -> None:
+        self._inner = httpx.AsyncHTTPTransport(verify=ssl_context())
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            address = await vetted_address(str(request.url))
+        except PushURLRefused as exc:
+            raise httpx.ConnectError(str(exc), request=request) from exc
+        host = request.url.host
+        request.url = request.url.copy_with(host=address)
+        request.extensions = {**request.extensions, "sni_hostname": host}
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class PushSender(BasePushNotificationSender):
+    """a2a-sdk's push sender, delivering in the background and, for one task, in order.
+
+    The SDK awaits ``send_notification`` in the task's event consumer, so a
+    slow webhook would hold up the turn's answer by up to
+    :data:`DELIVERY_TIMEOUT` seconds per event; here it only schedules the
+    delivery after the task's previous one. Delivery is best-effort (the
+    SDK's: failures are logged). Call :meth:`aclose` at shutdown.
+    """
+
+    def __init__(self, config_store: PushNotificationConfigStore) -> None:
+        self._http = httpx.AsyncClient(transport=PublicOnlyTransport(), timeout=DELIVERY_TIMEOUT)
+        super().__init__(self._http, config_store, push_url_validator=url_allowed)
+        self._last: dict[str, asyncio.Task[None]] = {}
+
+    async def send_notification(self, task_id: str, event: PushNotificationEvent) -> None:
+        # The event may be the consumer's own Task, which the next event changes in place.
+        snapshot = copy.deepcopy(event)
+        delivery = asyncio.create_task(self._deliver(self._last.get(task_id), task_id, snapshot))
+        self._last[task_id] = delivery
+        delivery.add_done_callback(functools.partial(self._forget, task_id))
+
+    async def _deliver(
+        self, previous: asyncio.Task[None] | None, task_id: str, event: PushNotificationEvent
+    ) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        await super().send_notification(task_id, event)
+
+    def _forget(self, task_id: str, delivery: asyncio.Task[None]) -> None:
+        if self._last.get(task_id) is delivery:
+            del self._last[task_id]
+
+    async def aclose(self) -> None:
+        """Let the deliveries under way finish (each within :data:`DELIVERY_TIMEOUT`), then close."""
+        if self._last:
+            await asyncio.wait(list(self._last.values()))
+        await self._http.aclose()
+
+
+class DjangoPushConfigStore(PushNotificationConfigStore):
+    """Push configs as protobuf JSON in :class:`a2a_gateway.models.PushConfig`, owner-scoped.
+
+    A config's id defaults to its task's id (a2a-sdk's normalization); setting
+    an id again replaces that config. The handler has checked that the caller
+    owns the task, except for a config sent inline with a message, which is
+    stored before the task is.
+    """
+
+    async def set_info(
+        self, task_id: str, notification_config: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        """Store the config; -32602 for an id that cannot be stored or a NUL anywhere in it."""
+        config = normalize_push_notification_config(task_id, notification_config)
+        if problem := id_problem(config.id):
+            raise InvalidParamsError(message=f"pushNotificationConfig.id {problem}")
+        data = MessageToDict(config)
+        # jsonb holds no NUL.
+        if where := nul_path(data, "pushNotificationConfig"):
+            raise InvalidParamsError(message=f"{where} must not contain a NUL character")
+        agent = call_agent(context)
+        # The filter scopes the lookup; what a new row gets is the kwargs and defaults alone.
+        await _configs(context).aupdate_or_create(
+            owner=owner_of(context),
+            task_id=task_id,
+            config_id=config.id,
+            defaults={"tenant_id": agent.tenant_id, "agent": agent, "data": data},
+        )
+        return config
+
+    async def get_info(self, task_id: str, context: ServerCallContext) -> list[TaskPushNotificationConfig]:
+        """The caller's configs for the task, oldest first."""
+        rows = _configs(context).filter(task_id=task_id).order_by("created_at", "config_id")
+        return [_parse(row) async for row in rows]
+
+    async def get_info_for_dispatch(self, task_id: str) -> list[TaskPushNotificationConfig]:
+        """Every config of the task whose owner (and tenant) is the task's own: the ones to deliver to."""
+        of_the_task = A2ATask.objects.filter(
+            task_id=task_id, owner=OuterRef("owner"), tenant_id=OuterRef("tenant_id")
+        )
+        rows = PushConfig.objects.filter(Exists(of_the_task), task_id=task_id).order_by("created_at")
+        return [_parse(row) async for row in rows]
+
+    async def delete_info(
+        self, task_id: str, context: ServerCallContext, config_id: str | None = None
+    ) -> None:
+        """Delete the caller's config ``config_id`` of the task (all of them when None); idempotent."""
+        rows = _configs(context).filter(task_id=task_id)
+        if config_id is not None:
+            if id_problem(config_id):
+                return  # no config has such an id, and Postgres would refuse a NUL in the query
+            rows = rows.filter(config_id=config_id)
+        await rows.adelete()
+
+
+def _configs(context: ServerCallContext) -> QuerySet[PushConfig]:
+    """The push configs of this call's owner, within the agent's tenant."""
+    return PushConfig.objects.for_tenant(call_agent(context).tenant_id).filter(owner=owner_of(context))
+
+
+def _parse(row: PushConfig) -> TaskPushNotificationConfig:
+    return ParseDict(row.data, TaskPushNotificationConfig(), ignore_unknown_fields=True)

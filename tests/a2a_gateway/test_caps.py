@@ -1,0 +1,432 @@
+"""The caps on an agent's public endpoint, through the live stack: each refusal, its message, no write.
+
+Also home to what the gateway's auth and answer-contract tests share: raw
+JSON-RPC calls from a chosen loopback address with chosen headers
+(:func:`call`), a second web process of the gateway (:func:`web_process`), and
+an evaluation hook that holds a turn until the test lets it go
+(:class:`GatedHook`), which makes a turn slow for real without a clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings
+from django.utils import timezone
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from a2a_gateway.caps import BUSY, Counters, MemoryCounters, RedisCounters, month_start
+from a2a_gateway.models import InboundContext
+from agents.models import Agent, Intent, Run
+from parley import devstack
+from tests.a2a_gateway.conftest import TIMEOUT, Endpoint, counts, move, proposal
+from tests.conftest import LiveStack, free_port, wait_until
+from tests.loopback import LoopbackServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TRY_AGAIN = -32010
+INVALID_PARAMS = -32602
+UNSUPPORTED_OPERATION = -32004
+# The second web process: a short rate window, and X-Real-IP trusted as the caller's address.
+SHORT_WINDOW = 2
+TRUSTED_HEADER = "X-Real-IP"
+
+
+# --- Shared helpers -------------------------------------------------------------------------
+
+
+def call(
+    url: str,
+    method: str,
+    params: Any,
+    *,
+    headers: dict[str, str] | None = None,
+    address: str = "127.0.0.1",
+    version: str | None = "1.0",
+) -> httpx.Response:
+    """POST one JSON-RPC request to ``url`` from the loopback ``address`` (127.0.0.2 is another
+    caller), with ``headers`` and the A2A-Version header ``version`` (None: not sent)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    sent = {**({"A2A-Version": version} if version else {}), **(headers or {})}
+
+    async def post() -> httpx.Response:
+        transport = httpx.AsyncHTTPTransport(local_address=address)
+        async with httpx.AsyncClient(transport=transport, timeout=TIMEOUT) as http:
+            return await http.post(url, json=body, headers=sent)
+
+    return asyncio.run(post())
+
+
+def message(data: dict[str, Any], *, task: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``SendMessage`` params: a 1.0 user message with one data part, on ``task`` (JSON) when given."""
+    sent: dict[str, Any] = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": data}]}
+    if task is not None:
+        sent.update(taskId=task["id"], contextId=task["contextId"])
+    return {"message": sent}
+
+
+def task_of(response: httpx.Response) -> dict[str, Any]:
+    """The Task a ``SendMessage`` answered with, after checking it was an answer."""
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert "error" not in body, body
+    return dict(body["result"]["task"])
+
+
+def refusal(response: httpx.Response, *, status: int, code: int) -> str:
+    """The message of the JSON-RPC error ``response`` carries, after checking its status and code."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["jsonrpc"] == "2.0"
+    assert "result" not in body
+    assert body["error"]["code"] == code, body
+    return str(body["error"]["message"])
+
+
+@contextmanager
+def web_process(live_stack: LiveStack, **env: str) -> Iterator[str]:
+    """Another uvicorn process serving the app on the live stack's database and Redis, with ``env``
+    on top of its environment; yields its origin."""
+    port = free_port()
+    origin = f"http://127.0.0.1:{port}"
+    log = (devstack.ROOT / ".pytest_cache" / f"live-web-{port}.log").open("w")
+    process = devstack.start_web(port, {**live_stack.env, **env}, log)
+
+    def up() -> bool:
+        if process.poll() is not None:
+            pytest.fail(f"the second web process exited; see {log.name}")
+        try:
+            return httpx.get(f"{origin}/login/", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(up, timeout=30, what="the second web process")
+        yield origin
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def other_web(live_stack: LiveStack) -> Iterator[str]:
+    """A second web process: a rate window of :data:`SHORT_WINDOW` s, :data:`TRUSTED_HEADER` trusted."""
+    with web_process(
+        live_stack,
+        A2A_RATE_LIMIT_WINDOW=str(SHORT_WINDOW),
+        A2A_TRUSTED_PROXY_HEADERS=TRUSTED_HEADER,
+    ) as origin:
+        yield origin
+
+
+def endpoint_on(origin: str, agent: Agent) -> str:
+    return f"{origin}/a2a/{agent.tenant.slug}/{agent.slug}"
+
+
+class GatedHook(LoopbackServer):
+    """An evaluation hook on loopback that holds every request until :meth:`open` (or a minute):
+    a turn that runs while the test looks at it. ``arrived`` is set by the first request."""
+
+    what = "the gated evaluation hook"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.url = f"{self.origin}/hook"
+        self.arrived = threading.Event()
+        self.gate = threading.Event()
+        self.answered = 0
+        self.listen(Starlette(routes=[Route("/hook", self.hook, methods=["POST"])]))
+
+    async def hook(self, request: Request) -> JSONResponse:
+        await request.body()
+        self.arrived.set()
+        await asyncio.to_thread(self.gate.wait, 60)
+        self.answered += 1
+        return JSONResponse({"artifact": {"by": "the gated hook"}})
+
+    def open(self) -> None:
+        self.gate.set()
+
+    def __exit__(self, *exc: object) -> None:
+        self.gate.set()
+        super().__exit__(*exc)
+
+
+def tune(agent: Agent, **fields: Any) -> Agent:
+    """Set ``fields`` on ``agent`` and save them: the edge reads the agent afresh on every call."""
+    for name, value in fields.items():
+        setattr(agent, name, value)
+    agent.save(update_fields=[*fields, "updated_at"])
+    return agent
+
+
+def inbound_contexts(agent: Agent) -> dict[str, int]:
+    """The agent's remembered conversations: contextId → messages counted."""
+    return dict(InboundContext.objects.filter(agent=agent).values_list("context_id", "turns"))
+
+
+# --- max_input_chars ------------------------------------------------------------------------
+
+
+def test_a_message_over_max_input_chars_is_invalid_params(seller_endpoint: Endpoint, seller: Agent) -> None:
+    tune(seller, max_input_chars=40)
+    data = {"action": "propose", "message": "hi"}
+    params = message(data)
+    params["message"]["parts"].append({"text": "x" * 30})
+    size = len(json.dumps(data, separators=(",", ":"))) + 30
+
+    response = call(seller_endpoint.url, "SendMessage", params)
+
+    assert refusal(response, status=200, code=INVALID_PARAMS) == (
+        f"The message has {size} characters of text and data; this agent takes at most 40."
+    )
+    assert counts() == {"Negotiation": 0, "Turn": 0, "Settlement": 0, "A2ATask": 0}
+    assert inbound_contexts(seller) == {}
+
+
+def test_a_message_at_max_input_chars_is_taken(seller_endpoint: Endpoint, seller: Agent) -> None:
+    data = proposal(800)
+    # As parsed: numbers are floats; the euro sign is one character.
+    parsed = {**data, "terms": {"amount": 800.0, "currency": "EUR"}}
+    tune(seller, max_input_chars=len(json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))))
+
+    task = task_of(call(seller_endpoint.url, "SendMessage", message(data)))
+
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+
+# --- The per-caller rate limit --------------------------------------------------------------
+
+
+def test_a_caller_over_the_rate_limit_is_told_when_to_try_again(
+    seller_endpoint: Endpoint, seller: Agent
+) -> None:
+    tune(seller, rate_limit=2)
+    for amount in (800, 810):
+        task_of(call(seller_endpoint.url, "SendMessage", message(proposal(amount))))
+    before = counts()
+
+    response = call(seller_endpoint.url, "SendMessage", message(proposal(820)))
+
+    text = refusal(response, status=429, code=TRY_AGAIN)
+    retry = int(response.headers["Retry-After"])
+    assert 1 <= retry <= 60
+    assert text == (
+        f"Too many messages: this agent takes at most 2 a minute from each caller. Try again in {retry} s."
+    )
+    assert counts() == before
+    # Per caller: another counterparty is still taken, and reads are not counted.
+    assert task_of(call(seller_endpoint.url, "SendMessage", message(proposal(830)), address="127.0.0.2"))
+    assert call(seller_endpoint.url, "ListTasks", {}).status_code == 200
+
+
+def test_the_rate_limit_window_moves_on(other_web: str, seller: Agent) -> None:
+    tune(seller, rate_limit=1)
+    url = endpoint_on(other_web, seller)
+    answers: list[httpx.Response] = []
+
+    def sent_and(status: int) -> bool:
+        answers.append(call(url, "SendMessage", message(proposal(800 + len(answers)))))
+        return answers[-1].status_code == status
+
+    # However slow this machine, the window holds one message, so a burst meets the limit.
+    wait_until(lambda: sent_and(429), timeout=SHORT_WINDOW * 10, what="the rate limit")
+    assert answers[0].status_code == 200
+    assert refusal(answers[-1], status=429, code=TRY_AGAIN).startswith(
+        f"Too many messages: this agent takes at most 1 per {SHORT_WINDOW} s from each caller."
+    )
+
+    # Refused messages are not counted: once the last taken leaves the window, the next is taken.
+    wait_until(lambda: sent_and(200), timeout=SHORT_WINDOW * 10, interval=0.25, what="the window to move on")
+
+    assert task_of(answers[-1])["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+
+# --- The tenant's model budget --------------------------------------------------------------
+
+
+@pytest.fixture
+def intent(seller: Agent) -> Intent:
+    return Intent.objects.create(tenant=seller.tenant, agent=seller, statement="Sell a week of work.")
+
+
+def spend(intent: Intent, cost: str) -> Run:
+    return Run.objects.create(tenant=intent.tenant, agent=intent.agent, intent=intent, cost=Decimal(cost))
+
+
+def test_a_tenant_that_has_spent_its_budget_takes_no_inbound_turn(
+    seller_endpoint: Endpoint, seller: Agent, intent: Intent
+) -> None:
+    seller.tenant.model_budget = Decimal("2.50")
+    seller.tenant.save()
+    spend(intent, "1.25")
+    spend(intent, "1.25")
+    this_month = month_start(timezone.now())
+    following = month_start(this_month + timedelta(days=32))
+
+    response = call(seller_endpoint.url, "SendMessage", message(proposal(800)))
+
+    assert refusal(response, status=429, code=TRY_AGAIN) == (
+        f"This agent's organisation has used its model budget for {this_month:%B %Y}; "
+        f"it takes no new messages until 1 {following:%B %Y} (UTC)."
+    )
+    assert 0 < int(response.headers["Retry-After"]) <= 31 * 24 * 3600
+    assert counts() == {"Negotiation": 0, "Turn": 0, "Settlement": 0, "A2ATask": 0}
+    assert inbound_contexts(seller) == {}
+
+
+def test_only_this_months_spend_counts_against_the_budget(
+    seller_endpoint: Endpoint, seller: Agent, intent: Intent
+) -> None:
+    seller.tenant.model_budget = Decimal("2.50")
+    seller.tenant.save()
+    spend(intent, "1.00")
+    earlier = spend(intent, "9.00")
+    Run.objects.filter(pk=earlier.pk).update(created_at=month_start(timezone.now()) - timedelta(seconds=1))
+
+    task = task_of(call(seller_endpoint.url, "SendMessage", message(proposal(800))))
+
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+
+# --- Conversations: max_turns_per_context and max_contexts ----------------------------------
+
+
+def test_a_conversation_takes_at_most_max_turns_per_context(seller_endpoint: Endpoint, seller: Agent) -> None:
+    tune(seller, max_turns_per_context=2)
+    task = task_of(call(seller_endpoint.url, "SendMessage", message(proposal(800))))
+    task = task_of(call(seller_endpoint.url, "SendMessage", message(proposal(850), task=task)))
+    before, stored = counts(), call(seller_endpoint.url, "GetTask", {"id": task["id"]}).json()["result"]
+
+    response = call(seller_endpoint.url, "SendMessage", message(proposal(900), task=task))
+
+    assert refusal(response, status=200, code=UNSUPPORTED_OPERATION) == (
+        f"Conversation {task['contextId']} has reached this agent's limit of 2 messages; "
+        "start a new one (a message without taskId and contextId)."
+    )
+    assert counts() == before
+    assert call(seller_endpoint.url, "GetTask", {"id": task["id"]}).json()["result"] == stored
+    assert inbound_contexts(seller) == {task["contextId"]: 2}
+    # A new conversation is taken.
+    assert task_of(call(seller_endpoint.url, "SendMessage", message(proposal(900))))
+
+
+def test_contexts_beyond_max_contexts_forget_the_least_recently_used(
+    seller_endpoint: Endpoint, seller: Agent
+) -> None:
+    tune(seller, max_contexts=2)
+    first, second, third = (
+        task_of(call(seller_endpoint.url, "SendMessage", message(proposal(amount))))
+        for amount in (800, 810, 820)
+    )
+    assert inbound_contexts(seller) == {second["contextId"]: 1, third["contextId"]: 1}
+
+    counter = move("counter", "Meet me at €900.", terms={"amount": 900, "currency": "EUR"})
+    task_of(call(seller_endpoint.url, "SendMessage", message(counter, task=first)))
+
+    # The first conversation starts its count again; the second, now the least recent, goes.
+    assert inbound_contexts(seller) == {third["contextId"]: 1, first["contextId"]: 1}
+
+
+# --- max_concurrency ------------------------------------------------------------------------
+
+
+def test_a_busy_agent_says_try_again_on_every_web_process(
+    seller_endpoint: Endpoint, seller: Agent, other_web: str
+) -> None:
+    with GatedHook() as hook, ThreadPoolExecutor(1) as pool:
+        tune(seller, max_concurrency=1, evaluation_url=hook.url)
+        first = pool.submit(call, seller_endpoint.url, "SendMessage", message(proposal(800)))
+        wait_until(hook.arrived.is_set, what="the first turn to reach its hook")
+        before = counts()
+
+        here = call(seller_endpoint.url, "SendMessage", message(proposal(810)))
+        there = call(endpoint_on(other_web, seller), "SendMessage", message(proposal(820)))
+
+        for response in (here, there):
+            assert refusal(response, status=503, code=TRY_AGAIN) == BUSY
+            assert response.headers["Retry-After"] == "2"
+        assert counts() == before
+        hook.open()
+        assert task_of(first.result())["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+    # The turn gave its slot back as it ended.
+    assert task_of(call(seller_endpoint.url, "SendMessage", message(proposal(830))))
+
+
+# --- The counters, in Redis and in the process ----------------------------------------------
+
+
+@pytest.fixture(params=["redis", "memory"])
+def backend(request: pytest.FixtureRequest) -> Counters:
+    """Redis's counters, or the embedded default's in-process ones: the same behaviour."""
+    return RedisCounters(settings.REDIS_URL) if request.param == "redis" else MemoryCounters()
+
+
+def scenario(steps: Callable[[str], Awaitable[None]]) -> None:
+    """Run ``steps`` on a fresh key, in one event loop."""
+    asyncio.run(steps(f"test:{uuid.uuid4().hex}"))
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    for _ in range(200):
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_slots_are_bounded_given_back_and_expire(backend: Counters) -> None:
+    async def steps(key: str) -> None:
+        one = await backend.slot_acquire(key, 2, 60)
+        two = await backend.slot_acquire(key, 2, 60)
+        assert one is not None
+        assert two not in (None, one)
+        assert await backend.slot_acquire(key, 2, 60) is None
+        await backend.slot_release(key, one)
+        assert await backend.slot_acquire(key, 2, 0.2) is not None
+        assert await backend.slot_acquire(key, 2, 60) is None
+
+        async def free() -> bool:
+            return await backend.slot_acquire(key, 2, 60) is not None
+
+        # The short slot expires on its own, as one of a process that died would.
+        await eventually(free, "the short slot to expire")
+
+    scenario(steps)
+
+
+def test_the_rate_log_counts_within_its_window(backend: Counters) -> None:
+    async def steps(key: str) -> None:
+        assert await backend.hit(key, 2, 60) == 0
+        assert await backend.hit(key, 2, 60) == 0
+        wait = await backend.hit(key, 2, 60)
+        assert 0 < wait <= 60
+        assert await backend.hit(key, 3, 60) == 0  # refused hits were not counted
+
+        short = f"{key}:short"
+        assert await backend.hit(short, 1, 0.2) == 0
+        assert await backend.hit(short, 1, 0.2) > 0
+
+        async def counted() -> bool:
+            return await backend.hit(short, 1, 0.2) == 0
+
+        await eventually(counted, "the short window to move on")
+
+    scenario(steps)
