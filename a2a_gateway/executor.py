@@ -239,14 +239,8 @@ async def _answer(agent: Agent, context: RequestContext, event_queue: EventQueue
     turn = sync_to_async(_turn, thread_sensitive=False)(
         agent=agent, task_id=context.task_id, context_id=context.context_id, prior=prior, incoming=incoming
     )
-    try:
-        reply = await _in_time(agent, turn, release=context.call_context.state.pop(TURN_RELEASE, None))
-    except TimeoutError:
-        await _try_again(agent, updater)
-        return
+    reply = await _answered_in_time(agent, context, updater, turn)
     if reply is None:
-        # Canceled by a call to another web process while the turn ran: end as that process wrote it.
-        await updater.cancel()
         return
     message = ParseDict(reply.message, Message())
     await updater.update_status(TaskState.TASK_STATE_WORKING, message=message)
@@ -301,14 +295,8 @@ async def _answer_visitor(
         context_id=context_id,
         task_id=task_id,
     )
-    try:
-        reply = await _in_time(agent, turn, release=context.call_context.state.pop(TURN_RELEASE, None))
-    except TimeoutError:
-        await _try_again(agent, updater)
-        return
+    reply = await _answered_in_time(agent, context, updater, turn)
     if reply is None:
-        # Canceled by a call to another web process while the turn ran, as for a move.
-        await updater.cancel()
         return
     answer = updater.new_agent_message([new_text_part(reply.text)])
     await updater.update_status(TaskState.TASK_STATE_WORKING, message=answer)
@@ -331,6 +319,22 @@ def _visitor_turn(
         return reply
     finally:
         connections.close_all()
+
+
+async def _answered_in_time(
+    agent: Agent, context: RequestContext, updater: TaskUpdater, turn: Awaitable[R | None]
+) -> R | None:
+    """``turn``'s reply, or None once the task has had its answer another way: the try-again
+    text when the turn ran out of time (the answer contract), or canceled when the turn found
+    its task canceled by a call to another web process (end as that process wrote it)."""
+    try:
+        reply = await _in_time(agent, turn, release=context.call_context.state.pop(TURN_RELEASE, None))
+    except TimeoutError:
+        await _try_again(agent, updater)
+        return None
+    if reply is None:
+        await updater.cancel()
+    return reply
 
 
 async def _in_time(agent: Agent, turn: Awaitable[R], *, release: Callable[[], Awaitable[None]] | None) -> R:

@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -25,9 +26,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 
-from agents.models import Agent, Intent
+from agents.models import Agent, Intent, ModelEndpoint
 from parley import devstack, live
 from parley.models import Membership, Tenant
+from tests.chat_server import ChatServer
 
 PASSWORD = "correct-horse-battery"
 
@@ -202,3 +204,35 @@ def listener(settings: Any, tenant: Tenant) -> Listener:
     channel = async_to_sync(layer.new_channel)()
     async_to_sync(layer.group_add)(live.tenant_group(tenant.pk), channel)
     return Listener(layer, channel)
+
+
+@pytest.fixture
+def chat() -> Iterator[ChatServer]:
+    """A chat-completions server on loopback with scripted replies (:mod:`tests.chat_server`)."""
+    with ChatServer() as server:
+        yield server
+
+
+def on_chat_model(
+    agent: Agent,
+    chat: ChatServer,
+    *,
+    name: str = "house-model",
+    input_price: int = 2,
+    output_price: int = 8,
+    attempts: int = 1,
+) -> Agent:
+    """``agent`` answering with ``chat``'s model: an endpoint ``name`` (prices per million tokens)."""
+    ModelEndpoint.objects.create(
+        tenant=agent.tenant,
+        name=name,
+        base_url=chat.url,
+        upstream_model=f"{name}-1",
+        input_price=Decimal(input_price),
+        output_price=Decimal(output_price),
+        timeout=5,
+        attempts=attempts,
+    )
+    agent.model = name
+    agent.save()
+    return agent

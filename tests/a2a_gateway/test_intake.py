@@ -16,14 +16,10 @@ from a2a_gateway import representative
 from a2a_gateway.models import A2ATask, GroundingDocument, IntakeRequest
 from agents.models import Agent
 from parley.models import Event, Membership, Tenant
-from tests.a2a_gateway import test_representative as shared
 from tests.a2a_gateway.conftest import endpoint_of
+from tests.a2a_gateway.studio import answer_of, question
 from tests.chat_server import ChatServer, text, tool_calls
 from tests.conftest import LiveStack, free_port, make_user
-
-# The studio agent, and the loopback chat model, as in test_representative.
-vera, chat, chat_vera = shared.vera, shared.chat, shared.chat_vera
-answer_of, question = shared.answer_of, shared.question
 
 ASKED = "Request: Please call me back about a logo.\nI am Ana, ana@example.org, +351 912 345 678."
 TAKEN_IN = (

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -27,19 +26,19 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from a2a_gateway.models import GroundingDocument, IntakeRequest
-from agents.models import Agent, Intent, Message, ModelEndpoint, Run
+from agents.models import Agent, Intent, Message, Run
 from negotiations.models import Negotiation, Turn
 from parley.models import Event, Tenant
-from tests.a2a_gateway import test_representative as shared
+from tests.a2a_gateway import studio
 from tests.a2a_gateway.conftest import Endpoint, endpoint_of
+from tests.a2a_gateway.studio import answer_of, question
 from tests.chat_server import ChatServer, text, tool_calls
-from tests.conftest import LiveStack
+from tests.conftest import LiveStack, on_chat_model
 from tests.loopback import LoopbackServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 MARK = "zqx"
-answer_of, question = shared.answer_of, shared.question
 
 
 class Trap(LoopbackServer):
@@ -74,7 +73,7 @@ def vera(tenant: Tenant, principal: AbstractUser, agent: Agent, seller: Agent) -
         system_prompt=f"{MARK}-prompt: never quote below 3,000 EUR; the owner is selling the studio.",
         intake_owner=principal,
     )
-    GroundingDocument.objects.create(tenant=tenant, agent=vera, title="Opening hours", text=shared.HOURS)
+    GroundingDocument.objects.create(tenant=tenant, agent=vera, title="Opening hours", text=studio.HOURS)
     GroundingDocument.objects.create(
         tenant=tenant, agent=agent, title="Tomas", text=f"{MARK}-tomas-grounding"
     )
@@ -171,19 +170,7 @@ def test_offline_request_to_send_elsewhere_reaches_only_the_owner(
 def chat_vera(vera: Agent) -> Iterator[tuple[Agent, ChatServer]]:
     """``vera`` on a loopback chat model that obeys: by default it repeats everything it was sent."""
     with ChatServer(responder=lambda body: text(json.dumps(body["messages"]))) as chat:
-        ModelEndpoint.objects.create(
-            tenant=vera.tenant,
-            name="obedient",
-            base_url=chat.url,
-            upstream_model="obedient-1",
-            input_price=Decimal(1),
-            output_price=Decimal(1),
-            timeout=5,
-            attempts=1,
-        )
-        vera.model = "obedient"
-        vera.save()
-        yield vera, chat
+        yield on_chat_model(vera, chat, name="obedient", input_price=1, output_price=1), chat
 
 
 def sent_to_model(chat: ChatServer) -> str:
@@ -200,7 +187,7 @@ def test_an_obedient_model_has_nothing_to_leak(
     for words in attacks(trap):
         returned = exchange(endpoint, words)
         assert MARK not in returned, words
-        assert shared.HOURS in returned  # the model did repeat what it was given: the grounding
+        assert studio.HOURS in returned  # the model did repeat what it was given: the grounding
 
     assert len(chat.requests) == len(attacks(trap))
     assert MARK not in sent_to_model(chat)

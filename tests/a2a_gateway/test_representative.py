@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
@@ -11,93 +10,19 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import ClientConfig, ClientFactory
-from a2a.helpers import get_artifact_text, get_message_text, new_data_part, new_text_message
+from a2a.helpers import get_artifact_text, new_data_part
 from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
 from a2a.utils.errors import InvalidParamsError
-from django.contrib.auth.models import AbstractUser
 
 from a2a_gateway import representative
-from a2a_gateway.executor import REPLY_ARTIFACT_ID
 from a2a_gateway.models import A2ATask, GroundingDocument, IntakeRequest
-from agents.models import Agent, ModelEndpoint
+from agents.models import Agent
 from negotiations.models import Negotiation
-from parley.models import Tenant
 from tests.a2a_gateway.conftest import Endpoint, endpoint_of, proposal, run, user_message
 from tests.a2a_gateway.servers import InProcessGateway
+from tests.a2a_gateway.studio import HOURS, LANGUAGES, PRICES, answer_of, question, quoted, reply_of
 from tests.chat_server import ChatServer, hang, status, text
 from tests.conftest import LiveStack, wait_until
-
-HOURS = "We are open Monday to Friday, 9:00 to 17:00. On public holidays the studio is closed."
-PRICES = "A logo costs 1,200 EUR; a full brand identity costs 4,500 EUR."
-LANGUAGES = "We work in English and Portuguese."
-
-
-@pytest.fixture
-def vera(tenant: Tenant, principal: AbstractUser) -> Agent:
-    """A studio's agent with two grounding documents, Tomas as its intake owner, a private prompt."""
-    agent = Agent.objects.create(
-        tenant=tenant,
-        slug="vera",
-        name="Vera Studio",
-        system_prompt="Private: never quote below 1,000 EUR.",
-        intake_owner=principal,
-    )
-    GroundingDocument.objects.create(tenant=tenant, agent=agent, title="Opening hours", text=HOURS)
-    GroundingDocument.objects.create(
-        tenant=tenant, agent=agent, title="Services and prices", text=f"{PRICES}\n\n{LANGUAGES}"
-    )
-    return agent
-
-
-@pytest.fixture
-def chat() -> Iterator[ChatServer]:
-    with ChatServer() as server:
-        yield server
-
-
-@pytest.fixture
-def chat_vera(vera: Agent, chat: ChatServer) -> Agent:
-    """``vera`` on the loopback chat model: 2 per million input tokens, 8 per million output tokens."""
-    ModelEndpoint.objects.create(
-        tenant=vera.tenant,
-        name="house-model",
-        base_url=chat.url,
-        upstream_model="house-1",
-        input_price=Decimal(2),
-        output_price=Decimal(8),
-        timeout=5,
-        attempts=1,
-    )
-    vera.model = "house-model"
-    vera.save()
-    return vera
-
-
-def quoted(title: str, passage: str) -> str:
-    """The offline answer quoting one passage."""
-    return f'Here is what Vera Studio\'s documents say:\n\nFrom "{title}":\n> {passage}'
-
-
-def question(words: str, *, context_id: str | None = None) -> Message:
-    """A visitor's 1.0 text message."""
-    return new_text_message(words, role=Role.ROLE_USER, context_id=context_id)
-
-
-def answer_of(task: Any) -> str:
-    """The reply's text, checking the task is completed and the reply both its last history entry
-    and its reply artifact."""
-    assert task.status.state == TaskState.TASK_STATE_COMPLETED
-    return reply_of(task)
-
-
-def reply_of(task: Any) -> str:
-    """The reply's text, checking it is both the last history entry and the reply artifact."""
-    last = task.history[-1]
-    assert last.role == Role.ROLE_AGENT
-    assert [(a.artifact_id, a.name) for a in task.artifacts] == [(REPLY_ARTIFACT_ID, "reply")]
-    assert get_artifact_text(task.artifacts[0]) == get_message_text(last)
-    return get_message_text(last)
-
 
 # --- Offline: retrieval --------------------------------------------------------------------------
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -13,8 +12,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agents import services
-from agents.models import Agent, ModelEndpoint, Run, Tool
+from agents.models import Agent, Run, Tool
 from tests.chat_server import ChatServer
+from tests.conftest import on_chat_model
 from tests.loopback import LoopbackServer
 
 LOOKUP_SCHEMA = {
@@ -41,12 +41,6 @@ class HostServer(LoopbackServer):
 
 
 @pytest.fixture
-def chat() -> Iterator[ChatServer]:
-    with ChatServer() as server:
-        yield server
-
-
-@pytest.fixture
 def host() -> Iterator[HostServer]:
     with HostServer() as server:
         yield server
@@ -55,19 +49,7 @@ def host() -> Iterator[HostServer]:
 @pytest.fixture
 def llm_agent(agent: Agent, chat: ChatServer) -> Agent:
     """Tomas's agent on the loopback model: 2 per million input tokens, 8 per million output tokens."""
-    ModelEndpoint.objects.create(
-        tenant=agent.tenant,
-        name="house-model",
-        base_url=chat.url,
-        upstream_model="house-1",
-        input_price=Decimal(2),
-        output_price=Decimal(8),
-        timeout=5,
-        attempts=2,
-    )
-    agent.model = "house-model"
-    agent.save()
-    return agent
+    return on_chat_model(agent, chat, attempts=2)
 
 
 @pytest.fixture

@@ -124,7 +124,7 @@ def test_a_fallback_model_takes_over_and_is_recorded(
     assert Message.objects.get(run=run, role=Message.Role.ASSISTANT).model == "backup"
     fallback = Event.objects.get(kind="run.fallback")
     assert (fallback.payload["from"], fallback.payload["to"]) == ("house-model", "backup")
-    assert [r.body["model"] for r in chat.requests] == ["house-1", "house-1", "backup-1"]
+    assert [r.body["model"] for r in chat.requests] == ["house-model-1", "house-model-1", "backup-1"]
 
 
 @pytest.mark.django_db
