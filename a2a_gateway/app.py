@@ -34,9 +34,12 @@ from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_ro
 from a2a.types import (
     CancelTaskRequest,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     Task,
+    TaskState,
 )
 from a2a.types import Message as A2AMessage
+from a2a.utils.errors import InvalidParamsError
 from a2a.utils.task import apply_history_length
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -66,6 +69,10 @@ from agents.models import Agent
 
 _AGENT_PATH = re.compile(r"^/a2a/(?P<tenant>[^/]+)/(?P<agent>[^/]+)(?:/.*)?$")
 JSONRPC_INVALID_REQUEST = -32600
+# States in which a task waits for its caller to send again.
+PARKED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+# Deeper than any A2A message needs; protobuf's own parser stops at 100 too.
+MAX_NESTING = 100
 _CREDENTIAL_HEADERS = frozenset({b"authorization", API_KEY_HEADER.lower().encode()})
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # \uD800 to \uDFFF, any case
 # The 0.3 methods a message comes by; the Index wire's refusals apply to both.
@@ -141,6 +148,11 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
             context=context, params=params, task_id=task_id, context_id=context_id, task=task
         )
         if params is not None:
+            # The SDK checks an inline push URL only after this builder; checked first, a refused
+            # message counts no turn of its conversation.
+            push = params.configuration.task_push_notification_config
+            if push.url and not await url_allowed(push.url):
+                raise InvalidParamsError(message="Invalid push notification URL")
             try:
                 await caps.turn_admit(context, built.context_id or "")
             except Refused as refusal:
@@ -164,6 +176,21 @@ class GatewayHandler(DefaultRequestHandler):
         if task is not None:
             await cancel_negotiation(call_agent(context), task)
         return task
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        """The SDK's subscription, except to a task parked on its caller (input- or auth-required).
+
+        Such a task changes only when its caller sends again, which can be days away:
+        the subscription gives the Task and ends rather than hold an idle stream open.
+        """
+        stored = await self.task_store.get(params.id, context)
+        if isinstance(stored, Task) and stored.status.state in PARKED:
+            yield stored
+            return
+        async for event in super().on_subscribe_to_task(params, context):
+            yield event
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
@@ -243,6 +270,10 @@ class ResolveAgent:
                 limit = settings.A2A_MAX_BODY_BYTES
                 await _rpc_error(413, f"The request body is larger than {limit} bytes.")(scope, receive, send)
                 return
+            if _too_deep(body):
+                nested = f"The body nests deeper than {MAX_NESTING} levels."
+                await _rpc_error(400, nested)(scope, receive, send)
+                return
             if _lone_surrogate(body):
                 await _rpc_error(400, "A string in the body holds an unpaired UTF-16 surrogate.")(
                     scope, receive, send
@@ -253,6 +284,35 @@ class ResolveAgent:
             await self.app(scope, receive, _answering_refusals(state, scope, receive, send))
         finally:
             await caps.slot_release_unclaimed(state)
+
+
+def _too_deep(body: bytes) -> bool:
+    """Whether ``body`` nests arrays or objects deeper than :data:`MAX_NESTING` (strings aside).
+
+    Parsed by the SDK, such a body hits Python's recursion limit and is answered
+    as an internal error in the interpreter's words. Most bodies hold too few
+    brackets to be scanned at all.
+    """
+    if body.count(b"[") + body.count(b"{") <= MAX_NESTING:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > MAX_NESTING:
+                return True
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return False
 
 
 def _lone_surrogate(body: bytes) -> bool:

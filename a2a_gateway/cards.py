@@ -226,7 +226,8 @@ def with_overrides(card: AgentCard, agent: Agent) -> AgentCard:
     not JSON of the right shape, names a field AgentCard does not have (the
     v0.3 fields ``url``, ``preferredTransport``, ``protocolVersion`` and
     ``security`` are derived from the 1.0 ones), sets ``signatures`` or the
-    security schemes (they follow ``inbound_auth``), nests
+    security schemes (they follow ``inbound_auth``), changes the interfaces or
+    the party extension, nests
     deeper than :data:`MAX_OVERRIDE_DEPTH`, or leaves a required field empty.
     """
     if agent.card_skills:
@@ -249,7 +250,14 @@ def with_overrides(card: AgentCard, agent: Agent) -> AgentCard:
             # The edge enforces inbound_auth: a card declaring anything else would misdirect callers.
             raise ValidationError({"card_fields": "The security schemes follow the inbound auth setting."})
         _check_depth("card_fields", agent.card_fields)
+        derived = card
         card = _parse("card_fields", _merge(MessageToDict(card), agent.card_fields), AgentCard())
+        # Where the agent answers and whom it acts for are the platform's to say, as the
+        # signatures are: an override could send counterparties' moves elsewhere, or claim a party.
+        if list(card.supported_interfaces) != list(derived.supported_interfaces):
+            raise ValidationError({"card_fields": "The interfaces follow the agent's URL and host name."})
+        if _party(card) != _party(derived):
+            raise ValidationError({"card_fields": "The party extension follows the agent's party id."})
     try:
         validate_proto_required_fields(card)
     except InvalidParamsError as exc:
@@ -260,6 +268,10 @@ def with_overrides(card: AgentCard, agent: Agent) -> AgentCard:
         field = "card_fields" if agent.card_fields else "card_skills"
         raise ValidationError({field: f"The card needs these fields: {missing}."}) from exc
     return card
+
+
+def _party(card: AgentCard) -> list[AgentExtension]:
+    return [e for e in card.capabilities.extensions if e.uri == PARTY_EXTENSION]
 
 
 def check_overrides(agent: Agent) -> None:

@@ -50,22 +50,37 @@ logger = logging.getLogger(__name__)
 # Seconds to resolve a push URL's host, and to deliver one notification.
 RESOLVE_TIMEOUT = 5.0
 DELIVERY_TIMEOUT = 10.0
+# Push configs one caller may set on one task.
+MAX_CONFIGS_PER_TASK = 5
 
 
 class PushURLRefused(Exception):
     """A push URL no notification goes to; the message says why (it names the host, never the URL)."""
 
 
+# IPv6 prefixes whose addresses carry an IPv4 address in their last 32 bits: NAT64 (RFC 6052)
+# and IPv4-compatible addresses (RFC 4291 §2.5.5.1). 6to4 (2002::/16) carries it in bits 16-48
+# and has ``sixtofour``.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_V4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
 def _public(address: str) -> bool:
-    """Whether ``address`` is global unicast; an IPv4-mapped IPv6 address is judged by its IPv4 address.
+    """Whether ``address`` is global unicast. An IPv6 address that carries an IPv4 address
+    (IPv4-mapped, NAT64, IPv4-compatible, 6to4) is judged by that IPv4 address: through a
+    NAT64 gateway ``64:ff9b::a9fe:a9fe`` reaches 169.254.169.254.
 
     ``is_global`` is false for private, loopback, link-local, shared (100.64.0.0/10),
     reserved and unspecified addresses.
     """
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    mapped = getattr(ip, "ipv4_mapped", None)
-    if mapped is not None:
-        ip = mapped
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        elif ip.sixtofour is not None:
+            ip = ip.sixtofour
+        elif ip in _NAT64 or (ip in _V4_COMPATIBLE and int(ip) > 1):
+            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return ip.is_global and not ip.is_multicast
 
 
@@ -195,7 +210,8 @@ class DjangoPushConfigStore(PushNotificationConfigStore):
     async def set_info(
         self, task_id: str, notification_config: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        """Store the config; -32602 for an id that cannot be stored or a NUL anywhere in it."""
+        """Store the config; -32602 for an id that cannot be stored, a NUL anywhere in it, or a
+        task that already has :data:`MAX_CONFIGS_PER_TASK` others."""
         config = normalize_push_notification_config(task_id, notification_config)
         if problem := id_problem(config.id):
             raise InvalidParamsError(message=f"pushNotificationConfig.id {problem}")
@@ -204,6 +220,12 @@ class DjangoPushConfigStore(PushNotificationConfigStore):
         if where := nul_path(data, "pushNotificationConfig"):
             raise InvalidParamsError(message=f"{where} must not contain a NUL character")
         agent = call_agent(context)
+        others = _configs(context).filter(task_id=task_id).exclude(config_id=config.id)
+        if await others.acount() >= MAX_CONFIGS_PER_TASK:
+            # Every event goes to every config: unbounded, one message would be a flood for any host.
+            raise InvalidParamsError(
+                message=f"A task takes at most {MAX_CONFIGS_PER_TASK} push notification configs; delete one."
+            )
         # The filter scopes the lookup; what a new row gets is the kwargs and defaults alone.
         await _configs(context).aupdate_or_create(
             owner=owner_of(context),

@@ -12,6 +12,7 @@ from datetime import UTC
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskStore
 from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
+from a2a.utils.errors import InvalidParamsError
 from a2a.utils.task import decode_page_token, encode_page_token
 from django.db.models import QuerySet
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -21,6 +22,8 @@ from agents.models import Agent
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
+# Beyond any real listing, within what an OFFSET holds.
+MAX_PAGE_START = 2**31
 
 
 def call_agent(context: ServerCallContext) -> Agent:
@@ -87,6 +90,8 @@ class DjangoTaskStore(TaskStore):
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         rows = _tasks(context)
         if params.context_id:
+            if id_problem(params.context_id):
+                return ListTasksResponse(page_size=0)  # no context has such an id
             rows = rows.filter(context_id=params.context_id)
         if params.status:
             rows = rows.filter(state=TaskState.Name(params.status))
@@ -94,7 +99,7 @@ class DjangoTaskStore(TaskStore):
             rows = rows.filter(status_timestamp__gte=params.status_timestamp_after.ToDatetime(tzinfo=UTC))
         total = await rows.acount()
         size = min(params.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        start = int(decode_page_token(params.page_token)) if params.page_token else 0
+        start = _page_start(params.page_token)
         page = [
             ParseDict(r.data, Task(), ignore_unknown_fields=True) async for r in rows[start : start + size]
         ]
@@ -103,6 +108,23 @@ class DjangoTaskStore(TaskStore):
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         await _tasks(context).filter(task_id=task_id).adelete()
+
+
+def _page_start(token: str) -> int:
+    """Where the page ``token`` (one :meth:`DjangoTaskStore.list` issued) starts; 0 for none.
+
+    Raises InvalidParamsError (-32602) for a token no listing issued: tokens
+    come from strangers.
+    """
+    if not token:
+        return 0
+    try:
+        start = int(decode_page_token(token))
+    except ValueError as exc:
+        raise InvalidParamsError(message="pageToken is not one this endpoint issued") from exc
+    if not 0 <= start <= MAX_PAGE_START:
+        raise InvalidParamsError(message="pageToken is not one this endpoint issued")
+    return start
 
 
 def _tasks(context: ServerCallContext) -> QuerySet[A2ATask]:

@@ -179,7 +179,7 @@ def test_overrides_are_served(seller_endpoint: Endpoint, seller: Agent) -> None:
         (
             "card_fields",
             {"supportedInterfaces": [{"url": "https://x.example"}]},
-            "supportedInterfaces[0].protocolBinding, supportedInterfaces[0].protocolVersion.",
+            "The interfaces follow the agent's URL and host name.",
         ),
         ("card_fields", {"url": "https://elsewhere.example"}, 'has no field named "url"'),
         ("card_fields", {"signatures": []}, "Signatures are made by the platform, not set."),
