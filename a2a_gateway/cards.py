@@ -49,7 +49,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.message import Message as ProtobufMessage
 from google.protobuf.struct_pb2 import Struct
 
-from a2a_gateway import signing
+from a2a_gateway import representative, signing
 from agents import tools
 from agents.models import Agent
 
@@ -181,7 +181,8 @@ def party_extension(agent: Agent) -> AgentExtension:
 
 
 def derived_skills(agent: Agent) -> list[AgentSkill]:
-    """``negotiate``, then (with ``publish_tools``) the agent's own tools by name, in offer order.
+    """``negotiate``; ``ask`` when the agent answers visitors (:func:`a2a_gateway.representative.face_on`);
+    then (with ``publish_tools``) the agent's own tools by name, in offer order.
 
     The platform's default tools (``ask_user``, ``negotiate``, ``answer``) are
     the agent's dealings with its own party and the negotiate skill itself,
@@ -199,6 +200,20 @@ def derived_skills(agent: Agent) -> list[AgentSkill]:
             output_modes=["application/json"],
         )
     ]
+    if representative.face_on(agent):
+        skills.append(
+            AgentSkill(
+                id="ask",
+                name=f"Ask about {agent.name}",
+                description=(
+                    f"Answers questions about {agent.name} from its published documents, in plain text. "
+                    'Start a message with "Request:" to leave a request for its team.'
+                ),
+                tags=["questions"],
+                input_modes=["text/plain"],
+                output_modes=["text/plain"],
+            )
+        )
     if agent.publish_tools:
         skills += [
             AgentSkill(id=name, name=name, description=tool.spec.description or name, tags=["tool"])

@@ -208,9 +208,14 @@ def takes(*, agent: Agent, message: Message, task_id: str | None) -> bool:
         return True
     if has_data or not get_message_text(message).strip():
         return False
+    return face_on(agent)
+
+
+def face_on(agent: Agent) -> bool:
+    """Whether ``agent`` answers visitors: it has a grounding document or an intake owner."""
     return (
-        GroundingDocument.objects.for_tenant(agent.tenant_id).filter(agent=agent).exists()
-        or agent.intake_owner_id is not None
+        agent.intake_owner_id is not None
+        or GroundingDocument.objects.for_tenant(agent.tenant_id).filter(agent=agent).exists()
     )
 
 

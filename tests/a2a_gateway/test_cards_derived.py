@@ -219,3 +219,15 @@ def test_an_invalid_stored_override_is_left_out_of_the_served_card(
 
     assert card.name == "Idris Haddad"
     assert [s.id for s in card.skills] == ["negotiate"]
+
+
+@pytest.mark.django_db
+def test_an_agent_that_answers_visitors_says_so_on_its_card(vera: Agent, agent: Agent) -> None:
+    """The ``ask`` skill is there when the representative face is on (grounding or an intake
+    owner), and only then."""
+    [negotiate, ask] = agent_card(vera).skills
+
+    assert (negotiate.id, ask.id, ask.name) == ("negotiate", "ask", "Ask about Vera Studio")
+    assert 'Start a message with "Request:"' in ask.description
+    assert (list(ask.input_modes), list(ask.output_modes)) == (["text/plain"], ["text/plain"])
+    assert [s.id for s in agent_card(agent).skills] == ["negotiate"]
