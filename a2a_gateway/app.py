@@ -55,6 +55,7 @@ from a2a_gateway.auth import API_KEY_HEADER, Unauthenticated, authenticate
 from a2a_gateway.cards import capability_card, card_document
 from a2a_gateway.executor import (
     FINISHED,
+    FOR_VISITOR,
     NegotiationExecutor,
     Refused,
     admit,
@@ -138,7 +139,9 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
                 # the task's queue dispatcher pending (logged on collection).
                 raise finished(stored.id, stored.status.state, wire_0_3=wire_0_3)
             if params is not None:
-                await admit(call_agent(context), params.message, task_id, wire_0_3=wire_0_3)
+                context.state[FOR_VISITOR] = await admit(
+                    call_agent(context), params.message, task_id, wire_0_3=wire_0_3
+                )
         except Refused as refusal:
             refuse(context, refusal)
             raise

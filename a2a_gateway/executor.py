@@ -78,6 +78,8 @@ TRY_AGAIN = str(Agent._meta.get_field("try_again_text").default)
 # Where admission (a2a_gateway.caps.turn_admit) leaves, in the call context's state, the release
 # of the concurrency slot the turn holds: whoever pops it gives the slot back.
 TURN_RELEASE = "turn_release"
+# Where the gateway leaves admit's verdict, in the call context's state: the message is a visitor's.
+FOR_VISITOR = "for_visitor"
 _STATES = {
     "input-required": TaskState.TASK_STATE_INPUT_REQUIRED,
     "completed": TaskState.TASK_STATE_COMPLETED,
@@ -129,13 +131,17 @@ def finished(task_id: str, state: int, *, wire_0_3: bool) -> A2AError:
     )
 
 
-async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3: bool = False) -> None:
-    """Refuse ``message`` (to the task ``task_id``, None if new) if ``agent`` cannot take it.
+async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3: bool = False) -> bool:
+    """Refuse ``message`` (to the task ``task_id``, None if new) if ``agent`` cannot take it;
+    return whether it is a visitor's (for the representative face) rather than a move.
 
     The move's rules are :func:`negotiations.services.inbound_check`'s, checked
     without writing; the rest are what the task's rows can hold. The SDK has
     already looked ``task_id`` up, so it names a stored task. ``wire_0_3``: the
-    message came as 0.3 ``message/send``.
+    message came as 0.3 ``message/send`` or ``message/stream``. The gateway
+    leaves the verdict in the call context's state under :data:`FOR_VISITOR`,
+    where :class:`NegotiationExecutor` reads it: decided once, it cannot change
+    between admission and the turn.
 
     Raises:
         InvalidParamsError: (-32602) "message.role must be user"; the contextId cannot be
@@ -164,11 +170,13 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
     incoming = MessageToDict(message)
     async with _refusals(agent, task_id, wire_0_3=wire_0_3):
         # No move: a visitor's message, for the representative face (its rule: representative.takes).
-        if not await sync_to_async(representative.takes)(agent=agent, message=message, task_id=task_id):
+        for_visitor = await sync_to_async(representative.takes)(agent=agent, message=message, task_id=task_id)
+        if not for_visitor:
             await sync_to_async(services.inbound_check)(agent=agent, task_id=task_id or "", incoming=incoming)
     # The whole message is stored (the turn's raw JSON, the Task), and jsonb holds no NUL.
     if where := nul_path(incoming, "message"):
         raise InvalidParamsError(message=f"{where} must not contain a NUL character")
+    return for_visitor
 
 
 @asynccontextmanager
@@ -221,9 +229,8 @@ async def _answer(agent: Agent, context: RequestContext, event_queue: EventQueue
     """Let ``agent``'s negotiator answer the message and emit the reply and final state."""
     if context.message is None or not context.task_id or not context.context_id:
         raise InvalidParamsError(message="The request carries no message.")
-    # The representative face: a visitor's message without a move (the rule admit applied).
-    task_id = context.task_id if context.current_task is not None else None
-    if await sync_to_async(representative.takes)(agent=agent, message=context.message, task_id=task_id):
+    # The representative face: a visitor's message without a move, as admit found it.
+    if context.call_context.state.get(FOR_VISITOR):
         await _answer_visitor(
             agent, context, event_queue, message=context.message, ids=(context.task_id, context.context_id)
         )

@@ -161,8 +161,6 @@ def _create_run(*, agent: Agent, intent: Intent, task: str, status: str, **field
     )
     if status == Run.Status.QUEUED:
         _begin(run)
-    if run.deadline is not None:
-        _enqueue_expiry(run)
     _publish_run(run)
     return run
 
@@ -818,6 +816,24 @@ def run_cancel(*, run: Run, user: User | None) -> Run:
     return locked
 
 
+def runs_expire_due() -> int:
+    """End every run whose deadline has passed and that has not ended; how many were due.
+
+    The periodic sweep (Celery beat, ``CELERY_BEAT_SCHEDULE``) that ends runs
+    waiting on the party, a tool or their queue: a stepping run meets its
+    deadline at its next step anyway. It reads across tenants, as the one
+    system task that must; each run is ended within its own tenant.
+    """
+    due = list(
+        Run.objects.filter(deadline__lte=timezone.now())
+        .exclude(status__in=ENDED)
+        .values_list("pk", "tenant_id")
+    )
+    for run_id, tenant_id in due:
+        run_expire(run_id=run_id, tenant_id=tenant_id)
+    return len(due)
+
+
 def run_expire(*, run_id: Any, tenant_id: int) -> None:
     """End a run whose deadline passed while it waited (on the party, a tool, or its queue)."""
     with transaction.atomic():
@@ -1023,14 +1039,6 @@ def _enqueue_step(run: Run) -> None:
 
     run_id, tenant_id = str(run.pk), run.tenant_id
     transaction.on_commit(lambda: run_step_task.delay(run_id, tenant_id))
-
-
-def _enqueue_expiry(run: Run) -> None:
-    from agents.tasks import run_expire as run_expire_task
-
-    run_id, tenant_id, eta = str(run.pk), run.tenant_id, run.deadline
-    assert eta is not None
-    transaction.on_commit(lambda: run_expire_task.apply_async((run_id, tenant_id), eta=eta))
 
 
 def _enqueue_delegate_return(run: Run) -> None:

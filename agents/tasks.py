@@ -18,19 +18,20 @@ def run_step(run_id: str, tenant_id: int) -> None:
     services.run_step(run_id=run_id, tenant_id=tenant_id)
 
 
-@shared_task(queue=TaskQueue.AGENT.value)
-def run_expire(run_id: str, tenant_id: int) -> None:
-    """End a run whose deadline passed (see :func:`agents.services.run_expire`)."""
-    services.run_expire(run_id=run_id, tenant_id=tenant_id)
+@shared_task(queue=TaskQueue.AGENT.value, soft_time_limit=50, time_limit=55)
+def runs_expire_due() -> None:
+    """End the runs whose deadline passed (see :func:`agents.services.runs_expire_due`); beat sends it
+    every minute, so it must finish within one."""
+    services.runs_expire_due()
 
 
-@shared_task(queue=TaskQueue.AGENT.value)
+@shared_task(queue=TaskQueue.AGENT.value, soft_time_limit=300, time_limit=330)
 def approved_tool_run(question_id: str, tenant_id: int) -> None:
     """Run an approved tool call (see :func:`agents.services.approved_tool_run`)."""
     services.approved_tool_run(question_id=question_id, tenant_id=tenant_id)
 
 
-@shared_task(queue=TaskQueue.AGENT.value)
+@shared_task(queue=TaskQueue.AGENT.value, soft_time_limit=60, time_limit=90)
 def delegate_return(run_id: str, tenant_id: int) -> None:
     """Give an ended delegate run's result to its caller (see :func:`agents.services.delegate_return`)."""
     services.delegate_return(run_id=run_id, tenant_id=tenant_id)

@@ -10,7 +10,7 @@ import os
 import threading
 import warnings
 
-from celery import Celery
+from celery import Celery, beat
 from celery.exceptions import SecurityWarning
 from celery.signals import worker_init, worker_process_shutdown
 from kombu import Queue
@@ -53,7 +53,7 @@ _embedded_started = False
 
 
 def start_embedded_worker() -> None:
-    """Start a thread-pool worker inside this process, once.
+    """Start a thread-pool worker, and beat for the periodic tasks, inside this process, once.
 
     Only meaningful on the in-memory broker: a worker in another process could
     not see it. Raises ``RuntimeError`` when the broker is anything else.
@@ -67,6 +67,9 @@ def start_embedded_worker() -> None:
         if _embedded_started:
             return
         threading.Thread(target=_run_embedded_worker, name="parley-embedded-worker", daemon=True).start()
+        # Beat in a thread of this process, with its schedule in memory: a beat process could
+        # not reach the in-memory broker.
+        beat.EmbeddedService(app, thread=True, scheduler_cls="celery.beat:Scheduler").start()
         _embedded_started = True
 
 

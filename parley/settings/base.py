@@ -122,6 +122,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": 1,
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Periodic tasks; `celery -A parley beat` sends them (the embedded default runs beat in-process).
+CELERY_BEAT_SCHEDULE = {
+    "expire-runs": {"task": "agents.tasks.runs_expire_due", "schedule": 60.0},
+}
 # Threads in the embedded worker: one agent step plus a negotiation per target at once.
 PARLEY_EMBEDDED_WORKER_THREADS = env.int("PARLEY_EMBEDDED_WORKER_THREADS", default=8)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-import time
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -259,14 +258,12 @@ def test_check_refuses_what_it_cannot_apply(guardrails: list[Guardrail], stage: 
         "a@" + "b-" * 100_000,
     ],
 )
-def test_detectors_stay_linear_on_hostile_text(text: str) -> None:
-    guardrails = [_guard("email"), _guard("phone")]
+def test_detectors_finish_on_hostile_text(text: str) -> None:
+    """Quadratic backtracking on 200,000 characters would take minutes: this suite would hang here.
+    What is checked is the answer: none of these holds an address or a phone number."""
+    guardrails = [_guard("email", action="redact"), _guard("phone", action="redact")]
 
-    started = time.perf_counter()
-    check(guardrails, stage="input", text=text)
-
-    # Quadratic backtracking on 200,000 characters takes minutes; linear takes milliseconds.
-    assert time.perf_counter() - started < 2
+    assert check(guardrails, stage="input", text=text) == text
 
 
 def test_validate_accepts_a_good_list() -> None:

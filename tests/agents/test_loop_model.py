@@ -325,12 +325,12 @@ def test_a_deadline_ends_a_run_waiting_on_the_party(agent: Agent, intent: Intent
     )
     run = step(run)
     assert run.status == Run.Status.NEEDS_INPUT
-    services.run_expire(run_id=run.pk, tenant_id=run.tenant_id)
+    assert services.runs_expire_due() == 0
     run.refresh_from_db()
     assert run.status == Run.Status.NEEDS_INPUT  # not yet due
 
     Run.objects.filter(pk=run.pk).update(deadline=timezone.now() - timedelta(seconds=1))
-    services.run_expire(run_id=run.pk, tenant_id=run.tenant_id)
+    assert services.runs_expire_due() == 1
 
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED
