@@ -69,7 +69,8 @@ def start_embedded_worker() -> None:
         threading.Thread(target=_run_embedded_worker, name="parley-embedded-worker", daemon=True).start()
         # Beat in a thread of this process, with its schedule in memory: a beat process could
         # not reach the in-memory broker.
-        beat.EmbeddedService(app, thread=True, scheduler_cls="celery.beat:Scheduler").start()
+        service = beat.EmbeddedService(app, thread=True, scheduler_cls="celery.beat:Scheduler")
+        service.start()  # type: ignore[union-attr]  # thread=True returns the threaded service
         _embedded_started = True
 
 
