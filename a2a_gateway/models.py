@@ -15,8 +15,8 @@ ID_LENGTH = 200
 class A2ATask(TenantOwnedModel):
     """One A2A Task as a2a-sdk sees it, stored as its protobuf JSON.
 
-    ``owner`` is the partition the SDK's owner resolver names; another owner
-    asking for the task is told it does not exist.
+    ``owner`` is the caller's partition (:func:`a2a_gateway.store.owner_of`);
+    another owner asking for the task is told it does not exist.
     """
 
     task_id = models.CharField(max_length=ID_LENGTH, primary_key=True)

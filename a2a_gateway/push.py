@@ -170,7 +170,9 @@ class PushSender(BasePushNotificationSender):
 
     def __init__(self, config_store: PushNotificationConfigStore) -> None:
         self._http = httpx.AsyncClient(transport=PublicOnlyTransport(), timeout=DELIVERY_TIMEOUT)
-        super().__init__(self._http, config_store, push_url_validator=url_allowed)
+        # No push_url_validator: the transport vets the address as it connects, and vetting twice
+        # would resolve every push URL twice.
+        super().__init__(self._http, config_store)
         self._last: dict[str, asyncio.Task[None]] = {}
 
     async def send_notification(self, task_id: str, event: PushNotificationEvent) -> None:

@@ -18,7 +18,7 @@ import math
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
@@ -318,8 +318,7 @@ class FallbackChain:
                 if position + 1 < len(self.models) and options.on_fallback:
                     options.on_fallback(name, self.models[position + 1][0], exc.reason)
                 continue
-            # The offline model does not name itself.
-            return reply if reply.model else replace(reply, model=name)
+            return reply
         raise ModelError("; then ".join(spent))
 
 

@@ -336,7 +336,12 @@ class Run(TenantOwnedModel):
         FAILED = "failed"
         CANCELLED = "cancelled"
 
-    ACTIVE = (Status.QUEUED, Status.RUNNING, Status.NEEDS_INPUT, Status.WAITING)
+    # A run takes steps only while stepping; awaiting, it waits on the party or on a tool; once
+    # ended, it takes no step, answer or tool result again. Active: not ended, nor pending.
+    STEPPING = (Status.QUEUED, Status.RUNNING)
+    AWAITING = (Status.NEEDS_INPUT, Status.WAITING)
+    ACTIVE = (*STEPPING, *AWAITING)
+    ENDED = (Status.DONE, Status.MAX_STEPS, Status.FAILED, Status.CANCELLED)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="runs")

@@ -52,7 +52,7 @@ class OfflineModel:
                     ids = [i for i, _ in waiting]
                     return self._call(messages, "answer", {"ids": ids, "guidance": answer})
                 if _URL.search(answer) and "negotiate" in available:
-                    return self._negotiate(messages, answer, objective=_first_task(messages))
+                    return self._negotiate(messages, answer, objective=_last_task(messages))
                 return self._say(NO_COUNTERPARTIES)
             waiting = _waiting(last["content"] or "")
             if waiting and "ask_user" in available:
@@ -81,7 +81,7 @@ def _tool_name(messages: list[ChatMessage], tool_call_id: str) -> str:
     return ""
 
 
-def _first_task(messages: list[ChatMessage]) -> str:
+def _last_task(messages: list[ChatMessage]) -> str:
     """The party's last task: the objective of negotiations opened later in the run."""
     for message in reversed(messages):
         if message["role"] == "user":

@@ -39,10 +39,6 @@ from parley.models import Membership
 
 logger = logging.getLogger(__name__)
 
-# Runs ending in these never take a step, an answer or a tool result again.
-ENDED = (Run.Status.DONE, Run.Status.MAX_STEPS, Run.Status.FAILED, Run.Status.CANCELLED)
-# A run takes steps only in these; the others wait on the party or on a tool.
-STEPPING = (Run.Status.QUEUED, Run.Status.RUNNING)
 # How deep agents may call agents as tools, so a cycle of delegation cannot run away.
 MAX_DELEGATION_DEPTH = 4
 # Seconds between two looks at the run's status while its model call is in flight.
@@ -229,7 +225,7 @@ def run_step(*, run_id: Any, tenant_id: int) -> None:
     the run's and tenant's ids.
     """
     run = Run.objects.for_tenant(tenant_id).select_related("agent", "intent").filter(pk=run_id).first()
-    if run is None or run.status not in STEPPING:
+    if run is None or run.status not in Run.STEPPING:
         return
     with (
         telemetry.log_context(run_id=str(run.pk), tenant_id=tenant_id),
@@ -385,7 +381,7 @@ def _stopped_check(run: Run) -> Callable[[], bool]:
         if not stopped and time.monotonic() - looked_at >= CANCEL_POLL_SECONDS:
             looked_at = time.monotonic()
             status = Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).values_list("status", flat=True)
-            stopped = status.first() not in STEPPING
+            stopped = status.first() not in Run.STEPPING
         return stopped
 
     return stopped_now
@@ -435,7 +431,7 @@ def _apply_step(
             .select_related("agent", "intent")
             .get(pk=run_id)
         )
-        if run.step_count != seen_steps or run.status not in STEPPING:
+        if run.step_count != seen_steps or run.status not in Run.STEPPING:
             return  # another worker applied this step, or the run was stopped meanwhile
         run.step_count += 1
         run.input_tokens += reply.input_tokens
@@ -471,7 +467,7 @@ def _apply_step(
             ]
         )
         _publish_run(run)
-        if run.status in ENDED:
+        if run.status in Run.ENDED:
             _ended(run)
 
 
@@ -624,7 +620,7 @@ def tool_call_complete(*, run: Run, tool_call_id: str, result: str) -> None:
     """
     with transaction.atomic():
         run = Run.objects.for_tenant(run.tenant_id).select_for_update().get(pk=run.pk)
-        if run.status not in (Run.Status.WAITING, Run.Status.NEEDS_INPUT):
+        if run.status not in Run.AWAITING:
             return
         call = _pending_calls(run).get(tool_call_id)
         if call is None:
@@ -742,7 +738,7 @@ def approved_tool_run(*, question_id: Any, tenant_id: int) -> None:
 
 def _waits_on(run: Run, call_id: str) -> bool:
     """Whether the run still waits for the result of call ``call_id``."""
-    return run.status in (Run.Status.WAITING, Run.Status.NEEDS_INPUT) and call_id in _pending_calls(run)
+    return run.status in Run.AWAITING and call_id in _pending_calls(run)
 
 
 def _record_approved(run: Run, call_id: str, name: str, outcome: tools.Outcome) -> None:
@@ -753,11 +749,18 @@ def _record_approved(run: Run, call_id: str, name: str, outcome: tools.Outcome) 
         tool_call_complete(run=run, tool_call_id=call_id, result=outcome.text)
 
 
-def _check_may_answer(question: Question, user: User) -> None:
-    membership = Membership.objects.filter(user=user, tenant_id=question.tenant_id).first()
-    agent = Agent.objects.for_tenant(question.tenant_id).get(runs__questions=question)
+def _require_may_act(user: User, agent_id: Any, tenant_id: int, *, doing: str) -> None:
+    """Raise :class:`NotAllowed` unless ``user`` may act for the agent (see
+    :func:`agents.selectors.can_answer_for`); ``doing`` ends the message ("answer its questions")."""
+    membership = Membership.objects.filter(user=user, tenant_id=tenant_id).first()
+    agent = Agent.objects.for_tenant(tenant_id).get(pk=agent_id)
     if membership is None or not selectors.can_answer_for(membership=membership, agent=agent):
-        raise NotAllowed("Only the agent's party, an owner or an operator can answer its questions.")
+        raise NotAllowed(f"Only the agent's party, an owner or an operator can {doing}.")
+
+
+def _check_may_answer(question: Question, user: User) -> None:
+    run = Run.objects.for_tenant(question.tenant_id).only("agent_id").get(pk=question.run_id)
+    _require_may_act(user, run.agent_id, question.tenant_id, doing="answer its questions")
 
 
 def _lock_open(question: Question, kind: str) -> Question:
@@ -773,7 +776,7 @@ def _lock_open(question: Question, kind: str) -> Question:
         raise RunError(f"This is a {question.kind}; {other}.")
     if not question.is_open:
         raise QuestionAlreadyAnswered(f"This {question.kind} was already {_decided(question.kind)}.")
-    if question.run.status not in (Run.Status.NEEDS_INPUT, Run.Status.WAITING):
+    if question.run.status not in Run.AWAITING:
         raise RunError(f"The run is {question.run.status}; it no longer takes answers.")
     return question
 
@@ -803,14 +806,11 @@ def run_cancel(*, run: Run, user: User | None) -> Run:
     for the agent and :class:`RunError` for a run that already ended.
     """
     if user is not None:
-        membership = Membership.objects.filter(user=user, tenant_id=run.tenant_id).first()
-        agent = Agent.objects.for_tenant(run.tenant_id).get(pk=run.agent_id)
-        if membership is None or not selectors.can_answer_for(membership=membership, agent=agent):
-            raise NotAllowed("Only the agent's party, an owner or an operator can cancel its runs.")
+        _require_may_act(user, run.agent_id, run.tenant_id, doing="cancel its runs")
     who = f"by {user.get_username()}" if user is not None else "by the host"
     with transaction.atomic():
         locked = Run.objects.for_tenant(run.tenant_id).select_for_update().get(pk=run.pk)
-        if locked.status in ENDED:
+        if locked.status in Run.ENDED:
             raise RunError(f"The run already ended ({locked.status}).")
         _end(locked, Run.Status.CANCELLED, f"Cancelled {who}.")
     return locked
@@ -826,7 +826,7 @@ def runs_expire_due() -> int:
     """
     due = list(
         Run.objects.filter(deadline__lte=timezone.now())
-        .exclude(status__in=ENDED)
+        .exclude(status__in=Run.ENDED)
         .values_list("pk", "tenant_id")
     )
     for run_id, tenant_id in due:
@@ -838,7 +838,7 @@ def run_expire(*, run_id: Any, tenant_id: int) -> None:
     """End a run whose deadline passed while it waited (on the party, a tool, or its queue)."""
     with transaction.atomic():
         run = Run.objects.for_tenant(tenant_id).select_for_update().filter(pk=run_id).first()
-        if run is None or run.status in ENDED or run.deadline is None or timezone.now() < run.deadline:
+        if run is None or run.status in Run.ENDED or run.deadline is None or timezone.now() < run.deadline:
             return
         _end(run, Run.Status.FAILED, f"The deadline ({run.deadline:%Y-%m-%d %H:%M %Z}) passed.")
 
@@ -855,7 +855,7 @@ def _finish(run: Run, status: str, reason: str, *, spent: ModelReply | None = No
             locked.output_tokens += spent.output_tokens
             locked.cost += spent.cost
             locked.save(update_fields=["input_tokens", "output_tokens", "cost", "updated_at"])
-        if locked.status in STEPPING:
+        if locked.status in Run.STEPPING:
             _end(locked, status, reason)
 
 
@@ -909,7 +909,7 @@ def delegate_return(*, run_id: Any, tenant_id: int) -> None:
     what ended it. A caller that stopped, or has the result, drops it.
     """
     run = Run.objects.for_tenant(tenant_id).select_related("agent").filter(pk=run_id).first()
-    if run is None or run.parent_id is None or run.status not in ENDED:
+    if run is None or run.parent_id is None or run.status not in Run.ENDED:
         return
     if run.status == Run.Status.DONE:
         result = run.output

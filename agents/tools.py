@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ToolContext:
-    """Where a tool call happens: inside the run's step transaction."""
+    """Where a tool call happens: the run and the model's id for the call. A built-in tool runs
+    inside the step's transaction; a host operation before it, in a thread of its own."""
 
     run: Run
     tool_call_id: str
@@ -117,8 +118,8 @@ def tools_for(agent: Agent) -> dict[str, Tool]:
     """The tools a run of ``agent`` offers the model, by name, in a stable order.
 
     The agent's own tools replace the defaults; a built-in row brings a default
-    back. A built-in row whose name is not registered is left out (logged at
-    the admin's validation instead).
+    back. A built-in row whose name is not registered is left out (``Tool.clean``
+    refuses to save one).
     """
     # Only the agent's tenant's tools, whatever a careless admin linked.
     rows = list(agent.tools.filter(tenant_id=agent.tenant_id).select_related("target_agent"))

@@ -49,7 +49,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def live_event(self, message: dict[str, Any]) -> None:
         if self.closing:
             return  # events already queued for this socket when it was closed
-        if await database_sync_to_async(self._tenant_ids_now)() != self.tenant_ids:
+        # Membership is re-read on every stored event; transient ones (a model's text, chunk by
+        # chunk) come too often to cost two queries each, and the next stored event closes the socket.
+        if message["event"] not in live.TRANSIENT_EVENTS and (
+            await database_sync_to_async(self._tenant_ids_now)() != self.tenant_ids
+        ):
             self.closing = True
             await self.close(code=CLOSE_STALE)
             return

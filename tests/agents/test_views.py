@@ -33,6 +33,7 @@ def waiting_question(agent: Agent, intent: Intent, text: str = QUESTION) -> Ques
         step=1,
         role=Message.Role.ASSISTANT,
         tool_calls=[{"id": "call-1", "name": "ask_user", "arguments": '{"question": "limit?"}'}],
+        model="offline",
     )
     return Question.objects.create(tenant=agent.tenant, run=run, tool_call_id="call-1", question=text)
 
