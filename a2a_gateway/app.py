@@ -47,13 +47,14 @@ from django.conf import settings
 from django.core.validators import slug_re
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from a2a_gateway import caps, cors
 from a2a_gateway.auth import API_KEY_HEADER, Unauthenticated, authenticate
 from a2a_gateway.cards import capability_card, card_document
+from a2a_gateway.errors import rpc_error
 from a2a_gateway.executor import (
     FINISHED,
     FOR_VISITOR,
@@ -70,7 +71,6 @@ from a2a_gateway.store import DjangoTaskStore, call_agent
 from agents.models import Agent
 
 _AGENT_PATH = re.compile(r"^/a2a/(?P<tenant>[^/]+)/(?P<agent>[^/]+)(?:/.*)?$")
-JSONRPC_INVALID_REQUEST = -32600
 # States in which a task waits for its caller to send again.
 PARKED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
 # Deeper than any A2A message needs; protobuf's own parser stops at 100 too.
@@ -97,12 +97,13 @@ class AgentContextBuilder(DefaultServerCallContextBuilder):
 
 def refuse(context: ServerCallContext, refusal: Refused) -> None:
     """Leave ``refusal`` for the edge: its status, and its code in a JSON-RPC error with the request's id."""
-    body = {
-        "jsonrpc": "2.0",
-        "id": context.state.get("request_id"),
-        "error": {"code": refusal.code, "message": refusal.message},
-    }
-    context.state["edge"]["refusal"] = JSONResponse(body, status_code=refusal.status, headers=refusal.headers)
+    context.state["edge"]["refusal"] = rpc_error(
+        refusal.status,
+        refusal.message,
+        code=refusal.code,
+        request_id=context.state.get("request_id"),
+        headers=refusal.headers,
+    )
 
 
 class InboundContextBuilder(SimpleRequestContextBuilder):
@@ -217,15 +218,6 @@ class GatewayHandler(DefaultRequestHandler):
             yield event
 
 
-def _rpc_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {
-        "jsonrpc": "2.0",
-        "id": None,
-        "error": {"code": JSONRPC_INVALID_REQUEST, "message": message},
-    }
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
 class ResolveAgent:
     """ASGI middleware: find the agent named by the path (404 if none) and bound the body size.
 
@@ -256,7 +248,7 @@ class ResolveAgent:
             where = (
                 f"agent {match['agent']!r} in tenant {match['tenant']!r}" if match else "agent at this path"
             )
-            await _rpc_error(404, f"There is no {where}.")(scope, receive, send)
+            await rpc_error(404, f"There is no {where}.")(scope, receive, send)
             return
         state = scope.setdefault("state", {})
         state["agent"] = agent
@@ -272,14 +264,14 @@ class ResolveAgent:
             body = await _read_body(receive, settings.A2A_MAX_BODY_BYTES)
             if body is None:
                 limit = settings.A2A_MAX_BODY_BYTES
-                await _rpc_error(413, f"The request body is larger than {limit} bytes.")(scope, receive, send)
+                await rpc_error(413, f"The request body is larger than {limit} bytes.")(scope, receive, send)
                 return
             if _too_deep(body):
                 nested = f"The body nests deeper than {MAX_NESTING} levels."
-                await _rpc_error(400, nested)(scope, receive, send)
+                await rpc_error(400, nested)(scope, receive, send)
                 return
             if _lone_surrogate(body):
-                await _rpc_error(400, "A string in the body holds an unpaired UTF-16 surrogate.")(
+                await rpc_error(400, "A string in the body holds an unpaired UTF-16 surrogate.")(
                     scope, receive, send
                 )
                 return
@@ -417,7 +409,7 @@ async def card_endpoint(request: Request) -> Response:
 
 async def rpc_needs_post(request: Request) -> Response:
     """Any method but POST on the JSON-RPC URL: 405, as a JSON-RPC error a client can read."""
-    return _rpc_error(405, "Use POST for JSON-RPC.", headers={"Allow": "POST"})
+    return rpc_error(405, "Use POST for JSON-RPC.", headers={"Allow": "POST"})
 
 
 def build_app(executor: AgentExecutor | None = None) -> ASGIApp:

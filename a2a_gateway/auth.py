@@ -52,14 +52,13 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import Scope
 
+from a2a_gateway.errors import rpc_error
 from a2a_gateway.models import InboundKey
 from agents.models import Agent
 
 API_KEY_HEADER = "X-API-Key"
 BEARER = "bearer"
 HASH_SCHEME = "hmac-sha256"
-# The JSON-RPC code of the edge's transport-level refusals (404, 405, 413 and these).
-INVALID_REQUEST = -32600
 HTTP_UNAUTHORIZED = 401
 HTTP_BAD_REQUEST = 400
 PREFIX_BYTES = 6
@@ -109,9 +108,8 @@ class Unauthenticated(Exception):
 
     def response(self) -> JSONResponse:
         """The answer: the JSON-RPC error (id null: the body is not read) and the challenge."""
-        body = {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": self.message}}
         headers = {"WWW-Authenticate": self.challenge} if self.challenge else None
-        return JSONResponse(body, status_code=self.status, headers=headers)
+        return rpc_error(self.status, self.message, headers=headers)
 
 
 def inbound_key_create(*, agent: Agent, name: str) -> tuple[InboundKey, str]:

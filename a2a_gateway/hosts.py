@@ -35,9 +35,9 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import DomainNameValidator
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from a2a_gateway.errors import rpc_error
 from a2a_gateway.signing import JWKS_PATH
 from agents.models import Agent
 
@@ -102,12 +102,9 @@ class AgentHosts:
             return
         suffix = _SUFFIXES.get(scope["path"])
         if suffix is None:
-            body = {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {"code": -32600, "message": f"Nothing is served at {scope['path']!r} on this host."},
-            }
-            await JSONResponse(body, status_code=404)(scope, receive, send)
+            await rpc_error(404, f"Nothing is served at {scope['path']!r} on this host.")(
+                scope, receive, send
+            )
             return
         tenant, agent = hosted
         path = f"/a2a/{tenant}/{agent}{suffix}"

@@ -19,6 +19,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a_gateway.models import ID_LENGTH, A2ATask
 from agents.models import Agent
+from negotiations.wire import storage_problem
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
@@ -37,11 +38,7 @@ def call_agent(context: ServerCallContext) -> Agent:
 def id_problem(value: str) -> str | None:
     """Why ``value`` cannot be a stored task or context id ("must be at most 200 characters",
     "must not contain a NUL character", which Postgres refuses), or None if it can."""
-    if "\x00" in value:
-        return "must not contain a NUL character"
-    if len(value) > ID_LENGTH:
-        return f"must be at most {ID_LENGTH} characters"
-    return None
+    return storage_problem(value, ID_LENGTH)
 
 
 def owner_of(context: ServerCallContext) -> str:

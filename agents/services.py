@@ -79,7 +79,8 @@ def intent_create(*, agent: Agent, statement: str) -> Intent:
 def run_start(
     *,
     agent: Agent,
-    intent: Intent,
+    intent: Intent | None = None,
+    statement: str = "",
     task: str,
     output_schema: dict[str, Any] | None = None,
     max_tokens: int | None = None,
@@ -87,6 +88,9 @@ def run_start(
     deadline: datetime | None = None,
 ) -> Run:
     """Start a run of ``agent`` on ``intent`` with the party's ``task`` as the user message.
+
+    Without ``intent``, on a new intent of ``statement`` (:func:`intent_create`),
+    written only if the run starts.
 
     Optional limits: ``output_schema`` (a JSON Schema the final answer must
     meet; it is then parsed into ``Run.output_data``), ``max_tokens`` (input +
@@ -96,15 +100,17 @@ def run_start(
     While another run of the thread is active, the new run is refused
     (:class:`RunBusy`) or, when ``agent.on_busy`` is ``queue``, created
     ``pending`` and started when the active one ends: two runs never
-    interleave one history. Raises :class:`RunError` when the task is empty,
-    the intent belongs to another agent, or a limit is not usable.
+    interleave one history. Raises :class:`RunError` when the task (or the new
+    intent) is empty, the intent belongs to another agent, or a limit is not usable.
     """
     if not task.strip():
         raise RunError("The task is empty.")
-    if intent.agent_id != agent.pk or intent.tenant_id != agent.tenant_id:
+    if intent is not None and (intent.agent_id != agent.pk or intent.tenant_id != agent.tenant_id):
         raise RunError("That intent belongs to another agent.")
     _check_limits(output_schema=output_schema, max_tokens=max_tokens, max_cost=max_cost, deadline=deadline)
     with transaction.atomic():
+        if intent is None:
+            intent = intent_create(agent=agent, statement=statement)
         Intent.objects.for_tenant(agent.tenant_id).select_for_update().get(pk=intent.pk)
         active = Run.objects.for_tenant(agent.tenant_id).filter(intent=intent, status__in=Run.ACTIVE).first()
         if active is not None and agent.on_busy != Agent.OnBusy.QUEUE:
@@ -198,9 +204,7 @@ def run_delegate(
     task = arguments["task"] if isinstance(arguments.get("task"), str) else json.dumps(arguments)
     if not task.strip():
         raise tools.ToolError(f"{tool.name} needs a non-empty 'task'.")
-    intent = Intent.objects.create(
-        tenant_id=parent.tenant_id, agent=target, statement=f"Asked by {parent.agent.name}: {task}"
-    )
+    intent = intent_create(agent=target, statement=f"Asked by {parent.agent.name}: {task}")
     _create_run(
         agent=target,
         intent=intent,

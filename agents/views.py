@@ -8,7 +8,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
@@ -220,32 +219,23 @@ class RunStartView(AgentDetailView):
         form = RunStartForm(request.POST, agent=agent)
         if form.is_valid():
             try:
-                run = self.start(agent, form.cleaned_data)
+                data = form.cleaned_data
+                run = services.run_start(
+                    agent=agent,
+                    intent=data["intent"],
+                    statement=data["statement"],
+                    task=data["task"],
+                    output_schema=data["output_schema"],
+                    max_tokens=data["max_tokens"],
+                    max_cost=data["max_cost"],
+                    deadline=data["deadline"],
+                )
             except services.RunError as exc:
                 messages.error(request, str(exc))
             else:
                 messages.success(request, "Run started.")
                 return redirect("agents:run", tenant=tenant, pk=run.pk)
         return self.render_to_response(self.get_context_data(form=form))
-
-    @staticmethod
-    def start(agent: Agent, data: dict[str, Any]) -> Run:
-        """Start the run the form describes, on a new intent when none was chosen.
-
-        One transaction: a run refused after its new intent was written leaves no intent behind.
-        Raises :class:`agents.services.RunError` (and :class:`~agents.services.RunBusy`).
-        """
-        with transaction.atomic():
-            intent = data["intent"] or services.intent_create(agent=agent, statement=data["statement"])
-            return services.run_start(
-                agent=agent,
-                intent=intent,
-                task=data["task"],
-                output_schema=data["output_schema"],
-                max_tokens=data["max_tokens"],
-                max_cost=data["max_cost"],
-                deadline=data["deadline"],
-            )
 
 
 class SystemMessagePreviewView(TenantMixin, DetailView):

@@ -120,12 +120,20 @@ def nul_path(value: object, where: str) -> str | None:
     return None
 
 
-def _storable(where: str, value: str, limit: int | None = None) -> str:
-    """``value``, if Postgres can store it (no NUL) and it is at most ``limit`` characters."""
-    if nul_path(value, where):
-        raise MoveError(f"{where} must not contain a NUL character")
+def storage_problem(value: str, limit: int | None = None) -> str | None:
+    """Why Postgres cannot store ``value`` in a column of ``limit`` characters ("must not contain a
+    NUL character", "must be at most <limit> characters"), or None if it can."""
+    if "\x00" in value:
+        return "must not contain a NUL character"
     if limit is not None and len(value) > limit:
-        raise MoveError(f"{where} must be at most {limit} characters")
+        return f"must be at most {limit} characters"
+    return None
+
+
+def _storable(where: str, value: str, limit: int | None = None) -> str:
+    """``value``, if Postgres can store it; else :class:`MoveError` naming ``where``."""
+    if problem := storage_problem(value, limit):
+        raise MoveError(f"{where} {problem}")
     return value
 
 
