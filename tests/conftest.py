@@ -25,6 +25,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
+from django.test import Client
 
 from agents.models import Agent, Intent, ModelEndpoint
 from parley import devstack, live
@@ -119,6 +120,13 @@ def make_user(username: str) -> AbstractUser:
 @pytest.fixture
 def tenant(db: None) -> Tenant:
     return Tenant.objects.create(slug="acme", name="Acme Robotics")
+
+
+@pytest.fixture
+def logged_in(client: Client, principal: AbstractUser) -> Client:
+    """A test client logged in as the party, Tomas."""
+    client.force_login(principal)
+    return client
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from django.db.models import Count
 from agents.models import Agent
 from negotiations.models import Negotiation
 from tests.a2a_gateway.conftest import Endpoint, move, proposal
-from tests.a2a_gateway.test_caps import GatedHook, call, message, task_of, tune
+from tests.a2a_gateway.rpc import call, message, task_of, tune
+from tests.a2a_gateway.servers import HeldHook
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,7 +46,7 @@ def reply_text(task: dict[str, Any]) -> str:
 def test_a_turn_that_outlasts_the_timeout_is_answered_try_again(
     seller_endpoint: Endpoint, seller: Agent, configured: str, answer: str
 ) -> None:
-    with GatedHook() as hook:
+    with HeldHook() as hook:
         tune(seller, turn_timeout=1.0, evaluation_url=hook.url, try_again_text=configured)
 
         task = task_of(call(seller_endpoint.url, "SendMessage", message(proposal(800))))
@@ -62,11 +63,11 @@ def test_a_turn_that_outlasts_the_timeout_is_answered_try_again(
 
 
 def test_the_counterparty_tries_again_on_the_same_task(seller_endpoint: Endpoint, seller: Agent) -> None:
-    with GatedHook() as hook:
+    with HeldHook() as hook:
         tune(seller, turn_timeout=1.0, evaluation_url=hook.url)
         task = task_of(call(seller_endpoint.url, "SendMessage", message(proposal(800))))
         assert reply_text(task) == DEFAULT_TRY_AGAIN
-        hook.open()
+        hook.release.set()
         # The late turn ends on its own (the hook answers both of its moves).
         wait_until(lambda: hook.answered == 2, what="the late turn to end")
         tune(seller, turn_timeout=30.0)
@@ -83,7 +84,7 @@ def test_the_counterparty_tries_again_on_the_same_task(seller_endpoint: Endpoint
 
 
 def test_the_0_3_wire_gets_the_same_answer(seller_endpoint: Endpoint, seller: Agent) -> None:
-    with GatedHook() as hook:
+    with HeldHook() as hook:
         tune(seller, turn_timeout=1.0, evaluation_url=hook.url)
         sent = {
             "message": {

@@ -22,16 +22,8 @@ from a2a_gateway.models import A2ATask, InboundKey
 from agents.models import Agent
 from parley.models import Tenant
 from tests.a2a_gateway.conftest import TIMEOUT, Endpoint, counts, proposal, user_message
-from tests.a2a_gateway.test_caps import (
-    call,
-    endpoint_on,
-    inbound_contexts,
-    message,
-    refusal,
-    task_of,
-    tune,
-    web_process,
-)
+from tests.a2a_gateway.rpc import call, endpoint_on, inbound_contexts, message, refusal, task_of, tune
+from tests.a2a_gateway.servers import web_process
 from tests.conftest import LiveStack
 
 pytestmark = pytest.mark.django_db(transaction=True)

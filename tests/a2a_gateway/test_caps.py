@@ -1,41 +1,29 @@
 """The caps on an agent's public endpoint, through the live stack: each refusal, its message, no write.
 
-Also home to what the gateway's auth and answer-contract tests share: raw
-JSON-RPC calls from a chosen loopback address with chosen headers
-(:func:`call`), a second web process of the gateway (:func:`web_process`), and
-an evaluation hook that holds a turn until the test lets it go
-(:class:`GatedHook`), which makes a turn slow for real without a clock.
-"""
+A turn is made slow for real, without a clock, by an evaluation hook that holds it
+(:class:`tests.a2a_gateway.servers.HeldHook`)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
 
 import httpx
 import pytest
 from django.conf import settings
 from django.utils import timezone
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from a2a_gateway.caps import BUSY, Counters, MemoryCounters, RedisCounters, month_start
-from a2a_gateway.models import InboundContext
 from agents.models import Agent, Intent, Run
-from parley import devstack
-from tests.a2a_gateway.conftest import TIMEOUT, Endpoint, counts, move, proposal
-from tests.conftest import LiveStack, free_port, wait_until
-from tests.loopback import LoopbackServer
+from tests.a2a_gateway.conftest import Endpoint, counts, move, proposal
+from tests.a2a_gateway.rpc import call, endpoint_on, inbound_contexts, message, refusal, task_of, tune
+from tests.a2a_gateway.servers import HeldHook, web_process
+from tests.conftest import LiveStack, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,83 +35,6 @@ SHORT_WINDOW = 2
 TRUSTED_HEADER = "X-Real-IP"
 
 
-# --- Shared helpers -------------------------------------------------------------------------
-
-
-def call(
-    url: str,
-    method: str,
-    params: Any,
-    *,
-    headers: dict[str, str] | None = None,
-    address: str = "127.0.0.1",
-    version: str | None = "1.0",
-) -> httpx.Response:
-    """POST one JSON-RPC request to ``url`` from the loopback ``address`` (127.0.0.2 is another
-    caller), with ``headers`` and the A2A-Version header ``version`` (None: not sent)."""
-    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-    sent = {**({"A2A-Version": version} if version else {}), **(headers or {})}
-
-    async def post() -> httpx.Response:
-        transport = httpx.AsyncHTTPTransport(local_address=address)
-        async with httpx.AsyncClient(transport=transport, timeout=TIMEOUT) as http:
-            return await http.post(url, json=body, headers=sent)
-
-    return asyncio.run(post())
-
-
-def message(data: dict[str, Any], *, task: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``SendMessage`` params: a 1.0 user message with one data part, on ``task`` (JSON) when given."""
-    sent: dict[str, Any] = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": data}]}
-    if task is not None:
-        sent.update(taskId=task["id"], contextId=task["contextId"])
-    return {"message": sent}
-
-
-def task_of(response: httpx.Response) -> dict[str, Any]:
-    """The Task a ``SendMessage`` answered with, after checking it was an answer."""
-    assert response.status_code == 200, response.text
-    body = response.json()
-    assert "error" not in body, body
-    return dict(body["result"]["task"])
-
-
-def refusal(response: httpx.Response, *, status: int, code: int) -> str:
-    """The message of the JSON-RPC error ``response`` carries, after checking its status and code."""
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["jsonrpc"] == "2.0"
-    assert "result" not in body
-    assert body["error"]["code"] == code, body
-    return str(body["error"]["message"])
-
-
-@contextmanager
-def web_process(live_stack: LiveStack, **env: str) -> Iterator[str]:
-    """Another uvicorn process serving the app on the live stack's database and Redis, with ``env``
-    on top of its environment; yields its origin."""
-    port = free_port()
-    origin = f"http://127.0.0.1:{port}"
-    log = (devstack.ROOT / ".pytest_cache" / f"live-web-{port}.log").open("w")
-    process = devstack.start_web(port, {**live_stack.env, **env}, log)
-
-    def up() -> bool:
-        if process.poll() is not None:
-            pytest.fail(f"the second web process exited; see {log.name}")
-        try:
-            return httpx.get(f"{origin}/login/", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(up, timeout=30, what="the second web process")
-        yield origin
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
-
-
 @pytest.fixture(scope="module")
 def other_web(live_stack: LiveStack) -> Iterator[str]:
     """A second web process: a rate window of :data:`SHORT_WINDOW` s, :data:`TRUSTED_HEADER` trusted."""
@@ -133,52 +44,6 @@ def other_web(live_stack: LiveStack) -> Iterator[str]:
         A2A_TRUSTED_PROXY_HEADERS=TRUSTED_HEADER,
     ) as origin:
         yield origin
-
-
-def endpoint_on(origin: str, agent: Agent) -> str:
-    return f"{origin}/a2a/{agent.tenant.slug}/{agent.slug}"
-
-
-class GatedHook(LoopbackServer):
-    """An evaluation hook on loopback that holds every request until :meth:`open` (or a minute):
-    a turn that runs while the test looks at it. ``arrived`` is set by the first request."""
-
-    what = "the gated evaluation hook"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.url = f"{self.origin}/hook"
-        self.arrived = threading.Event()
-        self.gate = threading.Event()
-        self.answered = 0
-        self.listen(Starlette(routes=[Route("/hook", self.hook, methods=["POST"])]))
-
-    async def hook(self, request: Request) -> JSONResponse:
-        await request.body()
-        self.arrived.set()
-        await asyncio.to_thread(self.gate.wait, 60)
-        self.answered += 1
-        return JSONResponse({"artifact": {"by": "the gated hook"}})
-
-    def open(self) -> None:
-        self.gate.set()
-
-    def __exit__(self, *exc: object) -> None:
-        self.gate.set()
-        super().__exit__(*exc)
-
-
-def tune(agent: Agent, **fields: Any) -> Agent:
-    """Set ``fields`` on ``agent`` and save them: the edge reads the agent afresh on every call."""
-    for name, value in fields.items():
-        setattr(agent, name, value)
-    agent.save(update_fields=[*fields, "updated_at"])
-    return agent
-
-
-def inbound_contexts(agent: Agent) -> dict[str, int]:
-    """The agent's remembered conversations: contextId → messages counted."""
-    return dict(InboundContext.objects.filter(agent=agent).values_list("context_id", "turns"))
 
 
 # --- max_input_chars ------------------------------------------------------------------------
@@ -350,10 +215,10 @@ def test_contexts_beyond_max_contexts_forget_the_least_recently_used(
 def test_a_busy_agent_says_try_again_on_every_web_process(
     seller_endpoint: Endpoint, seller: Agent, other_web: str
 ) -> None:
-    with GatedHook() as hook, ThreadPoolExecutor(1) as pool:
+    with HeldHook() as hook, ThreadPoolExecutor(1) as pool:
         tune(seller, max_concurrency=1, evaluation_url=hook.url)
         first = pool.submit(call, seller_endpoint.url, "SendMessage", message(proposal(800)))
-        wait_until(hook.arrived.is_set, what="the first turn to reach its hook")
+        wait_until(hook.entered.is_set, what="the first turn to reach its hook")
         before = counts()
 
         here = call(seller_endpoint.url, "SendMessage", message(proposal(810)))
@@ -363,7 +228,7 @@ def test_a_busy_agent_says_try_again_on_every_web_process(
             assert refusal(response, status=503, code=TRY_AGAIN) == BUSY
             assert response.headers["Retry-After"] == "2"
         assert counts() == before
-        hook.open()
+        hook.release.set()
         assert task_of(first.result())["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
 
     # The turn gave its slot back as it ended.

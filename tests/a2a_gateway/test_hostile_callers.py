@@ -26,7 +26,7 @@ from a2a_gateway.models import InboundContext, PushConfig
 from a2a_gateway.push import MAX_CONFIGS_PER_TASK, PushURLRefused, vetted_address
 from agents.models import Agent
 from tests.a2a_gateway.conftest import Endpoint, proposal
-from tests.a2a_gateway.test_caps import call, message, task_of
+from tests.a2a_gateway.rpc import call, message, task_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

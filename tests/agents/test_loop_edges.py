@@ -19,6 +19,7 @@ from django.utils import timezone
 from agents import services
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from tests.agents.conftest import step
+from tests.agents.pages import start_url
 from tests.chat_server import ChatServer, text, tool_calls
 from tests.conftest import Listener
 
@@ -321,16 +322,6 @@ def test_a_run_on_models_priced_in_different_currencies_fails_without_calling_th
 
 
 # Dashboard input.
-
-
-@pytest.fixture
-def logged_in(client: Client, principal: AbstractUser) -> Client:
-    client.force_login(principal)
-    return client
-
-
-def start_url(agent: Agent) -> str:
-    return reverse("agents:run-start", kwargs={"tenant": agent.tenant.slug, "pk": agent.pk})
 
 
 @pytest.mark.django_db

@@ -17,20 +17,10 @@ from agents import services
 from agents.instructions import system_message
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from parley.models import Event, Membership, Tenant
-from tests.agents.test_views import member, run_url, waiting_question
+from tests.agents.pages import member, run_url, start_url, waiting_question
 
 TASK = "Find me a fractional CFO for two days a week."
 ARGUMENTS = {"task": "Draw a logo in blue.", "deadline": "2025-07-01"}
-
-
-@pytest.fixture
-def logged_in(client: Client, principal: AbstractUser) -> Client:
-    client.force_login(principal)
-    return client
-
-
-def start_url(agent: Agent, tenant: Tenant | None = None) -> str:
-    return reverse("agents:run-start", kwargs={"tenant": (tenant or agent.tenant).slug, "pk": agent.pk})
 
 
 def cancel_url(run: Run, tenant: Tenant | None = None) -> str:

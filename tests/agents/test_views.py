@@ -11,40 +11,14 @@ from django.urls import reverse
 
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from parley.models import Membership, Tenant
-from tests.conftest import make_user
+from tests.agents.pages import QUESTION, member, run_url, waiting_question
 
-QUESTION = "What is your limit on amount (EUR per day): the most you will pay, or the least you will take?"
 ANSWER = "Up to €1,100 a day."
-
-
-def waiting_question(agent: Agent, intent: Intent, text: str = QUESTION) -> Question:
-    """A run suspended on its ``ask_user`` call, as the loop leaves it, and the question it asked."""
-    run = Run.objects.create(
-        tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.NEEDS_INPUT, step_count=1
-    )
-    Message.objects.create(
-        tenant=agent.tenant, intent=intent, run=run, seq=1, role=Message.Role.USER, content="Find me a CFO."
-    )
-    Message.objects.create(
-        tenant=agent.tenant,
-        intent=intent,
-        run=run,
-        seq=2,
-        step=1,
-        role=Message.Role.ASSISTANT,
-        tool_calls=[{"id": "call-1", "name": "ask_user", "arguments": '{"question": "limit?"}'}],
-        model="offline",
-    )
-    return Question.objects.create(tenant=agent.tenant, run=run, tool_call_id="call-1", question=text)
 
 
 def answer_url(question: Question, tenant: Tenant | None = None) -> str:
     slug = (tenant or question.tenant).slug
     return reverse("agents:question-answer", kwargs={"tenant": slug, "pk": question.pk})
-
-
-def run_url(run: Run, tenant: Tenant | None = None) -> str:
-    return reverse("agents:run", kwargs={"tenant": (tenant or run.tenant).slug, "pk": run.pk})
 
 
 def assert_unchanged(question: Question) -> None:
@@ -66,18 +40,6 @@ def foreign_question(seller: Agent) -> Question:
     """An open question of another tenant's agent."""
     intent = Intent.objects.create(tenant=seller.tenant, agent=seller, statement="Take on CFO clients.")
     return waiting_question(seller, intent, text="What is my floor?")
-
-
-@pytest.fixture
-def logged_in(client: Client, principal: AbstractUser) -> Client:
-    client.force_login(principal)
-    return client
-
-
-def member(tenant: Tenant, username: str, role: str) -> AbstractUser:
-    user = make_user(username)
-    Membership.objects.create(user=user, tenant=tenant, role=role)
-    return user
 
 
 class TestInbox:

@@ -9,40 +9,21 @@ the model's text as it streams, and the stored step that replaces it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import AbstractUser
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from agents import services
 from agents.models import Agent, Intent, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES, NO_COUNTERPARTIES
 from parley import live
 from tests.conftest import PASSWORD, LiveStack
-from tests.e2e.test_browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    WAIT,
-    not_reloaded,
-    off_loop,
-    publish_run_updated,
-    wait_finished,
-    wait_live,
-)
+from tests.e2e.conftest import WAIT, not_reloaded, off_loop, publish_run_updated, wait_finished, wait_live
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
 TASK = "Find me a fractional CFO for two days a week."
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    """Chromium for one test (function-scoped for the reason given in ``tests/e2e/test_browser.py``)."""
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def push_delta(run: Run, step: int, text: str) -> None:

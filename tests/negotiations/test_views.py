@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import AbstractUser
 from django.test import Client
 from django.urls import reverse
 
@@ -55,12 +54,6 @@ def negotiation(agent: Agent, name: str, *, outcome: str | None = None) -> Negot
             ended_by=Turn.Side.OURS,
         )
     return n
-
-
-@pytest.fixture
-def logged_in(client: Client, principal: AbstractUser) -> Client:
-    client.force_login(principal)
-    return client
 
 
 @pytest.fixture
