@@ -6,6 +6,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
@@ -17,19 +18,23 @@ class TenantMixin(LoginRequiredMixin):
     """Resolves ``self.tenant`` and ``self.membership`` from the ``tenant`` URL slug.
 
     A tenant the user is not a member of answers 404, exactly like one that
-    does not exist. A view that sets ``fragment_template_name`` renders only
+    does not exist. A view that sets ``allowed_roles`` answers 403 to a member
+    in any other role (empty: every member). A view that sets ``fragment_template_name`` renders only
     that template (its live regions) when asked with ``?fragment=1``: that is
     what ``static/parley/live.js`` fetches when an event arrives.
     """
 
     tenant: Tenant
     membership: Membership
+    allowed_roles: frozenset[str] = frozenset()
     fragment_template_name = ""
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         if request.user.is_authenticated:
             self.membership = membership_for(user=request.user, tenant_slug=kwargs["tenant"])
             self.tenant = self.membership.tenant
+            if self.allowed_roles and self.membership.role not in self.allowed_roles:
+                raise PermissionDenied("Your role in this tenant does not give access to this page.")
         return super().dispatch(request, *args, **kwargs)
 
     def get_template_names(self) -> list[str]:
