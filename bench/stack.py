@@ -1,4 +1,5 @@
-"""What the benchmarks share: a fresh Postgres database for the production shape, waiting, ports."""
+"""What the benchmarks share: a fresh Postgres database for the production shape, waiting, ports, stopping
+processes, percentiles."""
 
 from __future__ import annotations
 
@@ -45,3 +46,29 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_for_workers(count: int) -> None:
+    """Wait until ``count`` workers answer a ping, so none joins in the middle of a measurement."""
+    from parley.celery import app
+
+    wait(lambda: len(app.control.ping(timeout=0.5) or []) >= count, timeout=60)
+
+
+def stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    """Ask every worker to finish (a warm shutdown), then kill any that does not within 20 s."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def percentile(values: list[float], percent: float) -> float:
+    """The nearest-rank percentile of ``values``."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * percent // 100))
+    return ordered[int(rank) - 1]

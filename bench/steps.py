@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from stack import DATABASE_URL, fresh_database, wait
+from stack import DATABASE_URL, fresh_database, percentile, stop, wait, wait_for_workers
 
 REDIS_URL = "redis://127.0.0.1:6379/8"
 ALONE_RUNS = 3
@@ -55,7 +55,7 @@ class Measured:
 
     def line(self, label: str) -> str:
         median = statistics.median(self.latencies) * 1000
-        p95 = _percentile(self.latencies, 95) * 1000
+        p95 = percentile(self.latencies, 95) * 1000
         rate = self.steps / self.wall
         return f"  {label:<22} median {median:7.1f} ms   p95 {p95:7.1f} ms   {rate:6.1f} steps/s"
 
@@ -158,7 +158,7 @@ def _configuration(env: dict[str, str], agent: Any, *, workers: int, steps: int,
         for i in range(workers)
     ]
     try:
-        _wait_for_workers(workers)
+        wait_for_workers(workers)
         _measure(agent, steps, max(2, workers))  # warm-up: imports, first connections
         alone = [_measure(agent, steps, 1) for _ in range(ALONE_RUNS)]
         print(
@@ -170,7 +170,7 @@ def _configuration(env: dict[str, str], agent: Any, *, workers: int, steps: int,
         )
         print(_measure(agent, steps, runs).line(f"{runs} runs at once"))
     finally:
-        _stop(processes)
+        stop(processes)
 
 
 def _measure(agent: Any, steps: int, runs: int) -> Measured:
@@ -213,32 +213,6 @@ def _measure(agent: Any, steps: int, runs: int) -> Measured:
             previous = stamp
         ended.append(stamps[-1])
     return Measured(latencies=latencies, steps=runs * steps, wall=(max(ended) - started).total_seconds())
-
-
-def _wait_for_workers(count: int) -> None:
-    """Wait until ``count`` workers answer a ping, so none joins in the middle of a measurement."""
-    from parley.celery import app
-
-    wait(lambda: len(app.control.ping(timeout=0.5) or []) >= count, timeout=60)
-
-
-def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
-    """Ask every worker to finish (a warm shutdown), then kill any that does not within 20 s."""
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _percentile(values: list[float], percent: float) -> float:
-    """The nearest-rank percentile of ``values``."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * percent // 100))
-    return ordered[int(rank) - 1]
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
 from parley.models import Event
@@ -78,6 +80,9 @@ def push_transient(*, event: str, tenant_id: int, payload: dict[str, Any]) -> No
 
 
 _server_loop: asyncio.AbstractEventLoop | None = None
+_delivery: tuple[int, asyncio.AbstractEventLoop] | None = None  # (pid, loop) of the delivery thread
+_delivery_lock = threading.Lock()
+_outboxes: dict[asyncio.AbstractEventLoop, asyncio.Queue[tuple[str, dict[str, Any]]]] = {}
 
 
 def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -92,13 +97,62 @@ def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _send(group: str, message: dict[str, Any]) -> None:
+    """Hand ``message`` to ``group``: queued on a long-lived loop when there is one, else sent now.
+
+    A network layer (Redis) is sent on this process's delivery thread: a loop
+    that lives as long as the process keeps its connections, where
+    ``async_to_sync`` would open a new loop and connection per event (15 to 50
+    ms each, in the middle of a worker's step). One queue per loop sends in
+    the order events were published, so streamed text arrives in order. The
+    in-memory layer (tests, the embedded default) must be sent on its
+    consumers' loop: the server's when bound, else the caller's.
+    """
     layer = get_channel_layer()
     if layer is None:
         return
+    if _server_loop is not None and _server_loop.is_running():
+        loop: asyncio.AbstractEventLoop | None = _server_loop
+    elif isinstance(layer, InMemoryChannelLayer):
+        loop = None
+    else:
+        loop = _delivery_loop()
+    if loop is not None:
+        loop.call_soon_threadsafe(_enqueue, loop, group, message)
+        return
     try:
-        if _server_loop is not None and _server_loop.is_running():
-            asyncio.run_coroutine_threadsafe(layer.group_send(group, message), _server_loop)
-        else:
-            async_to_sync(layer.group_send)(group, message)
+        async_to_sync(layer.group_send)(group, message)
     except Exception:  # a lost push never loses state; the page re-syncs from the database
         logger.warning("live event %s to %s was not delivered", message["event"], group, exc_info=True)
+
+
+def _delivery_loop() -> asyncio.AbstractEventLoop:
+    """This process's delivery loop, started on a daemon thread at first use (and again after a fork)."""
+    global _delivery
+    with _delivery_lock:
+        if _delivery is None or _delivery[0] != os.getpid():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="live-events", daemon=True).start()
+            _delivery = (os.getpid(), loop)
+        return _delivery[1]
+
+
+def _enqueue(loop: asyncio.AbstractEventLoop, group: str, message: dict[str, Any]) -> None:
+    """On ``loop``: queue the send, starting the loop's sender at the first one."""
+    outbox = _outboxes.get(loop)
+    if outbox is None:
+        outbox = _outboxes[loop] = asyncio.Queue()
+        loop.create_task(_deliver(outbox))
+    outbox.put_nowait((group, message))
+
+
+async def _deliver(outbox: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
+    """Send what ``outbox`` holds, one message after another, for as long as its loop runs."""
+    while True:
+        group, message = await outbox.get()
+        layer = get_channel_layer()  # read each time: tests swap layers
+        if layer is None:
+            continue
+        try:
+            await layer.group_send(group, message)
+        except Exception:  # a lost push never loses state; the page re-syncs from the database
+            logger.warning("live event %s to %s was not delivered", message["event"], group, exc_info=True)
