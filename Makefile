@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/negotiate.py
 	$(BIN)/python bench/steps.py
 	$(BIN)/python bench/gateway.py
+	$(BIN)/python bench/live.py
 
 clean:
 	rm -rf $(VENV) demo.sqlite3* parley.sqlite3*
