@@ -15,15 +15,9 @@ A call without what its agent requires is answered by the gateway's edge with
 HTTP 401 and a JSON-RPC error (:class:`Unauthenticated`), before the SDK reads
 the body: nothing is written and no model runs.
 
-**Keys.** Shown once as ``<prefix>.<secret>``: the prefix (12 hex digits) is a
-public, unique key id; the secret is 256 random bits. Only
-``hmac-sha256$<hex>`` of the secret is stored, keyed by
-``settings.A2A_INBOUND_KEY_SECRET`` (default ``SECRET_KEY``; changing it
-invalidates every key). A fast keyed hash is enough where a password hash
-would be needed for guessable secrets: nobody guesses 256 random bits, and a
-leaked table alone verifies nothing without the server's key. The secret is
-compared in constant time; an unknown prefix, a wrong secret, a revoked key
-and another agent's key all get the same answer.
+**Keys.** Shown once as ``<prefix>.<secret>`` and stored as a keyed hash
+(:mod:`parley.keys`, as the REST API's keys are). An unknown prefix, a wrong
+secret, a revoked key and another agent's key all get the same answer.
 
 **Callers.** Each call gets a :class:`Caller` (as the ASGI scope's ``user``,
 from which a2a-sdk builds ``ServerCallContext.user``), and its ``user_name``
@@ -34,18 +28,12 @@ partitions the caller's tasks (:func:`a2a_gateway.store.owner_of`):
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import ipaddress
 import re
-import secrets
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 from starlette.authentication import BaseUser
 from starlette.datastructures import Headers
@@ -55,17 +43,12 @@ from starlette.types import Scope
 from a2a_gateway.errors import rpc_error
 from a2a_gateway.models import InboundKey
 from agents.models import Agent
+from parley import keys
 
 API_KEY_HEADER = "X-API-Key"
 BEARER = "bearer"
-HASH_SCHEME = "hmac-sha256"
 HTTP_UNAUTHORIZED = 401
 HTTP_BAD_REQUEST = 400
-PREFIX_BYTES = 6
-SECRET_BYTES = 32
-# last_used_at is written at most this often per key: a busy key costs one UPDATE a minute.
-LAST_USED_EVERY = timedelta(minutes=1)
-_PREFIX = re.compile(r"^[0-9a-f]{12}$")
 _BEARER = re.compile(r"^bearer[ \t]+(?P<token>\S+)[ \t]*$", re.IGNORECASE)
 
 
@@ -115,21 +98,15 @@ class Unauthenticated(Exception):
 def inbound_key_create(*, agent: Agent, name: str) -> tuple[InboundKey, str]:
     """Issue a key for ``agent`` held by ``name``; returns the row and the key as shown once,
     ``"<prefix>.<secret>"`` (the only time the secret exists outside the caller's hands)."""
-    secret = secrets.token_urlsafe(SECRET_BYTES)
-    while True:
-        prefix = secrets.token_hex(PREFIX_BYTES)
-        try:
-            with transaction.atomic():
-                key = InboundKey.objects.create(
-                    tenant_id=agent.tenant_id,
-                    agent=agent,
-                    name=name,
-                    prefix=prefix,
-                    secret_hash=secret_hash(secret),
-                )
-        except IntegrityError:
-            continue  # a prefix collision (48 random bits): draw another
-        return key, f"{prefix}.{secret}"
+    secret = keys.new_secret()
+    key = InboundKey(tenant_id=agent.tenant_id, agent=agent, name=name, secret_hash=keys.secret_hash(secret))
+
+    def insert(prefix: str) -> None:
+        key.prefix = prefix
+        key.save(force_insert=True)
+
+    keys.issue(insert)
+    return key, f"{key.prefix}.{secret}"
 
 
 def inbound_key_revoke(*, key: InboundKey) -> InboundKey:
@@ -139,12 +116,6 @@ def inbound_key_revoke(*, key: InboundKey) -> InboundKey:
     )
     key.refresh_from_db(fields=["revoked_at", "updated_at"])
     return key
-
-
-def secret_hash(secret: str) -> str:
-    """``hmac-sha256$<hex>``: the secret keyed with ``settings.A2A_INBOUND_KEY_SECRET``."""
-    digest = hmac.new(_server_key(), secret.encode(), hashlib.sha256).hexdigest()
-    return f"{HASH_SCHEME}${digest}"
 
 
 async def authenticate(agent: Agent, scope: Scope) -> Caller:
@@ -231,11 +202,7 @@ def _normalised(address: str) -> str:
 def _digest(address: str) -> str:
     """A keyed digest of the address: owners are stored (tasks, intake requests) and logged,
     addresses are personal data."""
-    return hmac.new(_server_key(), f"client:{address}".encode(), hashlib.sha256).hexdigest()[:32]
-
-
-def _server_key() -> bytes:
-    return str(settings.A2A_INBOUND_KEY_SECRET).encode()
+    return keys.keyed_digest(f"client:{address}")[:32]
 
 
 def _bearer(headers: Headers) -> str | None:
@@ -254,23 +221,22 @@ def _key_caller(key: InboundKey) -> Caller:
 
 async def _live_key(agent: Agent, presented: str) -> InboundKey | None:
     """The unrevoked key of ``agent`` that ``presented`` (``<prefix>.<secret>``) is, or None."""
-    prefix, _, secret = presented.partition(".")
-    if not _PREFIX.match(prefix) or not secret:
+    parts = keys.split(presented)
+    if parts is None:
         return None
+    prefix, secret = parts
     key = (
         await InboundKey.objects.for_tenant(agent.tenant_id)
         .filter(agent=agent, prefix=prefix, revoked_at__isnull=True)
         .afirst()
     )
-    if key is None or not hmac.compare_digest(secret_hash(secret), key.secret_hash):
+    if key is None or not keys.matches(secret, key.secret_hash):
         return None
     now = timezone.now()
-    if key.last_used_at is None or key.last_used_at < now - LAST_USED_EVERY:
-        # The condition again in SQL: of processes racing here, about one writes.
+    if keys.use_is_stale(key.last_used_at, now):
         await (
             InboundKey.objects.for_tenant(agent.tenant_id)
-            .filter(pk=key.pk)
-            .filter(Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_EVERY))
+            .filter(keys.stale_use(now), pk=key.pk)
             .aupdate(last_used_at=now)
         )
     return key

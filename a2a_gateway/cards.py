@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import re
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.types import (
@@ -242,8 +243,9 @@ def with_overrides(card: AgentCard, agent: Agent) -> AgentCard:
     v0.3 fields ``url``, ``preferredTransport``, ``protocolVersion`` and
     ``security`` are derived from the 1.0 ones), sets ``signatures`` or the
     security schemes (they follow ``inbound_auth``), changes the interfaces or
-    the party extension, nests
-    deeper than :data:`MAX_OVERRIDE_DEPTH`, or leaves a required field empty.
+    the party extension, nests deeper than :data:`MAX_OVERRIDE_DEPTH`, leaves a
+    required field empty, or makes a link of the card (:func:`_check_links`)
+    anything but an http(s) URL.
     """
     if agent.card_skills:
         if not isinstance(agent.card_skills, list):
@@ -273,6 +275,7 @@ def with_overrides(card: AgentCard, agent: Agent) -> AgentCard:
             raise ValidationError({"card_fields": "The interfaces follow the agent's URL and host name."})
         if _party(card) != _party(derived):
             raise ValidationError({"card_fields": "The party extension follows the agent's party id."})
+        _check_links(card)
     try:
         validate_proto_required_fields(card)
     except InvalidParamsError as exc:
@@ -283,6 +286,33 @@ def with_overrides(card: AgentCard, agent: Agent) -> AgentCard:
         field = "card_fields" if agent.card_fields else "card_skills"
         raise ValidationError({field: f"The card needs these fields: {missing}."}) from exc
     return card
+
+
+def _check_links(card: AgentCard) -> None:
+    """Refuse a link of ``card`` that is not an http(s) URL: ``documentationUrl``, ``iconUrl``,
+    ``provider.url`` and the extensions' ``uri``. Counterparties' tools show and follow them, so a
+    ``javascript:`` or ``data:`` link would run in whoever opens it."""
+    links = {
+        "documentationUrl": card.documentation_url,
+        "iconUrl": card.icon_url,
+        "provider.url": card.provider.url,
+        **{
+            f"capabilities.extensions[{index}].uri": extension.uri
+            for index, extension in enumerate(card.capabilities.extensions)
+        },
+    }
+    for where, link in links.items():
+        if link and not _is_web_url(link):
+            shown = link if len(link) <= 80 else f"{link[:80]}…"
+            raise ValidationError({"card_fields": f"{where}: give an http or https URL, not {shown!r}."})
+
+
+def _is_web_url(link: str) -> bool:
+    try:
+        parts = urlsplit(link)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and link.isprintable()
 
 
 def _party(card: AgentCard) -> list[AgentExtension]:

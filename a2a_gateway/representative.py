@@ -521,6 +521,7 @@ def intake_notify(*, request: IntakeRequest) -> None:
         live.publish_on_commit(
             event="intake.received",
             tenant_id=request.tenant_id,
+            party_id=request.agent.intake_owner_id,
             payload={"intake_request": request.pk, "agent": str(request.agent_id)},
         )
         delivered = True

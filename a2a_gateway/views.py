@@ -1,16 +1,37 @@
-"""Dashboard pages of the public face: the requests visitors left with the intake tool. Thin."""
+"""Dashboard pages of the public face. Thin.
+
+* the requests visitors left with the intake tool;
+* for an agent's operators (:data:`agents.selectors.OPERATE`; anyone else gets a 403, another
+  tenant's agent, document or key is a 404): its AgentCard as counterparties fetch it, its
+  grounding documents, and its inbound keys (a new key is shown once, on the response that
+  issues it).
+"""
 
 from __future__ import annotations
 
+import json
+from functools import cached_property
 from typing import Any
 
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.views.generic import ListView
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
+from django.views import View
+from django.views.generic import ListView, TemplateView, UpdateView
 
-from a2a_gateway import representative
-from a2a_gateway.models import IntakeRequest
+from a2a_gateway import cards, representative
+from a2a_gateway.auth import inbound_key_create, inbound_key_revoke
+from a2a_gateway.forms import GroundingDocumentForm, InboundKeyForm
+from a2a_gateway.models import GroundingDocument, InboundKey, IntakeRequest
+from agents.models import Agent
+from agents.selectors import OPERATE
 from parley.views import TenantMixin
+
+# Where a card is served under its endpoint (A2A 1.0; A2A 0.3 clients fetch /.well-known/agent.json).
+CARD_PATH = "/.well-known/agent-card.json"
 
 
 class IntakeRequestListView(TenantMixin, ListView):
@@ -36,3 +57,157 @@ class IntakeRequestListView(TenantMixin, ListView):
         context = super().get_context_data(**kwargs)
         context["unconfigured"] = representative.agents_without_intake(membership=self.membership)
         return context
+
+
+class AgentPageMixin(TenantMixin):
+    """A page about one agent of the tenant, for its operators: the agent is the URL's ``pk``, or
+    the agent of the row the URL names (:meth:`agent_of`)."""
+
+    allowed_roles = OPERATE
+    kwargs: dict[str, Any]
+
+    @cached_property
+    def agent(self) -> Agent:
+        """The agent; another tenant's (or none) is a 404."""
+        return get_object_or_404(Agent.objects.for_tenant(self.tenant), pk=self.kwargs["pk"])
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["agent"] = self.agent
+        return context
+
+
+def card_url(endpoint: str) -> str:
+    """Where the card of the agent at ``endpoint`` (its JSON-RPC URL) is served."""
+    return f"{endpoint.rstrip('/')}{CARD_PATH}"
+
+
+def card_text(agent: Agent, *, host_name: str | None = None) -> str:
+    """The card exactly as the gateway serves it (:func:`a2a_gateway.app.card_endpoint`), indented:
+    ``json.dumps(json.loads(text))`` gives the served bytes (but for a signed card's signatures,
+    which are randomised and differ on every fetch)."""
+    return json.dumps(cards.card_document(agent, host_name=host_name), indent=2)
+
+
+class CardPreviewView(AgentPageMixin, TemplateView):
+    """The agent's public AgentCard as counterparties fetch it, and where: built and signed as the
+    gateway builds and signs it; again as served on its own host name, when it has one."""
+
+    template_name = "a2a_gateway/card.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        agent = self.agent
+        text = card_text(agent)
+        context.update(card_url=card_url(cards.agent_url(agent)), card_json=text)
+        context["signed"] = "signatures" in json.loads(text)
+        if agent.host_name:
+            endpoint = cards.endpoint_url(agent, host_name=agent.host_name)
+            context.update(
+                host_card_url=card_url(endpoint), host_card_json=card_text(agent, host_name=agent.host_name)
+            )
+        return context
+
+
+class GroundingDocumentsView(AgentPageMixin, TemplateView):
+    """The agent's grounding documents, by title; POST a new one (title, text)."""
+
+    template_name = "a2a_gateway/documents.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context.setdefault("form", GroundingDocumentForm(agent=self.agent))
+        context["documents"] = GroundingDocument.objects.for_tenant(self.tenant).filter(agent=self.agent)
+        return context
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        form = GroundingDocumentForm(request.POST, agent=self.agent)
+        if not form.is_valid():
+            return self.render_to_response(self.get_context_data(form=form))
+        document = form.save()
+        messages.success(request, f"Added the document “{document.title}”.")
+        return redirect("a2a_gateway:documents", tenant=self.tenant.slug, pk=self.agent.pk)
+
+
+class GroundingDocumentMixin(AgentPageMixin):
+    """A page about one grounding document of the tenant, the URL's ``pk``; its agent is the page's."""
+
+    @cached_property
+    def document(self) -> GroundingDocument:
+        """The document; another tenant's (or none) is a 404."""
+        documents = GroundingDocument.objects.for_tenant(self.tenant).select_related("agent")
+        return get_object_or_404(documents, pk=self.kwargs["pk"])
+
+    @cached_property
+    def agent(self) -> Agent:
+        return self.document.agent
+
+
+class GroundingDocumentEditView(GroundingDocumentMixin, UpdateView):
+    """Change one grounding document's title or text."""
+
+    template_name = "a2a_gateway/document_form.html"
+    form_class = GroundingDocumentForm
+    context_object_name = "document"
+
+    def get_object(self, queryset: QuerySet[GroundingDocument] | None = None) -> GroundingDocument:
+        return self.document
+
+    def get_form_kwargs(self) -> dict[str, Any]:
+        return {**super().get_form_kwargs(), "agent": self.agent}
+
+    def form_valid(self, form: GroundingDocumentForm) -> HttpResponse:
+        document = form.save()
+        messages.success(self.request, f"Saved the document “{document.title}”.")
+        return redirect(self.get_success_url())
+
+    def get_success_url(self) -> str:
+        return reverse("a2a_gateway:documents", kwargs={"tenant": self.tenant.slug, "pk": self.agent.pk})
+
+
+class GroundingDocumentDeleteView(GroundingDocumentMixin, View):
+    """POST: delete one grounding document, then back to its agent's documents."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        document = self.document
+        document.delete()
+        messages.success(request, f"Deleted the document “{document.title}”.")
+        return redirect("a2a_gateway:documents", tenant=self.tenant.slug, pk=self.agent.pk)
+
+
+class InboundKeysView(AgentPageMixin, TemplateView):
+    """The agent's inbound keys, newest first (prefix, holder, issued, last used, revoked); POST
+    ``name`` to issue one, which this response shows once (never stored readable, never cached)."""
+
+    template_name = "a2a_gateway/keys.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context.setdefault("form", InboundKeyForm())
+        keys = InboundKey.objects.for_tenant(self.tenant).filter(agent=self.agent)
+        context["keys"] = keys.order_by("-created_at", "-pk")
+        context["endpoint"] = cards.agent_url(self.agent)
+        return context
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        form = InboundKeyForm(request.POST)
+        if not form.is_valid():
+            return self.render_to_response(self.get_context_data(form=form))
+        key, shown = inbound_key_create(agent=self.agent, name=form.cleaned_data["name"])
+        context = self.get_context_data(form=InboundKeyForm(), new_key=key, shown=shown)
+        response = self.render_to_response(context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+class InboundKeyRevokeView(TenantMixin, View):
+    """POST: revoke one inbound key of the tenant (the URL's ``pk``) from now on, then back to its
+    agent's keys; another tenant's key is a 404."""
+
+    allowed_roles = OPERATE
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        keys = InboundKey.objects.for_tenant(self.tenant).select_related("agent")
+        key = inbound_key_revoke(key=get_object_or_404(keys, pk=kwargs["pk"]))
+        messages.success(request, f"Revoked the key {key.prefix} of {key.name}: it no longer works.")
+        return redirect("a2a_gateway:keys", tenant=self.tenant.slug, pk=key.agent_id)

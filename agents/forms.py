@@ -15,6 +15,7 @@ from django.utils.html import format_html
 
 from agents.models import Agent, Intent
 from agents.services import MAX_TOKEN_BUDGET
+from parley import strict_json
 
 # Longest task, answer or reason the dashboard takes, in characters.
 MAX_TEXT = 4000
@@ -48,6 +49,33 @@ class ApprovalForm(forms.Form):
         strip=True,
         error_messages={"max_length": "The reason is longer than %(limit_value)d characters."},
     )
+
+
+class AgentChoiceField(forms.ModelChoiceField):
+    """An agent by its name."""
+
+    def label_from_instance(self, obj: Agent) -> str:
+        return obj.name
+
+
+class AgentChoiceForm(forms.Form):
+    """Which agent to start work with: one of ``agents`` (those the member may act for)."""
+
+    agent = AgentChoiceField(
+        queryset=Agent.objects.none(),
+        empty_label=None,
+        error_messages={
+            "required": "Agent: choose one of the agents you may start.",
+            "invalid_choice": "Agent: choose one of the agents you may start.",
+        },
+    )
+
+    def __init__(self, *args: Any, agents: QuerySet[Agent], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.agents = agents
+        agent_field = self.fields["agent"]
+        assert isinstance(agent_field, AgentChoiceField)
+        agent_field.queryset = agents
 
 
 class InAgentTimezone(forms.Form):
@@ -164,11 +192,13 @@ class RunStartForm(InAgentTimezone):
         if not text:
             return None
         try:
-            schema = json.loads(text)
+            schema = strict_json.loads(text)
         except json.JSONDecodeError as exc:
             raise forms.ValidationError(
                 f"Output JSON Schema: not valid JSON ({exc.msg}, line {exc.lineno})."
             ) from exc
+        except ValueError as exc:
+            raise forms.ValidationError(f"Output JSON Schema: not valid JSON ({exc}).") from exc
         if not isinstance(schema, dict):
             raise forms.ValidationError("Output JSON Schema: must be a JSON object.")
         return schema

@@ -5,13 +5,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
-from parley.models import TenantOwnedModel
+from parley.models import Membership, TenantOwnedModel
 
 DEFAULT_ACTIONS: list[dict[str, object]] = [
     {"name": "propose", "description": "put an offer on the table", "terminal": False, "state": ""},
@@ -33,6 +34,16 @@ DEFAULT_ACTIONS: list[dict[str, object]] = [
 
 _agent_checks: list[Callable[[Agent], None]] = []
 
+# The built-in model's name (agents.llm.model_for): an endpoint of that name could never be used.
+OFFLINE = "offline"
+# A tool or model call runs inside one run step, which Celery stops at 300 s (agents.tasks); a
+# longer timeout would never end the call with its own error.
+MAX_CALL_TIMEOUT = 240.0
+# An inbound turn holds the counterparty's request, and a concurrency slot, this long at most.
+MAX_TURN_TIMEOUT = 3600.0
+# Members who may answer for an agent (agents.selectors.can_answer_as): all but viewers.
+ANSWERING_ROLES = (Membership.Role.OWNER, Membership.Role.OPERATOR, Membership.Role.PRINCIPAL)
+
 
 def register_agent_check(check: Callable[[Agent], None]) -> None:
     """Run ``check(agent)`` in :meth:`Agent.clean`: how apps above ``agents`` validate the fields
@@ -46,6 +57,9 @@ def default_actions() -> list[dict[str, object]]:
     return [dict(a) for a in DEFAULT_ACTIONS]
 
 
+currency_validator = RegexValidator(
+    r"^[A-Z]{3}\Z", "A currency is three capital letters, its ISO 4217 code: EUR, USD, GBP."
+)
 tool_name_validator = RegexValidator(
     r"^[A-Za-z0-9_-]{1,64}$", "A tool name is 1 to 64 letters, digits, '_' or '-' (chat completions' rule)."
 )
@@ -80,7 +94,11 @@ class Tool(TenantOwnedModel):
     kind = models.CharField(max_length=8, choices=Kind.choices)
     url = models.URLField(max_length=500, blank=True)
     secret = models.CharField(max_length=200, blank=True, help_text="HMAC-SHA256 key for the body")
-    timeout = models.FloatField(default=10.0, validators=[MinValueValidator(0.1)], help_text="seconds")
+    timeout = models.FloatField(
+        default=10.0,
+        validators=[MinValueValidator(0.1), MaxValueValidator(MAX_CALL_TIMEOUT)],
+        help_text="seconds",
+    )
     target_agent = models.ForeignKey(
         "Agent", null=True, blank=True, on_delete=models.CASCADE, related_name="offered_as"
     )
@@ -148,7 +166,9 @@ class Agent(TenantOwnedModel):
     model = models.CharField(max_length=200, default="offline")
     strategy = models.CharField(max_length=16, choices=Strategy.choices, default=Strategy.BOULWARE)
     turn_timeout = models.FloatField(
-        default=180.0, help_text="seconds a counterparty may take to answer one move"
+        default=180.0,
+        validators=[MinValueValidator(0.1), MaxValueValidator(MAX_TURN_TIMEOUT)],
+        help_text="seconds a counterparty may take to answer one move",
     )
     evaluation_url = models.URLField(
         max_length=500, blank=True, help_text="host hook that attaches an Artifact to each turn"
@@ -185,8 +205,9 @@ class Agent(TenantOwnedModel):
         QUEUE = "queue", "Queue it behind the active run"
 
     on_busy = models.CharField(max_length=8, choices=OnBusy.choices, default=OnBusy.REFUSE)
-    max_steps = models.PositiveIntegerField(default=10)
-    max_turns = models.PositiveIntegerField(default=10)
+    # Every cap takes at least one: a cap of 0 leaves the agent nothing to do (caps.py: "takes nothing").
+    max_steps = models.PositiveIntegerField(default=10, validators=[MinValueValidator(1)])
+    max_turns = models.PositiveIntegerField(default=10, validators=[MinValueValidator(1)])
     timezone = models.CharField(max_length=64, default="UTC")
 
     # The public A2A endpoint (a2a_gateway): who may call it, what its card says, and its caps.
@@ -213,18 +234,24 @@ class Agent(TenantOwnedModel):
         help_text="a host name of its own (custom domain or subdomain): card and endpoint at its root",
     )
     max_concurrency = models.PositiveIntegerField(
-        default=8, help_text="inbound turns at once; more are told to retry"
+        default=8,
+        validators=[MinValueValidator(1)],
+        help_text="inbound turns at once; more are told to retry",
     )
     max_input_chars = models.PositiveIntegerField(
-        default=8000, help_text="characters of text in one inbound message"
+        default=8000, validators=[MinValueValidator(1)], help_text="characters of text in one inbound message"
     )
     max_turns_per_context = models.PositiveIntegerField(
-        default=50, help_text="inbound messages in one context"
+        default=50, validators=[MinValueValidator(1)], help_text="inbound messages in one context"
     )
     max_contexts = models.PositiveIntegerField(
-        default=1000, help_text="contexts kept per agent; the least recently used is forgotten first"
+        default=1000,
+        validators=[MinValueValidator(1)],
+        help_text="contexts kept per agent; the least recently used is forgotten first",
     )
-    rate_limit = models.PositiveIntegerField(default=60, help_text="inbound messages per caller per minute")
+    rate_limit = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1)], help_text="inbound messages per caller per minute"
+    )
     cors_origins = models.JSONField(default=list, blank=True, help_text="browser origins allowed to call")
     try_again_text = models.CharField(
         max_length=500,
@@ -250,10 +277,13 @@ class Agent(TenantOwnedModel):
         return f"{self.tenant_id}/{self.slug}"
 
     def clean(self) -> None:
-        """Check what a form cannot: the guardrails, and that the model and its fallbacks are served
-        (by the tenant's endpoints, priced in one currency)."""
+        """Check what a form cannot: that no JSON setting is null, that the principal is a member
+        of the tenant who may answer (not a viewer) and the intake owner a member, the guardrails,
+        and that the model and its fallbacks are served (by the tenant's endpoints, priced in one
+        currency)."""
         from agents import guardrails
 
+        self._check_people_and_nulls()
         try:
             guardrails.validate(self.guardrails)
         except ValidationError as exc:
@@ -272,6 +302,35 @@ class Agent(TenantOwnedModel):
             except ModelError as exc:
                 raise ValidationError({"model": str(exc)}) from exc
 
+    def _check_people_and_nulls(self) -> None:
+        errors: dict[str, str] = {}
+        for field in self._meta.concrete_fields:
+            # clean_fields lets a blank field be null, which its NOT NULL column then refuses.
+            blank_not_null = isinstance(field, models.JSONField) and field.blank and not field.null
+            if blank_not_null and getattr(self, field.attname) is None:
+                errors[field.name] = "Give a JSON value, not null."
+        if self.tenant_id is not None:
+            roles = dict(
+                Membership.objects.filter(
+                    tenant_id=self.tenant_id, user_id__in=[self.principal_id, self.intake_owner_id]
+                ).values_list("user_id", "role")
+            )
+            if self.principal_id is not None and self.principal_id not in roles:
+                errors["principal"] = "The principal must be a member of this tenant."
+            elif self.principal_id is not None and roles[self.principal_id] not in ANSWERING_ROLES:
+                errors["principal"] = "A viewer cannot answer for an agent; choose a member who can."
+            if self.intake_owner_id is not None and self.intake_owner_id not in roles:
+                errors["intake_owner"] = "The intake owner must be a member of this tenant."
+        if errors:
+            raise ValidationError(errors)
+
+
+def agents_naming(tenant_id: int, model: str) -> list[Agent]:
+    """The tenant's agents whose model or fallback models name ``model``, by name."""
+    # Read in Python: the embedded default's SQLite has no JSON containment lookup.
+    agents = Agent.objects.for_tenant(tenant_id).only("name", "model", "fallback_models").order_by("name")
+    return [agent for agent in agents if agent.model == model or model in (agent.fallback_models or [])]
+
 
 class ModelEndpoint(TenantOwnedModel):
     """An OpenAI-compatible chat-completions model an agent may name in ``Agent.model``.
@@ -285,10 +344,16 @@ class ModelEndpoint(TenantOwnedModel):
     base_url = models.URLField(max_length=500, help_text="e.g. https://api.openai.com/v1")
     api_key = models.CharField(max_length=500, blank=True)
     upstream_model = models.CharField(max_length=200, help_text="the model id sent to the endpoint")
-    input_price = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal(0))
-    output_price = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal(0))
-    currency = models.CharField(max_length=3, default="USD")
-    timeout = models.FloatField(default=120.0, validators=[MinValueValidator(0.1)])
+    input_price = models.DecimalField(
+        max_digits=12, decimal_places=6, default=Decimal(0), validators=[MinValueValidator(Decimal(0))]
+    )
+    output_price = models.DecimalField(
+        max_digits=12, decimal_places=6, default=Decimal(0), validators=[MinValueValidator(Decimal(0))]
+    )
+    currency = models.CharField(max_length=3, default="USD", validators=[currency_validator])
+    timeout = models.FloatField(
+        default=120.0, validators=[MinValueValidator(0.1), MaxValueValidator(MAX_CALL_TIMEOUT)]
+    )
     attempts = models.PositiveIntegerField(default=3, validators=[MinValueValidator(1)])
 
     class Meta:
@@ -296,6 +361,45 @@ class ModelEndpoint(TenantOwnedModel):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """Refuse the built-in model's name, credentials in the base URL (the API key holds
+        them), and a currency that differs from that of another model an agent names with this
+        one (a run's cost adds up one currency; see :func:`agents.llm.model_for`)."""
+        errors: dict[str, str] = {}
+        if self.name == OFFLINE:
+            errors["name"] = f"{OFFLINE!r} is the built-in model; choose another name."
+        try:
+            parts = urlsplit(self.base_url)
+            credentials = parts.username is not None or parts.password is not None
+        except ValueError:
+            credentials = False  # not a URL: the field's own validator says so
+        if credentials:
+            errors["base_url"] = "Give the URL without user:password@; the API key is for credentials."
+        if self.tenant_id is not None and (clash := self._currency_clash()):
+            errors["currency"] = clash
+        if errors:
+            raise ValidationError(errors)
+
+    def _currency_clash(self) -> str:
+        """Which agents name this model with another priced in another currency, or ""."""
+        users = agents_naming(self.tenant_id, self.name)
+        named = {agent.pk: {agent.model, *(agent.fallback_models or [])} for agent in users}
+        others = set().union(*named.values())
+        currencies = dict(
+            ModelEndpoint.objects.for_tenant(self.tenant_id)
+            .filter(name__in=others - {self.name})
+            .exclude(currency=self.currency)
+            .values_list("name", "currency")
+        )
+        clashing = [agent.name for agent in users if named[agent.pk] & currencies.keys()]
+        if not clashing:
+            return ""
+        priced = ", ".join(f"{name} in {currency}" for name, currency in sorted(currencies.items()))
+        return (
+            f"{', '.join(clashing)} also use{'s' if len(clashing) == 1 else ''} {priced}; an agent's "
+            "models are priced in one currency. Choose other models for them first."
+        )
 
 
 class Intent(TenantOwnedModel):
@@ -320,6 +424,10 @@ class Intent(TenantOwnedModel):
 
     def __str__(self) -> str:
         return self.statement[:60]
+
+
+# How deep agents may call agents as tools (Run.parent chains), so a cycle of delegation cannot run away.
+MAX_DELEGATION_DEPTH = 4
 
 
 class Run(TenantOwnedModel):

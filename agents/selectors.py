@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
-from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
+from agents.models import MAX_DELEGATION_DEPTH, Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
+from parley import strict_json
 from parley.models import Event, Membership, Tenant
 
 # Roles that may answer any question of their tenant's agents, on the party's behalf.
@@ -18,30 +23,105 @@ OPERATE = frozenset({Membership.Role.OWNER, Membership.Role.OPERATOR})
 TIMELINE_EVENTS = ("run.retry", "run.fallback")
 
 
-def open_questions_for(*, tenant: Tenant, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Question]:
-    """Open questions of the tenant's agents whose party is ``user``, newest first; a question of a
-    run that ended (cancelled, failed, …) takes no answer and is left out."""
-    return (
+def sees_every_party(membership: Membership) -> bool:
+    """Whether the member's inbox holds every party's questions and runs of the tenant.
+
+    Owners and operators answer on any party's behalf and viewers watch them
+    all; a principal sees their own agents' only.
+    """
+    return membership.role != Membership.Role.PRINCIPAL
+
+
+def visible_agents(*, membership: Membership) -> QuerySet[Agent]:
+    """The agents of the member's tenant whose runs, negotiations and pages the member may see: every
+    one, except for a principal, who sees their own agents only (:func:`sees_every_party`); another
+    party's are a 404 to them, like another tenant's."""
+    agents = Agent.objects.for_tenant(membership.tenant_id)
+    if not sees_every_party(membership):
+        agents = agents.filter(principal_id=membership.user_id)
+    return agents
+
+
+def visible_runs(*, membership: Membership) -> QuerySet[Run]:
+    """The runs of the member's tenant the member may see: those of :func:`visible_agents`, and the
+    runs they called as tools, however deep (another agent's work done for them)."""
+    agents = visible_agents(membership=membership)
+    runs = Run.objects.for_tenant(membership.tenant_id)
+    if not sees_every_party(membership):
+        # parent__agent, parent__parent__agent, …: as deep as a delegation chain may go.
+        lookups = ["parent__" * depth + "agent__in" for depth in range(MAX_DELEGATION_DEPTH + 1)]
+        runs = runs.filter(reduce(operator.or_, (Q(**{lookup: agents}) for lookup in lookups)))
+    return runs
+
+
+def open_questions_for(*, tenant: Tenant, membership: Membership) -> QuerySet[Question]:
+    """Open questions and approvals of the tenant's agents the member sees (see :func:`sees_every_party`),
+    newest first, with run, agent, party and intent loaded; a question of a run that ended (cancelled,
+    failed, …) takes no answer and is left out."""
+    questions = (
         Question.objects.for_tenant(tenant)
-        .filter(answered_at=None, run__agent__principal_id=user.pk, run__status__in=Run.ACTIVE)
-        .select_related("run__agent", "run__intent")
-        .order_by("-created_at")
+        .filter(answered_at=None, run__status__in=Run.ACTIVE)
+        .select_related("run__agent__principal", "run__intent")
+        .order_by("-created_at", "-pk")
     )
+    if not sees_every_party(membership):
+        questions = questions.filter(run__agent__principal_id=membership.user_id)
+    return questions
 
 
-def runs_for(*, tenant: Tenant, user: AbstractBaseUser | AnonymousUser, limit: int = 20) -> QuerySet[Run]:
-    """The latest ``limit`` runs of the agents ``user`` answers for, newest first."""
+def runs_for(*, tenant: Tenant, membership: Membership, limit: int = 20) -> QuerySet[Run]:
+    """The latest ``limit`` runs of the agents the member sees (:func:`sees_every_party`), newest first."""
+    runs = Run.objects.for_tenant(tenant).select_related("agent", "intent").order_by("-created_at")
+    if not sees_every_party(membership):
+        runs = runs.filter(agent__principal_id=membership.user_id)
+    return runs[:limit]
+
+
+def startable_agents(*, membership: Membership) -> QuerySet[Agent]:
+    """The agents of the member's tenant whose runs the member may start (see :func:`can_answer_as`),
+    by name: every agent for an owner or operator, a party's own agents, none for a viewer."""
+    agents = Agent.objects.for_tenant(membership.tenant_id).order_by("name", "slug")
+    if membership.role in ANSWER_FOR_ANYONE:
+        return agents
+    if membership.role == Membership.Role.VIEWER:
+        return agents.none()
+    return agents.filter(principal_id=membership.user_id)
+
+
+# What else waits on the party under an (agent, intent) thread. ``negotiations`` registers its
+# source when it loads, so ``agents`` never imports it (DESIGN.md §3).
+WaitingSource = Callable[..., Mapping[tuple[Any, Any], Sequence[Any]]]
+_waiting_sources: list[WaitingSource] = []
+
+
+def register_waiting_source(source: WaitingSource) -> None:
+    """Add ``source(*, tenant, pairs)`` to what :func:`waiting_on_party` asks. Idempotent."""
+    if source not in _waiting_sources:
+        _waiting_sources.append(source)
+
+
+def waiting_on_party(*, tenant: Tenant, pairs: Iterable[tuple[Any, Any]]) -> dict[tuple[Any, Any], list[Any]]:
+    """For each ``(agent_id, intent_id)`` of ``pairs``, what waits on the party under that thread
+    (e.g. negotiations parked for guidance), from every registered source; a pair with nothing
+    waiting is left out. Each source reads in a fixed number of queries, however many pairs."""
+    wanted = set(pairs)
+    found: dict[tuple[Any, Any], list[Any]] = {}
+    if not wanted:
+        return found
+    for source in _waiting_sources:
+        for pair, rows in source(tenant=tenant, pairs=wanted).items():
+            found.setdefault(pair, []).extend(rows)
+    return found
+
+
+def questions_of(*, membership: Membership) -> QuerySet[Question]:
+    """The questions of the runs the member sees (:func:`visible_runs`), with run and agent loaded
+    (for permission checks)."""
     return (
-        Run.objects.for_tenant(tenant)
-        .filter(agent__principal_id=user.pk)
-        .select_related("agent", "intent")
-        .order_by("-created_at")[:limit]
+        Question.objects.for_tenant(membership.tenant_id)
+        .filter(run__in=visible_runs(membership=membership))
+        .select_related("run__agent")
     )
-
-
-def questions_of(*, tenant: Tenant) -> QuerySet[Question]:
-    """Every question of the tenant, with its run and agent loaded (for permission checks)."""
-    return Question.objects.for_tenant(tenant).select_related("run__agent")
 
 
 def run_messages(*, run: Run) -> QuerySet[Message]:
@@ -145,3 +225,86 @@ def run_timeline(*, run: Run) -> QuerySet[Event]:
         .filter(kind__in=TIMELINE_EVENTS, payload__run=str(run.pk))
         .order_by("payload__step", "created_at", "pk")
     )
+
+
+@dataclass(frozen=True)
+class ToolCallShown:
+    """One tool call of a model reply and what came of it.
+
+    ``arguments`` is the JSON text the model wrote; ``result`` the tool message
+    answering the call (None while it waits); ``question`` the question or
+    approval it stopped the run for, if any; ``child`` the run it started when
+    the tool is another agent.
+    """
+
+    id: str
+    name: str
+    arguments: str
+    result: Message | None = None
+    question: Question | None = None
+    child: Run | None = None
+
+    @property
+    def arguments_shown(self) -> str:
+        """The arguments indented for reading; as written when they are not JSON."""
+        try:
+            return json.dumps(strict_json.loads(self.arguments), indent=2, ensure_ascii=False)
+        except (TypeError, ValueError):
+            return self.arguments
+
+
+@dataclass
+class RunStep:
+    """Step ``number`` of a run: the model call that made it and what the step wrote.
+
+    ``reply`` is the model's message (None when the call failed or is still in
+    flight); ``attempts`` the call's stored retries and fallbacks (see
+    :func:`run_timeline`); ``calls`` the reply's tool calls, in order, each
+    paired with its result by ``tool_call_id``; ``notes`` every other message
+    of the step: the task at step 0, what was sent back to the model (an
+    answer that missed the output schema).
+    """
+
+    number: int
+    reply: Message | None = None
+    attempts: list[Event] = field(default_factory=list)
+    calls: list[ToolCallShown] = field(default_factory=list)
+    notes: list[Message] = field(default_factory=list)
+
+
+def run_steps(*, run: Run) -> list[RunStep]:
+    """``run``'s timeline, step by step from 0 (its task), in four queries however long it is."""
+    messages = list(run_messages(run=run))
+    questions = {q.tool_call_id: q for q in run_questions(run=run)}
+    children = {c.parent_tool_call_id: c for c in run_children(run=run)}
+    results = {m.tool_call_id: m for m in messages if m.role == Message.Role.TOOL}
+    steps: dict[int, RunStep] = {}
+
+    def at(number: int) -> RunStep:
+        return steps.setdefault(number, RunStep(number=number))
+
+    for event in run_timeline(run=run):
+        at(int(event.payload.get("step", 0))).attempts.append(event)
+    paired: set[str] = set()
+    for m in messages:
+        if m.role == Message.Role.ASSISTANT:
+            step = at(m.step)
+            step.reply = m
+            for call in m.tool_calls:
+                call_id = str(call.get("id", ""))
+                paired.add(call_id)
+                step.calls.append(
+                    ToolCallShown(
+                        id=call_id,
+                        name=str(call.get("name", "")),
+                        arguments=str(call.get("arguments", "")),
+                        result=results.get(call_id),
+                        question=questions.get(call_id),
+                        child=children.get(call_id),
+                    )
+                )
+    for m in messages:
+        paired_result = m.role == Message.Role.TOOL and m.tool_call_id in paired
+        if m.role != Message.Role.ASSISTANT and not paired_result:
+            at(m.step).notes.append(m)
+    return [steps[n] for n in sorted(steps)]

@@ -31,16 +31,14 @@ from django.utils import timezone
 from agents import guardrails, history, host_operations, selectors, tools
 from agents.instructions import system_message
 from agents.llm import CallOptions, ChatMessage, ModelCancelled, ModelError, ModelReply, Retry, model_for
-from agents.models import Agent, Intent, Message, Question, Run
+from agents.models import MAX_DELEGATION_DEPTH, Agent, Intent, Message, Question, Run
 from agents.models import Tool as ToolRow
-from parley import telemetry
+from parley import strict_json, telemetry
 from parley.live import publish_on_commit, push_transient
 from parley.models import Membership
 
 logger = logging.getLogger(__name__)
 
-# How deep agents may call agents as tools, so a cycle of delegation cannot run away.
-MAX_DELEGATION_DEPTH = 4
 # Seconds between two looks at the run's status while its model call is in flight.
 CANCEL_POLL_SECONDS = 0.5
 # Limits a run may set: what its columns hold, and a deadline a person may mean.
@@ -341,14 +339,18 @@ def _call_options(run: Run) -> CallOptions:
     """Hooks of one model call: stream deltas live, record retries and fallbacks, stop when cancelled."""
     step = run.step_count + 1
     head = {"run": str(run.pk), "step": step}
+    party = run.agent.principal_id
 
     def on_delta(text: str) -> None:
-        push_transient(event="run.delta", tenant_id=run.tenant_id, payload={**head, "delta": text})
+        push_transient(
+            event="run.delta", tenant_id=run.tenant_id, party_id=party, payload={**head, "delta": text}
+        )
 
     def on_retry(retry: Retry) -> None:
         publish_on_commit(
             event="run.retry",
             tenant_id=run.tenant_id,
+            party_id=party,
             payload={
                 **head,
                 "model": retry.model,
@@ -362,6 +364,7 @@ def _call_options(run: Run) -> CallOptions:
         publish_on_commit(
             event="run.fallback",
             tenant_id=run.tenant_id,
+            party_id=party,
             payload={**head, "from": from_model, "to": to_model, "reason": reason},
         )
 
@@ -548,13 +551,9 @@ def _run_tools(
 
 
 def _parse_json(text: str) -> Any:
-    """JSON as the model wrote it, refusing ``NaN`` and ``Infinity``: Python reads them, JSON
-    (and Postgres) has no such numbers. Raises ``ValueError``."""
-
-    def refuse(constant: str) -> None:
-        raise ValueError(f"{constant} is not a JSON number")
-
-    return json.loads(text, parse_constant=refuse)
+    """JSON as the model wrote it, refusing what JSON or Postgres cannot hold (``NaN``, numbers
+    too large, deep nesting, NUL): :func:`parley.strict_json.loads`. Raises ``ValueError``."""
+    return strict_json.loads(text)
 
 
 def _problem(exc: Exception) -> str:
@@ -608,6 +607,7 @@ def _open_question(run: Run, call_id: str, tool_name: str, *, kind: str, **field
     publish_on_commit(
         event="question.opened",
         tenant_id=run.tenant_id,
+        party_id=run.agent.principal_id,
         payload={"question": str(question.pk), "run": str(run.pk), "kind": kind},
     )
 
@@ -776,8 +776,9 @@ def _lock_open(question: Question, kind: str) -> Question:
         .get(pk=question.pk)
     )
     if question.kind != kind:
-        other = "approve or reject it" if question.kind == Question.Kind.APPROVAL else "answer it"
-        raise RunError(f"This is a {question.kind}; {other}.")
+        if question.kind == Question.Kind.APPROVAL:
+            raise RunError("This is an approval; approve or reject it.")
+        raise RunError("This is a question; answer it.")
     if not question.is_open:
         raise QuestionAlreadyAnswered(f"This {question.kind} was already {_decided(question.kind)}.")
     if question.run.status not in Run.AWAITING:
@@ -793,6 +794,7 @@ def _publish_answered(question: Question) -> None:
     publish_on_commit(
         event="question.answered",
         tenant_id=question.tenant_id,
+        party_id=question.run.agent.principal_id,
         payload={"question": str(question.pk), "run": str(question.run_id), "kind": question.kind},
     )
 
@@ -1063,5 +1065,6 @@ def _publish_run(run: Run) -> None:
     publish_on_commit(
         event="run.updated",
         tenant_id=run.tenant_id,
+        party_id=run.agent.principal_id,
         payload={"run": str(run.pk), "status": run.status},
     )

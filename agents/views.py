@@ -3,26 +3,37 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 from django.views import View
 from django.views.generic import DetailView, TemplateView
 
 from agents import selectors, services, tools
-from agents.forms import AnswerForm, ApprovalForm, RunStartForm, SystemMessagePreviewForm
+from agents.forms import AgentChoiceForm, AnswerForm, ApprovalForm, RunStartForm, SystemMessagePreviewForm
 from agents.instructions import system_message
 from agents.models import Agent, Intent, Question, Run
+from parley.models import Membership, Tenant
 from parley.views import TenantMixin
 
 # What the preview calls an intent when the agent has none and nothing was typed.
 PLACEHOLDER_INTENT = "(the intent of the run goes here)"
+# The id of a run page's region: an answer whose htmx form targets it gets that region back
+# (any other target is the inbox's questions region).
+RUN_REGION = "run"
+# The fields of the start form that keep what was typed when the member only switches agents.
+TYPED_FIELDS = ("statement", "task", "output_schema", "max_tokens", "max_cost", "deadline")
 
 
 def pretty_json(value: Any) -> str:
@@ -43,37 +54,175 @@ def form_errors(form: AnswerForm | ApprovalForm) -> str:
     return " ".join(str(e) for errors in form.errors.values() for e in errors)
 
 
+def term_pairs(terms: object) -> list[tuple[str, str]]:
+    """A move's ``terms`` as (key, value) pairs, for reading: strings as they are, anything else as
+    compact JSON (``true`` and ``450`` read as sent); a non-object is one pair under ``value``."""
+    if terms is None:
+        return []
+    if not isinstance(terms, Mapping):
+        return [("value", json.dumps(terms, separators=(",", ":"), ensure_ascii=False))]
+    return [
+        (str(k), v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), ensure_ascii=False))
+        for k, v in terms.items()
+    ]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Something else that waits on the party under a question's thread: a negotiation parked for
+    guidance, with the counterparty's last move (None before they moved) and its terms as pairs."""
+
+    negotiation: Any
+    last_move: Any
+    terms: list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    """One open question or approval in the inbox, whether the member may answer it, and the
+    negotiations it came from."""
+
+    question: Question
+    can_answer: bool
+    waiting: list[Waiting]
+
+
+def inbox_items(*, tenant: Tenant, membership: Membership) -> list[InboxItem]:
+    """The member's open questions (:func:`selectors.open_questions_for`), newest first, each with the
+    negotiations waiting on the party under its run's thread; a fixed number of queries."""
+    questions = with_arguments_shown(selectors.open_questions_for(tenant=tenant, membership=membership))
+    waiting = selectors.waiting_on_party(
+        tenant=tenant, pairs={(q.run.agent_id, q.run.intent_id) for q in questions}
+    )
+    return [
+        InboxItem(
+            question=q,
+            can_answer=selectors.can_answer_as(membership=membership, principal_id=q.run.agent.principal_id),
+            waiting=[
+                Waiting(n, move, term_pairs(move.terms if move is not None else None))
+                for n, move in waiting.get((q.run.agent_id, q.run.intent_id), [])
+            ],
+        )
+        for q in questions
+    ]
+
+
+def inbox_context(*, tenant: Tenant, membership: Membership) -> dict[str, Any]:
+    """What the inbox's live regions show the member: their open questions and latest runs."""
+    return {
+        "items": inbox_items(tenant=tenant, membership=membership),
+        "runs": selectors.runs_for(tenant=tenant, membership=membership),
+        "sees_every_party": selectors.sees_every_party(membership),
+        "is_viewer": membership.role == Membership.Role.VIEWER,
+    }
+
+
+def run_context(*, run: Run, membership: Membership) -> dict[str, Any]:
+    """What a run's page shows the member (``run`` with its agent, intent and parent's agent loaded)."""
+    can_answer = selectors.can_answer_for(membership=membership, agent=run.agent)
+    questions = with_arguments_shown(selectors.run_questions(run=run))
+    return {
+        "run": run,
+        "open_questions": [q for q in questions if q.is_open],
+        "steps": selectors.run_steps(run=run),
+        "can_answer": can_answer,
+        "ended": run.status in Run.ENDED,
+        "can_cancel": can_answer and run.status not in Run.ENDED,
+        "children": selectors.run_children(run=run),
+        "currency": selectors.run_currency(run=run),
+        "output_schema_json": None if run.output_schema is None else pretty_json(run.output_schema),
+        "output_data_json": None if run.output_data is None else pretty_json(run.output_data),
+    }
+
+
+def run_of(membership: Membership, pk: Any) -> Run:
+    """The run ``pk``, if the member sees it (:func:`selectors.visible_runs`), with what its page shows
+    loaded; another tenant's, or another party's, is a 404."""
+    runs = selectors.visible_runs(membership=membership)
+    return get_object_or_404(runs.select_related("agent", "intent", "parent__agent"), pk=pk)
+
+
+def region_response(
+    request: HttpRequest, template: str, context: dict[str, Any], *, tenant: Tenant, membership: Membership
+) -> HttpResponse:
+    """An htmx answer: the region ``template`` freshly rendered, and the request's messages swapped
+    out of band into the page's ``#action-status`` (outside the live regions, so a live refresh
+    right after does not wipe them before they are read)."""
+    context = {**context, "tenant": tenant, "membership": membership}
+    html = render_to_string(template, context, request) + render_to_string(
+        "agents/_action_status.html", {}, request
+    )
+    return HttpResponse(html)
+
+
+def already_decided(question: Question) -> str:
+    """Why ``question`` takes no answer: who answered or decided it, and when (in its agent's timezone)."""
+    fresh = (
+        Question.objects.for_tenant(question.tenant_id)
+        .select_related("run__agent", "answered_by")
+        .get(pk=question.pk)
+    )
+    zone = fresh.run.agent.timezone
+    when = f"{timezone.localtime(fresh.answered_at, ZoneInfo(zone)):%Y-%m-%d %H:%M} ({zone})"
+    if fresh.kind == Question.Kind.APPROVAL:
+        who = fresh.answered_by.get_username() if fresh.answered_by else "the host"
+        verdict = "approved" if fresh.approved else "rejected"
+        return f"This approval was already {verdict} by {who} at {when}."
+    who = fresh.answered_by.get_username() if fresh.answered_by else "a former member"
+    return f"This question was already answered by {who} at {when}."
+
+
 class InboxView(TenantMixin, TemplateView):
-    """The party's open questions and approvals and their latest runs; ``?fragment=1`` gives the live
-    regions alone."""
+    """The open questions and approvals of the parties the member answers for, with the negotiations
+    they came from, and the latest runs; ``?fragment=1`` gives the live regions alone.
+
+    A principal sees their own agents'; owners and operators every party's (they
+    may answer on its behalf); viewers every party's, read-only.
+    """
 
     template_name = "agents/inbox.html"
     fragment_template_name = "agents/_inbox.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["questions"] = with_arguments_shown(
-            selectors.open_questions_for(tenant=self.tenant, user=self.request.user)
-        )
-        context["runs"] = selectors.runs_for(tenant=self.tenant, user=self.request.user)
-        # Every question listed is of one of the user's own agents: they ask for this user.
-        context["can_answer"] = selectors.can_answer_as(
-            membership=self.membership, principal_id=self.request.user.pk
-        )
+        context.update(inbox_context(tenant=self.tenant, membership=self.membership))
         return context
 
 
-class QuestionAnswerView(TenantMixin, View):
+class QuestionActionView(TenantMixin, View):
+    """Base of the views that answer or decide a question: what the member sees afterwards.
+
+    An htmx request gets the region its form swaps, freshly rendered (the
+    inbox's questions, or the run's page when its ``hx-target`` is the run),
+    with the outcome in a ``role="status"`` element; a plain one is redirected
+    to the run's page, which says what happened.
+    """
+
+    def done(self, question: Question) -> HttpResponse:
+        request = self.request
+        if not request.htmx:  # type: ignore[attr-defined]
+            return redirect("agents:run", tenant=self.tenant.slug, pk=question.run_id)
+        if request.htmx.target == RUN_REGION:  # type: ignore[attr-defined]
+            run = run_of(self.membership, question.run_id)
+            context = run_context(run=run, membership=self.membership)
+            template = "agents/_run.html"
+        else:
+            context = inbox_context(tenant=self.tenant, membership=self.membership)
+            template = "agents/_questions.html"
+        return region_response(request, template, context, tenant=self.tenant, membership=self.membership)
+
+
+class QuestionAnswerView(QuestionActionView):
     """POST ``answer`` to a question: records it and resumes the run in a worker.
 
-    Redirects to the run's page, which says what happened: the answer sent, or
-    why it was refused (answered before, empty, the run stopped) with nothing
-    changed. Another tenant's question is a 404; a member who may not answer
-    for the agent (a viewer, another party) gets a 403.
+    Then see :class:`QuestionActionView`: the answer sent, or why it was
+    refused with nothing changed (answered before — by whom and when —, empty,
+    the run stopped). Another tenant's or another party's question is a 404; a
+    member who may not answer for the agent (a viewer) gets a 403.
     """
 
     def post(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
-        question = get_object_or_404(selectors.questions_of(tenant=self.tenant), pk=pk)
+        question = get_object_or_404(selectors.questions_of(membership=self.membership), pk=pk)
         form = AnswerForm(request.POST)
         if not form.is_valid():
             messages.error(request, form_errors(form))
@@ -84,25 +233,27 @@ class QuestionAnswerView(TenantMixin, View):
                 )
             except services.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
+            except services.QuestionAlreadyAnswered:
+                messages.error(request, already_decided(question))
             except services.RunError as exc:
                 messages.error(request, str(exc))
             else:
                 messages.success(request, "Answer sent. Your agent carries on.")
-        return redirect("agents:run", tenant=tenant, pk=question.run_id)
+        return self.done(question)
 
 
-class ApprovalDecideView(TenantMixin, View):
+class ApprovalDecideView(QuestionActionView):
     """POST ``decision`` (``approve`` or ``reject``) and an optional ``reason`` on an approval.
 
     Approving runs the tool with the arguments shown, in a worker; rejecting
-    gives the model ``rejected: <reason>``. Redirects to the run's page, which
-    says what happened or why nothing did (decided before, the run stopped).
-    Another tenant's approval is a 404; a member who may not act for the agent
-    gets a 403.
+    gives the model ``rejected: <reason>``. Then see :class:`QuestionActionView`:
+    what happened, or why nothing did (decided before — by whom and when —,
+    the run stopped). Another tenant's or another party's approval is a 404;
+    a viewer gets a 403.
     """
 
     def post(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
-        question = get_object_or_404(selectors.questions_of(tenant=self.tenant), pk=pk)
+        question = get_object_or_404(selectors.questions_of(membership=self.membership), pk=pk)
         form = ApprovalForm(request.POST)
         if not form.is_valid():
             messages.error(request, form_errors(form))
@@ -117,6 +268,8 @@ class ApprovalDecideView(TenantMixin, View):
                 )
             except services.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
+            except services.QuestionAlreadyAnswered:
+                messages.error(request, already_decided(question))
             except services.RunError as exc:
                 messages.error(request, str(exc))
             else:
@@ -124,47 +277,36 @@ class ApprovalDecideView(TenantMixin, View):
                     messages.success(request, f"Approved. Your agent calls {question.tool_name}.")
                 else:
                     messages.success(request, "Rejected. Your agent carries on without it.")
-        return redirect("agents:run", tenant=tenant, pk=question.run_id)
+        return self.done(question)
 
 
 class RunDetailView(TenantMixin, DetailView):
-    """A run: status, usage and limits, its questions and approvals (with their forms while open),
-    its result, the runs it called, its model retries and fallbacks, and its steps."""
+    """A run: status, usage and limits, the questions waiting on the party (with their forms), its
+    result, the runs it called, and its timeline step by step (see :func:`selectors.run_steps`)."""
 
     template_name = "agents/run.html"
     fragment_template_name = "agents/_run.html"
     context_object_name = "run"
 
-    def get_queryset(self) -> QuerySet[Run]:
-        return Run.objects.for_tenant(self.tenant).select_related("agent", "intent", "parent__agent")
+    def get_object(self, queryset: QuerySet[Run] | None = None) -> Run:
+        return run_of(self.membership, self.kwargs["pk"])
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        run: Run = self.object
-        can_answer = selectors.can_answer_for(membership=self.membership, agent=run.agent)
-        context.update(
-            run_messages=selectors.run_messages(run=run),
-            questions=with_arguments_shown(selectors.run_questions(run=run)),
-            can_answer=can_answer,
-            ended=run.status in Run.ENDED,
-            can_cancel=can_answer and run.status not in Run.ENDED,
-            children=selectors.run_children(run=run),
-            timeline=selectors.run_timeline(run=run),
-            currency=selectors.run_currency(run=run),
-            output_schema_json=None if run.output_schema is None else pretty_json(run.output_schema),
-            output_data_json=None if run.output_data is None else pretty_json(run.output_data),
-        )
+        context.update(run_context(run=self.object, membership=self.membership))
         return context
 
 
 class RunCancelView(TenantMixin, View):
-    """POST: cancel an active run, then back to its page, which says it was cancelled or why not.
+    """POST: cancel an active run. An htmx request gets the run's region freshly rendered with the
+    outcome in a ``role="status"`` element; a plain one goes back to the run's page, which says it
+    was cancelled or why not.
 
-    Another tenant's run is a 404; a member who may not act for the agent gets a 403.
+    Another tenant's or another party's run is a 404; a viewer gets a 403.
     """
 
     def post(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
-        run = get_object_or_404(Run.objects.for_tenant(self.tenant), pk=pk)
+        run = run_of(self.membership, pk)
         try:
             services.run_cancel(run=run, user=self.membership.user)
         except services.NotAllowed as exc:
@@ -173,7 +315,12 @@ class RunCancelView(TenantMixin, View):
             messages.error(request, str(exc))
         else:
             messages.success(request, "Run cancelled.")
-        return redirect("agents:run", tenant=tenant, pk=run.pk)
+        if not request.htmx:  # type: ignore[attr-defined]
+            return redirect("agents:run", tenant=tenant, pk=run.pk)
+        context = run_context(run=run_of(self.membership, pk), membership=self.membership)
+        return region_response(
+            request, "agents/_run.html", context, tenant=self.tenant, membership=self.membership
+        )
 
 
 class AgentDetailView(TenantMixin, DetailView):
@@ -183,7 +330,7 @@ class AgentDetailView(TenantMixin, DetailView):
     context_object_name = "agent"
 
     def get_queryset(self) -> QuerySet[Agent]:
-        return Agent.objects.for_tenant(self.tenant).select_related("principal")
+        return selectors.visible_agents(membership=self.membership).select_related("principal")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
@@ -199,6 +346,22 @@ class AgentDetailView(TenantMixin, DetailView):
         if can_start:
             context.setdefault("form", RunStartForm(agent=agent))
         return context
+
+
+def start_run(*, agent: Agent, form: RunStartForm) -> Run:
+    """Start a run of ``agent`` from a valid :class:`RunStartForm`. Raises what
+    :func:`services.run_start` raises (:class:`services.RunError`: busy thread, unusable limit)."""
+    data = form.cleaned_data
+    return services.run_start(
+        agent=agent,
+        intent=data["intent"],
+        statement=data["statement"],
+        task=data["task"],
+        output_schema=data["output_schema"],
+        max_tokens=data["max_tokens"],
+        max_cost=data["max_cost"],
+        deadline=data["deadline"],
+    )
 
 
 class RunStartView(AgentDetailView):
@@ -219,23 +382,81 @@ class RunStartView(AgentDetailView):
         form = RunStartForm(request.POST, agent=agent)
         if form.is_valid():
             try:
-                data = form.cleaned_data
-                run = services.run_start(
-                    agent=agent,
-                    intent=data["intent"],
-                    statement=data["statement"],
-                    task=data["task"],
-                    output_schema=data["output_schema"],
-                    max_tokens=data["max_tokens"],
-                    max_cost=data["max_cost"],
-                    deadline=data["deadline"],
-                )
+                run = start_run(agent=agent, form=form)
             except services.RunError as exc:
                 messages.error(request, str(exc))
             else:
                 messages.success(request, "Run started.")
                 return redirect("agents:run", tenant=tenant, pk=run.pk)
         return self.render_to_response(self.get_context_data(form=form))
+
+
+class StartWorkView(TenantMixin, TemplateView):
+    """Start work: choose one of the agents the member may act for, an intent of it (or write a new
+    one), the task and optional limits, and start a run (:func:`services.run_start`), then its page.
+
+    GET ``agent`` preselects an agent (default: the first by name); asked by
+    htmx, it answers the chosen agent's intent choices alone (the select reloads
+    them when the agent changes). POST ``agent`` and the fields of
+    :class:`RunStartForm`; ``action=choose-agent`` (the no-JS way to switch
+    agents) re-renders the page for that agent keeping what was typed and
+    starts nothing. Invalid input shows each error at its field; a refused start
+    (a busy thread, an unusable limit) the service's message; in both, nothing
+    is created. Viewers get a 403.
+    """
+
+    template_name = "agents/start.html"
+    allowed_roles = frozenset({Membership.Role.OWNER, Membership.Role.OPERATOR, Membership.Role.PRINCIPAL})
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        choice = self.choice_form(request.GET if "agent" in request.GET else None)
+        agent = self.chosen(choice)
+        form = None if agent is None else RunStartForm(agent=agent)
+        if request.htmx and form is not None:  # type: ignore[attr-defined]
+            return render(request, "agents/_start_agent_fields.html", {"form": form, "oob": True})
+        return self.render_to_response(self.get_context_data(choice=choice, form=form, agent=agent))
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        choice = self.choice_form(request.POST)
+        agent = self.chosen(choice)
+        if agent is None:
+            form = None
+        elif not choice.is_valid() or request.POST.get("action") == "choose-agent":
+            form = RunStartForm(initial={f: request.POST.get(f, "") for f in TYPED_FIELDS}, agent=agent)
+        else:
+            form = RunStartForm(request.POST, agent=agent)
+            if form.is_valid():
+                try:
+                    run = start_run(agent=agent, form=form)
+                except services.RunError as exc:
+                    messages.error(request, str(exc))
+                else:
+                    messages.success(request, "Run started.")
+                    return redirect("agents:run", tenant=self.tenant.slug, pk=run.pk)
+        return self.render_to_response(self.get_context_data(choice=choice, form=form, agent=agent))
+
+    def choice_form(self, data: Any) -> AgentChoiceForm:
+        """The agent select, offering the agents the member may start; it reloads the intents by htmx."""
+        choice = AgentChoiceForm(data, agents=selectors.startable_agents(membership=self.membership))
+        choice.fields["agent"].widget.attrs.update(
+            {
+                "hx-get": reverse("agents:start", kwargs={"tenant": self.tenant.slug}),
+                "hx-target": "#intent-choice",
+                "hx-swap": "outerHTML",
+            }
+        )
+        return choice
+
+    def chosen(self, choice: AgentChoiceForm) -> Agent | None:
+        """The agent chosen, else the first the member may start (then shown as chosen); None when
+        there is none."""
+        if choice.is_bound and choice.is_valid():
+            agent: Agent = choice.cleaned_data["agent"]
+            return agent
+        first = choice.agents.first()
+        if first is not None and not choice.is_bound:
+            choice.initial["agent"] = first.pk
+        return first
 
 
 class SystemMessagePreviewView(TenantMixin, DetailView):

@@ -5,6 +5,12 @@ class NegotiationsConfig(AppConfig):
     name = "negotiations"
 
     def ready(self) -> None:
-        from negotiations import tools
+        from agents.models import register_agent_check
+        from agents.selectors import register_waiting_source
+        from negotiations import checks, selectors, tools
 
         tools.register()
+        register_waiting_source(selectors.waiting_for_party)
+        register_agent_check(checks.check_timezone)
+        register_agent_check(checks.check_term_guards)
+        register_agent_check(checks.check_allowed_actions)

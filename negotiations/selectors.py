@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
 from agents.models import Agent, Intent
 from negotiations.digest import clean, compact_json
-from negotiations.models import Negotiation, Settlement
+from negotiations.models import Negotiation, Settlement, Turn
+from parley.models import Tenant
 
 RECORD_LIMIT = 10
 
@@ -55,6 +56,56 @@ def binding_outbound(agent: Agent, intent: Intent | None) -> Negotiation | None:
     )
 
 
+def board(
+    *,
+    tenant: Tenant | int,
+    agent: Agent | None = None,
+    intent: Intent | None = None,
+    status: str = "",
+    direction: str = "",
+    counterparty: str = "",
+) -> QuerySet[Negotiation]:
+    """The tenant's negotiations, both directions, newest first, narrowed by each filter given.
+
+    ``status`` and ``direction`` are values of :class:`Negotiation.Status` and
+    :class:`Negotiation.Direction` ("" for any); ``counterparty`` matches part of
+    the counterparty's name or URL, in any case. Each row comes with its agent,
+    intent and settlement loaded and annotated with ``turns_recorded`` (its Turn
+    rows) and its latest turn's ``last_side``, ``last_action`` and ``last_at``
+    (None without turns): one query however many rows.
+    """
+    latest = Turn.objects.for_tenant(tenant).filter(negotiation=OuterRef("pk")).order_by("-seq")
+    rows = (
+        Negotiation.objects.for_tenant(tenant)
+        .select_related("agent", "intent", "settlement")
+        .annotate(
+            turns_recorded=Count("turns"),
+            last_side=Subquery(latest.values("side")[:1]),
+            last_action=Subquery(latest.values("action")[:1]),
+            last_at=Subquery(latest.values("created_at")[:1]),
+        )
+        .order_by("-created_at", "-pk")
+    )
+    if agent is not None:
+        rows = rows.filter(agent=agent)
+    if intent is not None:
+        rows = rows.filter(intent=intent)
+    if status:
+        rows = rows.filter(status=status)
+    if direction:
+        rows = rows.filter(direction=direction)
+    if counterparty:
+        rows = rows.filter(
+            Q(counterparty_name__icontains=counterparty) | Q(counterparty_url__icontains=counterparty)
+        )
+    return rows
+
+
+def negotiation_turns(negotiation: Negotiation) -> QuerySet[Turn]:
+    """Every turn of ``negotiation``, in order (by ``seq``)."""
+    return Turn.objects.for_tenant(negotiation.tenant_id).filter(negotiation=negotiation).order_by("seq")
+
+
 def record_block(agent: Agent, intent: Intent) -> str:
     """The system message's record of negotiations the agent is party to (seed §4, part 6).
 
@@ -99,3 +150,38 @@ def _detail(n: Negotiation) -> str:
     if settlement is None:
         return n.get_status_display()
     return settlement.outcome + (f": {compact_json(settlement.terms)}" if settlement.terms else "")
+
+
+def waiting_for_party(
+    *, tenant: Tenant | int, pairs: set[tuple[Any, Any]]
+) -> dict[tuple[Any, Any], list[tuple[Negotiation, Turn | None]]]:
+    """The tenant's negotiations waiting on the party (status ``waiting``) under each ``(agent_id,
+    intent_id)`` of ``pairs``, oldest first, keyed by that pair; a pair with none is left out.
+
+    Each comes paired with the counterparty's latest Turn (action, message,
+    terms, offerId; its raw message left unloaded), None before they moved.
+    Two queries however many pairs and negotiations: what the party's inbox
+    shows next to a question.
+    """
+    if not pairs:
+        return {}
+    match = Q()
+    for agent_id, intent_id in pairs:
+        match |= Q(agent_id=agent_id, intent_id=intent_id)
+    rows = list(
+        Negotiation.objects.for_tenant(tenant)
+        .filter(match, status=Negotiation.Status.WAITING)
+        .order_by("created_at", "pk")
+    )
+    last_moves = {
+        turn.negotiation_id: turn
+        for turn in Turn.objects.for_tenant(tenant)
+        .filter(negotiation__in=[n.pk for n in rows], side=Turn.Side.THEIRS)
+        .defer("raw", "artifact")
+        .order_by("negotiation_id", "-seq")
+        .distinct("negotiation_id")
+    }
+    found: dict[tuple[Any, Any], list[tuple[Negotiation, Turn | None]]] = {}
+    for n in rows:
+        found.setdefault((n.agent_id, n.intent_id), []).append((n, last_moves.get(n.pk)))
+    return found

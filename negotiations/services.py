@@ -575,6 +575,7 @@ def _add_turn(
     publish_on_commit(
         event="negotiation.turn",
         tenant_id=negotiation.tenant_id,
+        party_id=negotiation.agent.principal_id,
         payload={
             **_event_head(negotiation),
             "seq": seq,
@@ -626,6 +627,7 @@ def _settle(
     publish_on_commit(
         event="negotiation.settled",
         tenant_id=negotiation.tenant_id,
+        party_id=negotiation.agent.principal_id,
         payload={
             **_event_head(negotiation),
             "outcome": settlement.outcome,

@@ -2,17 +2,56 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from django.db.models import QuerySet
 from django.views.generic import DetailView, ListView
 
+from agents.selectors import visible_agents
+from negotiations import selectors
+from negotiations.digest import compact_json
+from negotiations.forms import BoardFilterForm
 from negotiations.models import Negotiation, Turn
 from parley.views import TenantMixin
 
 
+def term_pairs(terms: object) -> list[tuple[str, str]]:
+    """``terms`` (a turn's or settlement's JSON) as (key, value) pairs sorted by key, for reading.
+
+    Strings show as they are; any other value (number, boolean, null, a nested
+    object a peer sent) as compact JSON, so ``true`` and ``450`` read as sent.
+    Anything but an object is one pair under the key ``value``; None is no pairs.
+    Sorted, as the verdict's canonical form sorts them: Postgres keeps no key order.
+    """
+    if terms is None:
+        return []
+    if not isinstance(terms, Mapping):
+        return [("value", compact_json(terms))]
+    return [(str(k), v if isinstance(v, str) else compact_json(v)) for k, v in sorted(terms.items())]
+
+
+@dataclass(frozen=True)
+class TurnView:
+    """A turn, its terms as :func:`term_pairs`, and the ``seq`` of the turn whose offer it accepts
+    (None when it accepts none, or an offer id no turn of the negotiation made)."""
+
+    turn: Turn
+    terms: list[tuple[str, str]]
+    accepts_seq: int | None
+
+
 class NegotiationListView(TenantMixin, ListView):
-    """Every negotiation of the tenant, both directions, newest first, with its settlement; 50 a page."""
+    """The board: the tenant's negotiations, both directions, newest first, 50 a page.
+
+    GET filters (all optional, see :class:`BoardFilterForm`): ``agent`` and
+    ``intent`` (ids of the tenant's own), ``status``, ``direction`` and
+    ``counterparty`` (part of a name or URL). Invalid filters list nothing and
+    show their errors at their fields. ``?fragment=1`` renders the live region
+    alone; the page's live source carries the filters and the page.
+    """
 
     template_name = "negotiations/list.html"
     fragment_template_name = "negotiations/_list.html"
@@ -20,27 +59,58 @@ class NegotiationListView(TenantMixin, ListView):
     paginate_by = 50
 
     def get_queryset(self) -> QuerySet[Negotiation]:
-        return (
-            Negotiation.objects.for_tenant(self.tenant)
-            .select_related("agent", "settlement")
-            .order_by("-created_at")
+        agents = visible_agents(membership=self.membership)
+        self.filters = BoardFilterForm(self.request.GET, agents=agents)
+        if not self.filters.is_valid():
+            self.rows: QuerySet[Negotiation] = Negotiation.objects.none()
+        else:
+            rows = selectors.board(tenant=self.tenant, **self.filters.cleaned_data)
+            self.rows = rows.filter(agent__in=agents)
+        return self.rows
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        query = self.filters.query()
+        page = context["page_obj"].number
+        live = {**query, **({"page": str(page)} if page > 1 else {}), "fragment": "1"}
+        context.update(
+            filters=self.filters,
+            filtered=bool(query),
+            settled_count=self.rows.filter(status=Negotiation.Status.SETTLED).count(),
+            # "a=1&" to put before "page=…" in the pager's links, so they keep the filters.
+            page_query=f"{urlencode(query)}&" if query else "",
+            live_src=f"{self.request.path}?{urlencode(live)}",
         )
+        return context
 
 
 class NegotiationDetailView(TenantMixin, DetailView):
-    """One negotiation: every turn in order and the settlement, if it has one."""
+    """One negotiation: its header, every turn in order and the settlement, if it has one."""
 
     template_name = "negotiations/detail.html"
     fragment_template_name = "negotiations/_detail.html"
     context_object_name = "negotiation"
 
     def get_queryset(self) -> QuerySet[Negotiation]:
-        return Negotiation.objects.for_tenant(self.tenant).select_related("agent", "settlement")
+        return (
+            Negotiation.objects.for_tenant(self.tenant)
+            .filter(agent__in=visible_agents(membership=self.membership))
+            .select_related("agent", "intent", "settlement")
+        )
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["turns"] = (
-            Turn.objects.for_tenant(self.tenant).filter(negotiation=self.object).order_by("seq")
+        settlement = getattr(self.object, "settlement", None)
+        turns = list(selectors.negotiation_turns(self.object))
+        # The first turn to make an offer id is the one an accept binds to (index-wire-protocol.md §2).
+        offers: dict[str, int] = {}
+        for t in turns:
+            if t.offer_id:
+                offers.setdefault(t.offer_id, t.seq)
+        context.update(
+            turns=[TurnView(t, term_pairs(t.terms), offers.get(t.accepts_offer_id)) for t in turns],
+            settlement=settlement,
+            settlement_terms=term_pairs(settlement.terms) if settlement else [],
+            disputed=term_pairs(settlement.disputed) if settlement else [],
         )
-        context["settlement"] = getattr(self.object, "settlement", None)
         return context

@@ -1,6 +1,7 @@
 from django.contrib import admin
+from django.http import HttpRequest
 
-from parley.models import Membership, Tenant
+from parley.models import ApiKey, Membership, Tenant
 
 
 class MembershipInline(admin.TabularInline):
@@ -13,3 +14,19 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ("slug", "name", "created_at")
     search_fields = ("slug", "name")
     inlines = [MembershipInline]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """Read-only: keys are created and revoked by the tenant's owners on its API keys page."""
+
+    list_display = ("prefix", "name", "tenant", "scopes", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("tenant",)
+    search_fields = ("prefix", "name")
+    exclude = ("secret_hash",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: ApiKey | None = None) -> bool:
+        return False

@@ -1,15 +1,18 @@
-"""The dashboard's one WebSocket: it pushes live events of the user's own tenants, and nothing else."""
+"""The dashboard's one WebSocket: it pushes the live events the user may see, and nothing else."""
 
 from __future__ import annotations
 
 import json
+from importlib import import_module
 from typing import Any
 
+from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 
 from parley import live
-from parley.selectors import tenant_ids_of
+from parley.selectors import roles_of
 
 # Close codes in the application range (4000-4999) of RFC 6455 §7.4.2.
 CLOSE_UNAUTHENTICATED = 4401
@@ -17,14 +20,17 @@ CLOSE_STALE = 4403
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
-    """Joins the groups of the user's tenants, then forwards each event as JSON.
+    """Joins the user's groups (per tenant: the tenant's, or a principal's own, see
+    :func:`parley.live.groups_for`), then forwards each event as JSON.
 
     A frame sent to the browser is ``{"event": <name>, "payload": {...}}`` (see
-    :mod:`parley.live`). Anonymous sockets are refused. Before every event the
-    session and the memberships are read again: once the user has logged out,
-    or joined or left a tenant, the socket is closed, and the page reconnects
-    into the right groups (or is refused) and re-syncs. Frames from the browser
-    are ignored: the socket is push-only.
+    :mod:`parley.live`). Anonymous sockets are refused. Before every stored event
+    the user is resolved from the session again, as an HTTP request would be, and
+    the memberships are read again: once the user has logged out, changed their
+    password, been deactivated, joined or left a tenant, or been given another
+    role in one, the socket is closed, and the page reconnects into the right
+    groups (or is refused) and re-syncs, re-rendered for the role it has now.
+    Frames from the browser are ignored: the socket is push-only.
     """
 
     async def connect(self) -> None:
@@ -32,11 +38,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        self.tenant_ids = await database_sync_to_async(self._tenant_ids_now)()
-        if self.tenant_ids is None:
+        self.roles = await self._roles_now()
+        if self.roles is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        self.joined = [live.tenant_group(t) for t in self.tenant_ids]
+        self.joined = [
+            group
+            for tenant, role in self.roles
+            for group in live.groups_for(tenant_id=tenant, role=role, user_id=user.pk)
+        ]
         self.closing = False
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -51,17 +61,18 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return  # events already queued for this socket when it was closed
         # Membership is re-read on every stored event; transient ones (a model's text, chunk by
         # chunk) come too often to cost two queries each, and the next stored event closes the socket.
-        if message["event"] not in live.TRANSIENT_EVENTS and (
-            await database_sync_to_async(self._tenant_ids_now)() != self.tenant_ids
-        ):
+        if message["event"] not in live.TRANSIENT_EVENTS and await self._roles_now() != self.roles:
             self.closing = True
             await self.close(code=CLOSE_STALE)
             return
         await self.send(text_data=json.dumps({"event": message["event"], "payload": message["payload"]}))
 
-    def _tenant_ids_now(self) -> list[int] | None:
-        """The user's tenant ids now, or ``None`` once their session has ended (logged out elsewhere)."""
-        session = self.scope["session"]
-        if not session.session_key or not session.exists(session.session_key):
+    async def _roles_now(self) -> list[tuple[int, str]] | None:
+        """The user's ``(tenant id, role)`` pairs now, or ``None`` once the session no longer holds
+        this user: logged out, password changed (the session's hash no longer matches), deactivated."""
+        # A fresh store of the same key: what is stored now, not what this socket read at connect.
+        stored = import_module(settings.SESSION_ENGINE).SessionStore(self.scope["session"].session_key)
+        user = await get_user({**self.scope, "session": stored})
+        if not user.is_authenticated or user.pk != self.scope["user"].pk:
             return None
-        return tenant_ids_of(self.scope["user"])
+        return await database_sync_to_async(roles_of)(user)

@@ -19,7 +19,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
-from parley.models import Event
+from parley.models import Event, Membership
 
 logger = logging.getLogger(__name__)
 
@@ -40,20 +40,33 @@ TRANSIENT_EVENTS = frozenset({"run.delta"})
 
 
 def tenant_group(tenant_id: int) -> str:
-    """Group every member of a tenant's dashboard joins."""
+    """Group of the tenant's members who see every party's work: owners, operators and viewers."""
     return f"tenant-{tenant_id}"
 
 
-def publish_on_commit(*, event: str, tenant_id: int, payload: dict[str, Any]) -> None:
-    """Store ``event`` for the tenant's webhooks and send it to the tenant's group once the
-    transaction commits.
+def party_group(tenant_id: int, user_id: int) -> str:
+    """Group of one party (a principal member) of the tenant: their own agents' events only."""
+    return f"tenant-{tenant_id}-party-{user_id}"
+
+
+def groups_for(*, tenant_id: int, role: str, user_id: int) -> list[str]:
+    """The groups a member's socket joins: the party's own group for a principal, else the tenant's."""
+    if role == Membership.Role.PRINCIPAL:
+        return [party_group(tenant_id, user_id)]
+    return [tenant_group(tenant_id)]
+
+
+def publish_on_commit(*, event: str, tenant_id: int, party_id: int | None, payload: dict[str, Any]) -> None:
+    """Store ``event`` for the tenant's webhooks and, once the transaction commits, send it to those
+    who may see it: the tenant's group, and the party ``party_id`` is (the user the event is about
+    for: the agent's principal, an intake request's owner; None for nobody else).
 
     Call it inside the transaction that makes the change, so the row commits or
     rolls back with it and the push never announces a change that did not
     happen. Outside a transaction both happen at once.
 
-    Every member's socket is in its tenants' groups and every member of the
-    tenant may see what a payload holds, so payloads carry ids and the facts a
+    A party sees only their own agents' work, so an event reaches a principal's
+    socket only through their own group. Payloads carry ids and the facts a
     webhook consumer needs (actions, terms, outcomes), never secrets or text the
     counterparty wrote.
 
@@ -63,20 +76,28 @@ def publish_on_commit(*, event: str, tenant_id: int, payload: dict[str, Any]) ->
     if event not in EVENTS:
         raise ValueError(f"unknown live event {event!r}")
     Event.objects.create(tenant_id=tenant_id, kind=event, payload=payload)
-    group = tenant_group(tenant_id)
     message = {"type": "live.event", "event": event, "payload": payload}
-    transaction.on_commit(lambda: _send(group, message))
+    groups = _audience(tenant_id, party_id)
+    transaction.on_commit(lambda: _send(groups, message))
 
 
-def push_transient(*, event: str, tenant_id: int, payload: dict[str, Any]) -> None:
-    """Send ``event`` to the tenant's group now, without storing it (e.g. a model's text as it streams).
+def push_transient(*, event: str, tenant_id: int, party_id: int | None, payload: dict[str, Any]) -> None:
+    """Send ``event`` now, without storing it (e.g. a model's text as it streams), to the same
+    audience as :func:`publish_on_commit`.
 
     For what is worth showing live but is stored elsewhere once complete.
     Raises ``ValueError`` for an event name not in :data:`TRANSIENT_EVENTS`.
     """
     if event not in TRANSIENT_EVENTS:
         raise ValueError(f"unknown transient event {event!r}")
-    _send(tenant_group(tenant_id), {"type": "live.event", "event": event, "payload": payload})
+    _send(_audience(tenant_id, party_id), {"type": "live.event", "event": event, "payload": payload})
+
+
+def _audience(tenant_id: int, party_id: int | None) -> list[str]:
+    groups = [tenant_group(tenant_id)]
+    if party_id is not None:
+        groups.append(party_group(tenant_id, party_id))
+    return groups
 
 
 _server_loop: asyncio.AbstractEventLoop | None = None
@@ -96,8 +117,8 @@ def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
     _server_loop = loop
 
 
-def _send(group: str, message: dict[str, Any]) -> None:
-    """Hand ``message`` to ``group``: queued on a long-lived loop when there is one, else sent now.
+def _send(groups: list[str], message: dict[str, Any]) -> None:
+    """Hand ``message`` to each of ``groups``: queued on a long-lived loop when there is one, else sent now.
 
     A network layer (Redis) is sent on this process's delivery thread: a loop
     that lives as long as the process keeps its connections, where
@@ -116,13 +137,14 @@ def _send(group: str, message: dict[str, Any]) -> None:
         loop = None
     else:
         loop = _delivery_loop()
-    if loop is not None:
-        loop.call_soon_threadsafe(_enqueue, loop, group, message)
-        return
-    try:
-        async_to_sync(layer.group_send)(group, message)
-    except Exception:  # a lost push never loses state; the page re-syncs from the database
-        logger.warning("live event %s to %s was not delivered", message["event"], group, exc_info=True)
+    for group in groups:
+        if loop is not None:
+            loop.call_soon_threadsafe(_enqueue, loop, group, message)
+            continue
+        try:
+            async_to_sync(layer.group_send)(group, message)
+        except Exception:  # a lost push never loses state; the page re-syncs from the database
+            logger.warning("live event %s to %s was not delivered", message["event"], group, exc_info=True)
 
 
 def _delivery_loop() -> asyncio.AbstractEventLoop:

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.db import models
+from django.db.models import QuerySet
 from django.http import Http404
 
-from parley.models import Membership, Tenant
+from parley.models import ApiKey, Membership, Tenant
 
 
-def tenant_ids_of(user: AbstractBaseUser | AnonymousUser) -> list[int]:
-    """Ids of the tenants ``user`` belongs to, in any role, in ascending order."""
+def roles_of(user: AbstractBaseUser | AnonymousUser) -> list[tuple[int, str]]:
+    """``(tenant id, role)`` of each tenant ``user`` belongs to, by tenant id."""
     if not user.is_authenticated:
         return []
-    return list(
-        Membership.objects.filter(user_id=user.pk).order_by("tenant_id").values_list("tenant_id", flat=True)
-    )
+    rows = Membership.objects.filter(user_id=user.pk).order_by("tenant_id").values_list("tenant_id", "role")
+    return list(rows)
 
 
 def membership_for(*, user: AbstractBaseUser | AnonymousUser, tenant_slug: str) -> Membership:
@@ -47,3 +48,26 @@ def first_membership(user: AbstractBaseUser | AnonymousUser) -> Membership | Non
 def tenant_by_slug(slug: str) -> Tenant | None:
     """The tenant with this slug, or ``None``. For trusted callers only (commands): no membership check."""
     return Tenant.objects.filter(slug=slug).first()
+
+
+def members_of(*, tenant: Tenant) -> QuerySet[Membership]:
+    """The tenant's memberships with their users: owners, operators, principals, viewers, each by username."""
+    rank = models.Case(*(models.When(role=role, then=i) for i, role in enumerate(Membership.Role.values)))
+    return Membership.objects.filter(tenant=tenant).select_related("user").order_by(rank, "user__username")
+
+
+def api_keys_of(*, tenant: Tenant) -> QuerySet[ApiKey]:
+    """The tenant's API keys, revoked ones too, newest first, with who made and revoked them."""
+    return ApiKey.objects.for_tenant(tenant).select_related("created_by", "revoked_by")
+
+
+def accounts_by_login(login: str) -> list[User]:
+    """The active account whose username is ``login``; else those whose username, then whose e-mail,
+    is ``login`` in any case (two at most: more than one means the login does not tell them apart)."""
+    active = User.objects.filter(is_active=True)
+    by_username = list(active.filter(username=login)) or list(
+        active.filter(username__iexact=login).order_by("pk")[:2]
+    )
+    if by_username or not login:
+        return by_username
+    return list(active.filter(email__iexact=login).order_by("pk")[:2])

@@ -15,5 +15,6 @@ urlpatterns = [
     path("t/<slug:tenant>/", include("agents.urls")),
     path("t/<slug:tenant>/", include("negotiations.urls")),
     path("t/<slug:tenant>/", include("a2a_gateway.urls")),
+    path("t/<slug:tenant>/", include("parley.tenant_urls")),
     path("", home, name="home"),
 ]

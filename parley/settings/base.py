@@ -137,7 +137,8 @@ A2A_MAX_BODY_BYTES = env.int("A2A_MAX_BODY_BYTES", default=64 * 1024)
 A2A_SEND_TIMEOUT = env.float("A2A_SEND_TIMEOUT", default=180.0)
 A2A_CARD_TIMEOUT = env.float("A2A_CARD_TIMEOUT", default=30.0)
 # Inbound keys are stored as HMAC-SHA256 of their secret under this key; changing it voids them all.
-A2A_INBOUND_KEY_SECRET = env.str("A2A_INBOUND_KEY_SECRET", default=SECRET_KEY)
+# Keys every stored API key and inbound key hash (parley.keys); A2A_INBOUND_KEY_SECRET is its former name.
+KEY_HASH_SECRET = env.str("KEY_HASH_SECRET", default=env.str("A2A_INBOUND_KEY_SECRET", default=SECRET_KEY))
 # Headers our own proxy sets to the caller's address (first present wins; X-Forwarded-For: its last
 # entry), telling anonymous callers apart. Empty: the TCP peer's address. See a2a_gateway.auth.
 A2A_TRUSTED_PROXY_HEADERS = env.list("A2A_TRUSTED_PROXY_HEADERS", default=[])

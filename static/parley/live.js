@@ -5,6 +5,8 @@
 // An element with data-live-src="<url>" holds regions marked data-live="<name>";
 // the URL answers the same regions, freshly rendered. Items marked data-key are
 // kept as they are (with what is typed in them) while the fresh copy has them.
+// Forms inside post with htmx (hx-post) and swap their region themselves; the
+// regions this script inserts are handed to htmx so their forms do too.
 //
 // A run's model text streams in as run.delta events, which are never stored:
 // they are written into the run's box marked data-stream="<run id>" and cause
@@ -17,10 +19,56 @@
   let delay = 500;
   let busy = false;
   let again = false;
+  // htmx requests under way. A form swapped out from under its own request
+  // would lose the answer (htmx drops it), so refreshes wait for them to end.
+  let posting = 0;
+  let deferred = false;
+
+  document.addEventListener("htmx:beforeRequest", function () {
+    posting += 1;
+  });
+  document.addEventListener("htmx:afterRequest", function () {
+    posting = Math.max(0, posting - 1);
+    if (!posting && deferred) {
+      deferred = false;
+      refresh();
+    }
+  });
+
+  // htmx swaps nothing on an error answer: say what happened where the page's messages go,
+  // and resync the regions, which may have moved on (answered elsewhere, a role changed).
+  const refusals = {
+    403: "Not done: your role does not allow it (it may have just changed).",
+    404: "Not done: this is gone, or not yours to act on.",
+  };
+  function refused(text) {
+    const status = document.getElementById("messages");
+    if (status) {
+      const list = document.createElement("ul");
+      list.className = "messages";
+      const item = document.createElement("li");
+      item.className = "error";
+      item.textContent = text;
+      list.appendChild(item);
+      status.replaceChildren(list);
+    }
+    refresh();
+  }
+  document.addEventListener("htmx:responseError", function (event) {
+    const code = event.detail.xhr.status;
+    refused(refusals[code] || "Not done: the server answered " + code + ". Reload the page and try again.");
+  });
+  document.addEventListener("htmx:sendError", function () {
+    refused("Not sent: the connection was lost. Try again when you are back online.");
+  });
 
   // One refresh at a time. Events during a refresh ask for one more pass, so
   // responses never land out of order and a burst of events costs two passes.
   async function refresh() {
+    if (posting) {
+      deferred = true;
+      return;
+    }
     if (busy) {
       again = true;
       return;
@@ -51,6 +99,10 @@
       } catch (error) {
         return; // offline: the socket drops too, and its reconnect re-syncs
       }
+      if (posting) {
+        deferred = true; // a form was sent meanwhile: merge after its answer, from a fresh fetch
+        return;
+      }
       const fresh = document.createElement("template");
       fresh.innerHTML = html;
       for (const region of fresh.content.querySelectorAll("[data-live]")) {
@@ -78,6 +130,8 @@
       if (old && Number(old.dataset.step) > Number(box.dataset.storedSteps)) box.replaceWith(old);
     }
     current.replaceWith(region);
+    // htmx wires hx-* attributes only in what it swapped itself: hand it what arrived this way.
+    if (window.htmx) window.htmx.process(region);
     if (focused && region.contains(focused)) {
       focused.focus({ preventScroll: true });
       if (selection) focused.setSelectionRange(selection[0], selection[1], selection[2]);

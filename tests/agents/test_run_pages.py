@@ -17,7 +17,9 @@ from agents import services
 from agents.instructions import system_message
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from parley.models import Event, Membership, Tenant
+from tests.agents.conftest import HostServer, step
 from tests.agents.pages import member, run_url, start_url, waiting_question
+from tests.chat_server import ChatServer, status, text, tool_calls
 
 TASK = "Find me a fractional CFO for two days a week."
 ARGUMENTS = {"task": "Draw a logo in blue.", "deadline": "2025-07-01"}
@@ -298,7 +300,8 @@ class TestStartRun:
     def test_another_party_may_not_start(self, client: Client, tenant: Tenant, agent: Agent) -> None:
         client.force_login(member(tenant, "ines", Membership.Role.PRINCIPAL))
 
-        assert client.post(start_url(agent), {"statement": "Hire.", "task": TASK}).status_code == 403
+        # Another party's agent is not theirs to see at all.
+        assert client.post(start_url(agent), {"statement": "Hire.", "task": TASK}).status_code == 404
         assert Run.objects.count() == 0
 
     def test_an_operator_may_start_for_the_party(
@@ -486,7 +489,9 @@ class TestApprovals:
 
         response = logged_in.post(decide_url(approval), {"decision": decision, "reason": "Yes."}, follow=True)
 
-        assert '<li class="error">This approval was already decided.</li>' in response.content.decode()
+        when = first[2].astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+        refusal = f"This approval was already rejected by tomas at {when} (UTC)."
+        assert f'<li class="error">{refusal}</li>' in response.content.decode()
         approval.refresh_from_db()
         assert (approval.approved, approval.answer, approval.answered_at) == first
         assert Message.objects.filter(run=approval.run, role=Message.Role.TOOL).count() == 1
@@ -565,7 +570,7 @@ class TestRunPage:
             output_data={"name": "Idris Haddad", "rate": 1050},
             output='{"name": "Idris Haddad", "rate": 1050}',
         )
-        for seq, step, model, tokens, cost in [
+        for seq, number, model, tokens, cost in [
             (2, 1, "fast", (1000, 300), "0.004000"),
             (3, 2, "steady", (200, 45), "0.000500"),
         ]:
@@ -574,9 +579,9 @@ class TestRunPage:
                 intent=intent,
                 run=run,
                 seq=seq,
-                step=step,
+                step=number,
                 role=Message.Role.ASSISTANT,
-                content=f"step {step}",
+                content=f"step {number}",
                 model=model,
                 input_tokens=tokens[0],
                 output_tokens=tokens[1],
@@ -623,8 +628,8 @@ class TestRunPage:
         assert f'<pre class="output-schema">{escape(json.dumps({"type": "object"}, indent=2))}</pre>' in html
         data = json.dumps({"name": "Idris Haddad", "rate": 1050}, indent=2)
         assert f'<h2>Result</h2><pre class="output output-data">{escape(data)}</pre>' in html
-        assert "Step 1 · fast · 1000 tokens in, 300 out · cost 0.004000 EUR" in html
-        assert "Step 2 · steady · 200 tokens in, 45 out · cost 0.000500 EUR" in html
+        assert "Model fast · 1000 tokens in, 300 out · cost 0.004000 EUR" in html
+        assert "Model steady · 200 tokens in, 45 out · cost 0.000500 EUR" in html
         assert "Cancel run" not in html
 
     def test_the_timeline_lists_the_runs_retries_and_fallbacks_in_step_order(
@@ -632,10 +637,15 @@ class TestRunPage:
     ) -> None:
         html = logged_in.get(run_url(priced_run)).content.decode()
 
+        # Each under the heading of its step, before the reply the step stored.
         entries = [
-            "Step 1: fast failed try 1 (HTTP 429); trying again after 2.0 s",
-            "Step 2: falling back from fast to steady (HTTP 503)",
-            "Step 2: fast failed try 1 (timed out); trying again after 1.0 s",
+            "<h3>Step 1</h3>",
+            '<li data-kind="run.retry">fast failed try 1 (HTTP 429); trying again after 2.0 s',
+            "Model fast · 1000 tokens in",
+            "<h3>Step 2</h3>",
+            '<li data-kind="run.fallback">Falling back from fast to steady (HTTP 503)',
+            '<li data-kind="run.retry">fast failed try 1 (timed out); trying again after 1.0 s',
+            "Model steady · 200 tokens in",
         ]
         positions = [html.index(e) for e in entries]
         assert positions == sorted(positions)
@@ -677,8 +687,173 @@ class TestRunPage:
     def test_an_offline_step_names_the_offline_model(self, logged_in: Client, question: Question) -> None:
         html = logged_in.get(run_url(question.run)).content.decode()
 
-        assert "Step 1 · offline · 0 tokens in, 0 out · cost 0.000000" in html
+        assert "Model offline · 0 tokens in, 0 out · cost 0.000000 ·" in html
         assert "<dt>Cost</dt><dd>0.000000</dd>" in html
+
+
+class TestTimeline:
+    """The run page's timeline, from runs the loop really took (a model on loopback, the offline model)."""
+
+    def test_each_step_shows_its_model_call_retries_and_tool_calls_paired_with_their_results(
+        self,
+        logged_in: Client,
+        llm_agent: Agent,
+        intent: Intent,
+        lookup: Tool,
+        host: HostServer,
+        chat: ChatServer,
+    ) -> None:
+        llm_agent.tools.add(lookup)
+        chat.script(
+            status(429, headers={"Retry-After": "1"}),
+            tool_calls(
+                ("c1", "lookup", '{"order": "A-17"}'),
+                ("c2", "lookup", '{"order": "B-2"}'),
+                input_tokens=1000,
+                output_tokens=100,
+            ),
+            text("Both ship Monday.", input_tokens=3000, output_tokens=500),
+        )
+        run = step(step(services.run_start(agent=llm_agent, intent=intent, task=TASK)))
+        assert run.status == Run.Status.DONE
+
+        html = logged_in.get(run_url(run)).content.decode()
+
+        timeline = html[html.index("<h2>Timeline</h2>") :]
+        order = [
+            "<h3>The task</h3>",
+            TASK,
+            "<h3>Step 1</h3>",
+            '<li data-kind="run.retry">house-model failed try 1 (HTTP 429',
+            "Model house-model · 1000 tokens in, 100 out · cost 0.002800",
+            "<h3>Step 2</h3>",
+            "Model house-model · 3000 tokens in, 500 out · cost 0.010000",
+            '<pre class="reply">Both ship Monday.</pre>',
+        ]
+        positions = [timeline.index(part) for part in order]
+        assert positions == sorted(positions)
+        calls = timeline.split('<li class="tool-call">')[1:]
+        assert len(calls) == 2
+        for call, (order_id, other) in zip(calls, [("A-17", "B-2"), ("B-2", "A-17")], strict=True):
+            arguments = escape(json.dumps({"order": order_id}, indent=2))
+            assert f'<pre class="tool-arguments">{arguments}</pre>' in call
+            assert f'<pre class="tool-result">Order {order_id} ships Monday.</pre>' in call
+            assert other not in call
+        assert "<code>lookup</code>" in calls[0]
+
+    def test_a_model_call_that_failed_after_retries_shows_them_and_no_reply(
+        self, logged_in: Client, llm_agent: Agent, intent: Intent, chat: ChatServer
+    ) -> None:
+        chat.script(status(503), status(503))
+        run = step(services.run_start(agent=llm_agent, intent=intent, task=TASK))
+        assert run.status == Run.Status.FAILED
+
+        html = logged_in.get(run_url(run)).content.decode()
+
+        step_one = html[html.index("<h3>Step 1</h3>") :]
+        assert '<li data-kind="run.retry">house-model failed try 1 (HTTP 503' in step_one
+        assert "No reply was stored: the model call failed." in step_one
+
+    def test_a_question_asked_then_answered_shows_the_suspension_and_the_resumption(
+        self, logged_in: Client, agent: Agent, intent: Intent
+    ) -> None:
+        run = step(services.run_start(agent=agent, intent=intent, task=TASK))
+        question = Question.objects.get(run=run)
+
+        waiting = logged_in.get(run_url(run)).content.decode()
+        assert "<h2>Waiting on the party</h2>" in waiting
+        assert (
+            f'hx-post="{reverse("agents:question-answer", kwargs={"tenant": "acme", "pk": question.pk})}"'
+            in (waiting)
+        )
+        assert 'hx-target="#run"' in waiting
+        assert f'Stopped to ask the party · <time datetime="{question.created_at.isoformat()}"' in waiting
+        assert f'Waiting for the party (<a href="#question-{question.pk}">see above</a>).' in waiting
+        assert waiting.count(f">{escape(question.question)}<") == 1  # the question itself, once
+
+        logged_in.post(
+            reverse("agents:question-answer", kwargs={"tenant": "acme", "pk": question.pk}),
+            {"answer": "Nobody yet."},
+        )
+        step(run)
+        answered = logged_in.get(run_url(run)).content.decode()
+
+        assert "<h2>Waiting on the party</h2>" not in answered
+        call = answered.split('<li class="tool-call">')[1]
+        assert "<code>ask_user</code>" in call
+        assert f"<q>{escape(question.question)}</q>" in call
+        assert "Answered by tomas, <time" in call
+        assert "<q>Nobody yet.</q>; the run resumed." in call
+        assert '<pre class="tool-result">Nobody yet.</pre>' in call
+        assert "<h3>Step 2</h3>" in answered
+
+    def test_an_approval_decided_shows_who_decided(self, logged_in: Client, approval: Question) -> None:
+        logged_in.post(decide_url(approval), {"decision": "reject", "reason": "Too dear."})
+
+        html = logged_in.get(run_url(approval.run)).content.decode()
+
+        call = html.split('<li class="tool-call">')[1]
+        assert "Stopped for the party's approval" in call
+        assert "Rejected by tomas, <time" in call
+        assert "<q>Too dear.</q>; the run resumed." in call
+        assert '<pre class="tool-result">rejected: Too dear.</pre>' in call
+
+    def test_a_pending_run_shows_its_task_before_it_starts(
+        self, logged_in: Client, agent: Agent, intent: Intent
+    ) -> None:
+        Agent.objects.filter(pk=agent.pk).update(on_busy=Agent.OnBusy.QUEUE)
+        Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.RUNNING)
+        agent.refresh_from_db()
+        pending = services.run_start(agent=agent, intent=intent, task=TASK)
+
+        html = logged_in.get(run_url(pending)).content.decode()
+
+        assert f"<pre>{TASK}</pre>" in html
+        assert "It enters the thread when the run ahead of it ends." in html
+
+
+class TestCancelByHtmx:
+    def test_cancelling_swaps_in_the_ended_run_and_says_so(
+        self, logged_in: Client, agent: Agent, intent: Intent
+    ) -> None:
+        run = Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.RUNNING)
+        page = logged_in.get(run_url(run)).content.decode()
+        assert f'hx-post="{cancel_url(run)}" hx-target="#run" hx-swap="outerHTML"' in page
+
+        response = logged_in.post(cancel_url(run), HTTP_HX_REQUEST="true", HTTP_HX_TARGET="run")
+
+        html = response.content.decode()
+        assert response.status_code == 200
+        assert html.startswith('\n<section id="run" data-live="run"')
+        assert 'data-status="cancelled">Cancelled</strong>' in html
+        assert "Cancel run</button>" not in html
+        assert '<li class="success">Run cancelled.</li></ul></div>' in html
+        assert 'id="action-status" class="action-status" role="status" hx-swap-oob="true"' in html
+        run.refresh_from_db()
+        assert run.status == Run.Status.CANCELLED
+
+    def test_cancelling_an_ended_run_says_why_not(
+        self, logged_in: Client, agent: Agent, intent: Intent
+    ) -> None:
+        run = Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.DONE)
+
+        html = logged_in.post(cancel_url(run), HTTP_HX_REQUEST="true", HTTP_HX_TARGET="run").content.decode()
+
+        assert '<li class="error">The run already ended (done).</li>' in html
+        run.refresh_from_db()
+        assert run.status == Run.Status.DONE
+
+    def test_a_viewer_may_not_cancel_by_htmx_either(
+        self, client: Client, tenant: Tenant, agent: Agent, intent: Intent
+    ) -> None:
+        run = Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.RUNNING)
+        client.force_login(member(tenant, "vera", Membership.Role.VIEWER))
+
+        response = client.post(cancel_url(run), HTTP_HX_REQUEST="true", HTTP_HX_TARGET="run")
+
+        assert response.status_code == 403
+        run.refresh_from_db()
+        assert run.status == Run.Status.RUNNING
 
 
 class TestSystemMessagePreview:

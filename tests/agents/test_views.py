@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from decimal import Decimal
 
 import pytest
@@ -70,7 +71,8 @@ class TestInbox:
 
         assert 'data-announce="2 open questions"' in html
         assert QUESTION in html
-        assert f'<li data-key="{approval.pk}" class="question approval">' in html
+        assert f'<li class="question approval" id="item-{approval.pk}">' in html
+        assert f'id="form-{approval.pk}" data-key="{approval.pk}" hx-preserve="true"' in html
         assert "<strong>Approval</strong> · Tomas&#x27;s agent" in html
         assert "Tool <code>book_room</code>, with these arguments:" in html
         assert "{\n  &quot;room&quot;: &quot;A&quot;,\n  &quot;nights&quot;: 2\n}</pre>" in html
@@ -156,7 +158,8 @@ class TestAnswer:
 
         assert response.redirect_chain == [(run_url(question.run), 302)]
         html = response.content.decode()
-        assert '<li class="error">This question was already answered.</li>' in html
+        when = first[2].astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+        assert f'<li class="error">This question was already answered by tomas at {when} (UTC).</li>' in html
         assert "Answer sent" not in html
         question.refresh_from_db()
         assert (question.answer, question.answered_by_id, question.answered_at) == first
@@ -200,7 +203,8 @@ class TestAnswer:
     ) -> None:
         client.force_login(member(tenant, "ines", Membership.Role.PRINCIPAL))
 
-        assert client.post(answer_url(question), {"answer": ANSWER}).status_code == 403
+        # Another party's question is not theirs to see at all.
+        assert client.post(answer_url(question), {"answer": ANSWER}).status_code == 404
         assert_unchanged(question)
 
     def test_an_operator_may_answer_for_the_party(
@@ -272,6 +276,20 @@ class TestRunPage:
 
 
 class TestAgentPage:
+    def test_its_party_sees_who_it_is_but_not_how_it_is_built(self, logged_in: Client, agent: Agent) -> None:
+        html = logged_in.get(
+            reverse("agents:agent", kwargs={"tenant": "acme", "pk": agent.pk})
+        ).content.decode()
+
+        assert "<dt>Answers its questions</dt><dd>tomas</dd>" in html
+        for built in (
+            "<h2>System prompt</h2>",
+            "You act for Tomas.",
+            "<h2>Tools</h2>",
+            "<h2>Guardrails</h2>",
+        ):
+            assert built not in html
+
     def test_shows_the_agent(self, logged_in: Client, agent: Agent) -> None:
         response = logged_in.get(reverse("agents:agent", kwargs={"tenant": "acme", "pk": agent.pk}))
 
@@ -284,7 +302,10 @@ class TestAgentPage:
             assert response.status_code == 404
             assert "Idris" not in response.content.decode()
 
-    def test_shows_its_configuration_read_only(self, logged_in: Client, agent: Agent) -> None:
+    def test_shows_its_configuration_read_only_to_an_operator(
+        self, client: Client, operator: AbstractUser, agent: Agent
+    ) -> None:
+        client.force_login(operator)
         ModelEndpoint.objects.create(
             tenant=agent.tenant,
             name="fast",
@@ -331,9 +352,7 @@ class TestAgentPage:
         )
         agent.tools.add(booking, ask)
 
-        html = logged_in.get(
-            reverse("agents:agent", kwargs={"tenant": "acme", "pk": agent.pk})
-        ).content.decode()
+        html = client.get(reverse("agents:agent", kwargs={"tenant": "acme", "pk": agent.pk})).content.decode()
 
         for fact in [
             "<dt>Model</dt><dd>fast</dd>",
@@ -358,11 +377,10 @@ class TestAgentPage:
         assert "The defaults:" not in html
 
     def test_an_agent_without_tools_or_guardrails_offers_the_defaults(
-        self, logged_in: Client, agent: Agent
+        self, client: Client, operator: AbstractUser, agent: Agent
     ) -> None:
-        html = logged_in.get(
-            reverse("agents:agent", kwargs={"tenant": "acme", "pk": agent.pk})
-        ).content.decode()
+        client.force_login(operator)
+        html = client.get(reverse("agents:agent", kwargs={"tenant": "acme", "pk": agent.pk})).content.decode()
 
         assert (
             "<p>The defaults: <code>ask_user</code>, <code>negotiate</code>, <code>answer</code>.</p>" in html
@@ -392,3 +410,17 @@ class TestAgentPage:
         assert (f'<a href="{preview_url}">Preview its system message</a>' in html) is preview
         admin_url = reverse("admin:agents_agent_change", args=[agent.pk])
         assert (f'<a href="{admin_url}">Change it in the admin</a>' in html) is admin
+
+
+@pytest.mark.django_db
+def test_answering_an_approval_says_to_approve_or_reject_it(
+    logged_in: Client, agent: Agent, intent: Intent
+) -> None:
+    approval = waiting_question(agent, intent, text="Book room A?")
+    Question.objects.filter(pk=approval.pk).update(kind=Question.Kind.APPROVAL, tool_name="book_room")
+    url = reverse("agents:question-answer", kwargs={"tenant": "acme", "pk": approval.pk})
+
+    html = logged_in.post(url, {"answer": "yes"}, follow=True).content.decode()
+
+    assert "This is a approval" not in html
+    assert "This is an approval; approve or reject it." in html

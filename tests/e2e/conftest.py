@@ -1,18 +1,24 @@
-"""Browser-test fixtures: Debian's Chromium under Playwright, and getting ORM work off Playwright's loop."""
+"""Browser-test fixtures: Debian's Chromium under Playwright, getting ORM work off Playwright's loop, and a
+host on loopback whose one operation needs the party's approval."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from django.db import connections
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from agents.models import Run
 from parley import live
 from tests.conftest import wait_until
+from tests.loopback import LoopbackServer
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -69,7 +75,10 @@ def off_loop(fn: Callable[[], T]) -> T:
 def publish_run_updated(run: Run) -> None:
     """Tell the run's tenant that it changed (it did not): every open page of the tenant refreshes."""
     live.publish_on_commit(
-        event="run.updated", tenant_id=run.tenant_id, payload={"run": str(run.pk), "status": run.status}
+        event="run.updated",
+        tenant_id=run.tenant_id,
+        party_id=run.agent.principal_id,
+        payload={"run": str(run.pk), "status": run.status},
     )
 
 
@@ -79,3 +88,26 @@ def wait_finished(run: Run) -> Run:
         return fresh if fresh.status not in Run.ACTIVE else None
 
     return off_loop(lambda: wait_until(finished, timeout=120, what="the run to finish"))
+
+
+class OrderDesk(LoopbackServer):
+    """A supplier's order desk on loopback: the host operation ``/place-order`` places the order it is
+    given at once, and ``placed`` keeps the arguments of every order placed, in order."""
+
+    what = "the order desk"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.placed: list[dict[str, Any]] = []
+        self.listen(Starlette(routes=[Route("/place-order", self.place_order, methods=["POST"])]))
+
+    async def place_order(self, request: Request) -> JSONResponse:
+        arguments = (await request.json())["arguments"]
+        self.placed.append(arguments)
+        return JSONResponse({"result": f"Order {arguments['order']} placed with {arguments['supplier']}."})
+
+
+@pytest.fixture
+def order_desk() -> Iterator[OrderDesk]:
+    with OrderDesk() as desk:
+        yield desk

@@ -8,8 +8,6 @@ change reaches the open pages over the WebSocket, never by a reload.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
@@ -19,27 +17,17 @@ from agents.services import run_start
 from negotiations import demo
 from tests.conftest import LiveStack
 from tests.e2e.conftest import WAIT, not_reloaded, off_loop, publish_run_updated, wait_finished, wait_live
+from tests.e2e.pages import PHONE, fits, log_in
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
 QUESTION = "What is your limit on amount (EUR per day): the most you will pay, or the least you will take?"
 ANSWER = "Up to €1,100 a day."
-PHONE = {"width": 375, "height": 740}
 
 
-def log_in(page: Page, base_url: str) -> None:
+def log_in_as_tomas(page: Page, base_url: str) -> None:
     """Log in as Tomas through the form; he lands on his inbox with the live socket connected."""
-    page.goto(f"{base_url}/login/")
-    page.get_by_label("Username").fill("tomas")
-    page.get_by_label("Password").fill(demo.TOMAS_PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="Acme Robotics", level=1)).to_be_visible()
-    wait_live(page)
-
-
-def fits(page: Page) -> bool:
-    """Nothing on the page is wider than the viewport (no sideways scrolling)."""
-    return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
+    log_in(page, base_url, "tomas", demo.TOMAS_PASSWORD)
 
 
 def start_demo_run(world: demo.DemoWorld) -> Run:
@@ -54,7 +42,7 @@ def test_a_question_arrives_live_and_the_answer_finishes_the_run(
     page = browser.new_page()
     page.set_default_timeout(WAIT)
     world = off_loop(demo.demo_seed)
-    log_in(page, live_stack.url)
+    log_in_as_tomas(page, live_stack.url)
     expect(page.get_by_text("No open questions.")).to_be_visible()
 
     run = off_loop(lambda: start_demo_run(world))
@@ -74,8 +62,11 @@ def test_a_question_arrives_live_and_the_answer_finishes_the_run(
     expect(field).to_be_focused()
     page.get_by_role("button", name="Send answer").click()
 
-    expect(page).to_have_url(re.compile(rf"/t/acme/runs/{run.pk}/$"))
+    # Answered in place (htmx): the inbox says so and the question leaves it, without a reload.
     expect(page.get_by_role("status").filter(has_text="Answer sent. Your agent carries on.")).to_be_visible()
+    expect(page.get_by_text(QUESTION)).to_be_hidden()
+    assert not_reloaded(page)
+    page.goto(f"{live_stack.url}/t/acme/runs/{run.pk}/")
     expect(page.locator("q", has_text=ANSWER)).to_be_visible()
     wait_live(page)
     expect(page.locator("#main [data-status]")).to_have_text("Done", timeout=120_000)
@@ -99,7 +90,7 @@ def test_answering_in_one_tab_removes_the_question_from_the_other(
     context.set_default_timeout(WAIT)
     desk = context.new_page()
     world = off_loop(demo.demo_seed)
-    log_in(desk, live_stack.url)
+    log_in_as_tomas(desk, live_stack.url)
     phone = context.new_page()
     phone.set_viewport_size(PHONE)
     phone.goto(desk.url)

@@ -29,7 +29,10 @@ TASK = "Find me a fractional CFO for two days a week."
 def push_delta(run: Run, step: int, text: str) -> None:
     """What the worker sends while the model writes step ``step`` of ``run``: pushed, never stored."""
     live.push_transient(
-        event="run.delta", tenant_id=run.tenant_id, payload={"run": str(run.pk), "step": step, "delta": text}
+        event="run.delta",
+        tenant_id=run.tenant_id,
+        party_id=run.agent.principal_id,
+        payload={"run": str(run.pk), "step": step, "delta": text},
     )
 
 

@@ -1,143 +1,212 @@
-"""The negotiations board and one negotiation's page: what they show and that they stay in the tenant."""
+"""One negotiation's page: its header, every turn, the settlement, escaping, the fragment, tenancy."""
 
 from __future__ import annotations
 
 import pytest
 from django.test import Client
-from django.urls import reverse
+from django.utils.html import escape
 
-from agents.models import Agent
+from agents.models import Agent, Intent
 from negotiations.models import Negotiation, Settlement, Turn
 from parley.models import Tenant
+from tests.negotiations.pages import FLOOR, detail_url, inbound, inbound_deal, outbound
 
-
-def negotiation(agent: Agent, name: str, *, outcome: str | None = None) -> Negotiation:
-    """An outbound negotiation of ``agent`` with one turn each way, settled with ``outcome`` if given."""
-    n = Negotiation.objects.create(
-        tenant=agent.tenant,
-        agent=agent,
-        direction=Negotiation.Direction.OUTBOUND,
-        counterparty_url=f"https://example.org/a2a/{name.lower()}",
-        counterparty_name=name,
-        task_id=f"task-{name.lower()}",
-        status=Negotiation.Status.SETTLED if outcome else Negotiation.Status.OPEN,
-        turn_count=2,
-    )
-    Turn.objects.create(
-        tenant=agent.tenant,
-        negotiation=n,
-        seq=1,
-        side=Turn.Side.OURS,
-        action="propose",
-        message="Would 900 a day work?",
-        terms={"amount": 900, "currency": "EUR"},
-        offer_id="offer-1",
-    )
-    Turn.objects.create(
-        tenant=agent.tenant,
-        negotiation=n,
-        seq=2,
-        side=Turn.Side.THEIRS,
-        action="counter",
-        message="I can do 1,031.",
-        terms={"amount": 1031, "currency": "EUR"},
-        offer_id="offer-2",
-    )
-    if outcome:
-        Settlement.objects.create(
-            tenant=agent.tenant,
-            negotiation=n,
-            outcome=outcome,
-            basis=Settlement.Basis.REFERENCE,
-            terms={"amount": 1031, "currency": "EUR"},
-            reason='Closing move accepts offer "offer-2".',
-            ended_by=Turn.Side.OURS,
-        )
-    return n
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def foreign(seller: Agent) -> Negotiation:
-    return negotiation(seller, "Globex Buyer", outcome=Settlement.Outcome.DECLINED)
+def deal(agent: Agent, intent: Intent) -> Negotiation:
+    """Tomas's agent sells above :data:`FLOOR`; an inbound negotiation it agreed, by the real service."""
+    agent.term_guards = FLOOR
+    agent.save()
+    return inbound_deal(agent)
 
 
-def detail_url(n: Negotiation, tenant: Tenant | None = None) -> str:
-    return reverse("negotiations:detail", kwargs={"tenant": (tenant or n.tenant).slug, "pk": n.pk})
+def page(client: Client, n: Negotiation, **query: str) -> str:
+    response = client.get(detail_url(n), query)
+    assert response.status_code == 200
+    return response.content.decode()
 
 
-class TestList:
-    def test_lists_the_tenants_negotiations_with_their_settlements_only(
-        self, logged_in: Client, agent: Agent, foreign: Negotiation
+class TestPage:
+    def test_the_header_says_who_what_and_how_far(self, logged_in: Client, deal: Negotiation) -> None:
+        deal.objective = "A CFO two days a week."
+        deal.save()
+
+        html = page(logged_in, deal)
+
+        assert '<h1 id="negotiation-heading">Tomas&#x27;s agent ↔ unnamed counterparty</h1>' in html
+        assert (
+            f'<dt>Agent</dt><dd><a href="/t/acme/agents/{deal.agent_id}/">Tomas&#x27;s agent</a> · '
+            f'<a href="/t/acme/negotiations/?agent={deal.agent_id}">its negotiations</a></dd>'
+        ) in html
+        assert (
+            "<dt>Intent</dt><dd>Bring in a fractional CFO. · "
+            f'<a href="/t/acme/negotiations/?intent={deal.intent_id}">negotiations under this intent</a></dd>'
+        ) in html
+        assert "<dt>Direction</dt><dd>Inbound (they contacted us)</dd>" in html
+        assert '<dt>Status</dt><dd data-status="settled">Settled (Task completed)</dd>' in html
+        assert "<dt>Task id</dt><dd><code>task-1</code></dd>" in html
+        assert "<dt>Context id</dt><dd><code>ctx-task-1</code></dd>" in html
+        assert "<dt>Turns</dt><dd>4 recorded; our moves 2 of at most 10</dd>" in html
+        assert "<dt>Objective</dt><dd>A CFO two days a week.</dd>" in html
+
+    def test_every_turn_in_order_with_its_move(self, logged_in: Client, deal: Negotiation) -> None:
+        turns = list(deal.turns.order_by("seq"))
+        counter = turns[1]
+
+        html = page(logged_in, deal)
+
+        heads = [
+            '<span class="seq">Turn 1</span> · <strong>The counterparty (theirs)</strong> · '
+            '<span class="action">propose</span>',
+            '<span class="seq">Turn 2</span> · <strong>Tomas&#x27;s agent (ours)</strong> · '
+            '<span class="action">propose</span>',
+            '<span class="seq">Turn 3</span> · <strong>The counterparty (theirs)</strong> · '
+            '<span class="action">accept</span>',
+            '<span class="seq">Turn 4</span> · <strong>Tomas&#x27;s agent (ours)</strong> · '
+            '<span class="action">accept</span>',
+        ]
+        positions = [html.index(h) for h in heads]
+        assert positions == sorted(positions)
+        assert '<p class="said">Would €800 a day work?</p>' in html
+        assert (
+            '<dt>Terms</dt><dd><dl class="terms"><div><dt>amount</dt><dd>800</dd></div>'
+            "<div><dt>currency</dt><dd>EUR</dd></div></dl></dd>"
+        ) in html
+        assert "<dt>offerId</dt><dd><code>o-1</code></dd>" in html
+        assert f"<dt>offerId</dt><dd><code>{counter.offer_id}</code></dd>" in html
+        assert (
+            f'<dt>Accepts offerId</dt><dd><code>{counter.offer_id}</code> (<a href="#turn-2">turn 2</a>)</dd>'
+        ) in html
+        assert html.count('<a href="#turn-2">turn 2</a>') == 2  # their accept and our confirmation
+        assert '<li class="turn turn-theirs" id="turn-3">' in html
+
+    def test_the_settlement_with_badges_reason_terms_and_who_ended_it(
+        self, logged_in: Client, deal: Negotiation
     ) -> None:
-        settled = negotiation(agent, "Idris Haddad", outcome=Settlement.Outcome.AGREED)
-        negotiation(agent, "Noor Lindqvist")
+        settlement = deal.settlement
+        amount = settlement.terms["amount"]
 
-        response = logged_in.get(reverse("negotiations:list", kwargs={"tenant": "acme"}))
+        html = page(logged_in, deal)
 
-        html = response.content.decode()
-        assert response.status_code == 200
-        assert "<h1>Negotiations</h1>" in html
-        assert f'href="{detail_url(settled)}">Idris Haddad</a>' in html
-        assert '<span class="badge outcome-agreed">agreed</span>' in html
-        assert "Noor Lindqvist" in html
-        assert "Globex Buyer" not in html
+        assert (
+            '<p class="badges"><span class="badge badge-agreed">agreed</span> '
+            '<span class="badge badge-basis">basis: reference</span></p>'
+        ) in html
+        assert f"<dt>Reason</dt><dd>{escape(settlement.reason)}</dd>" in html
+        assert (
+            f'<dt>Terms</dt><dd><dl class="terms"><div><dt>amount</dt><dd>{amount}</dd></div>'
+            "<div><dt>currency</dt><dd>EUR</dd></div></dl></dd>"
+        ) in html
+        assert "<dt>Ended by</dt><dd>us (Tomas&#x27;s agent)</dd>" in html
+        assert "Disputed" not in html
 
-    def test_fragment_is_the_live_region_alone(self, logged_in: Client, agent: Agent) -> None:
-        negotiation(agent, "Idris Haddad")
-
-        html = logged_in.get(reverse("negotiations:list", kwargs={"tenant": "acme"}), {"fragment": "1"})
-
-        assert "<html" not in html.content.decode()
-        assert 'data-live="negotiations"' in html.content.decode()
-
-    def test_pages_of_fifty_keep_the_page_in_the_live_source(self, logged_in: Client, agent: Agent) -> None:
-        Negotiation.objects.bulk_create(
-            Negotiation(tenant=agent.tenant, agent=agent, direction="outbound", counterparty_name=f"cp-{i}")
-            for i in range(51)
+    def test_a_disputed_settlement_and_terms_that_are_not_strings_read_as_sent(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        n = outbound(
+            agent,
+            "Idris Haddad",
+            status=Negotiation.Status.SETTLED,
+            settlement={
+                "outcome": Settlement.Outcome.CONFLICT,
+                "basis": Settlement.Basis.PROSE,
+                "reason": "Both sides named amounts, none shared.",
+                "ended_by": Turn.Side.THEIRS,
+                "disputed": {"mine": [900], "theirs": [1031]},
+            },
         )
-        url = reverse("negotiations:list", kwargs={"tenant": "acme"})
+        Turn.objects.filter(negotiation=n, seq=2).update(
+            terms={"amount": "450", "remote": True, "start": None, "window": {"from": "2025-01-06"}}
+        )
 
-        first = logged_in.get(url).content.decode()
-        second = logged_in.get(url, {"page": 2}).content.decode()
+        html = page(logged_in, n)
 
-        assert "Page 1 of 2" in first
-        assert 'rel="next"' in first
-        assert "Page 2 of 2" in second
-        assert f'data-live-src="{url}?page=2&amp;fragment=1"' in second
+        assert '<span class="badge badge-conflict">conflict</span>' in html
+        assert '<span class="badge badge-basis">basis: prose</span>' in html
+        assert "<dt>Ended by</dt><dd>them (Idris Haddad)</dd>" in html
+        assert (
+            '<dt>Disputed</dt><dd><dl class="terms"><div><dt>mine</dt><dd>[900]</dd></div>'
+            "<div><dt>theirs</dt><dd>[1031]</dd></div></dl></dd>"
+        ) in html
+        assert "<dt>Terms</dt><dd>none</dd>" in html
+        assert (
+            '<dl class="terms"><div><dt>amount</dt><dd>450</dd></div><div><dt>remote</dt><dd>true</dd></div>'
+            "<div><dt>start</dt><dd>null</dd></div>"
+            "<div><dt>window</dt><dd>{&quot;from&quot;:&quot;2025-01-06&quot;}</dd></div></dl>"
+        ) in html
 
-    def test_another_tenants_board_is_404(self, logged_in: Client, foreign: Negotiation) -> None:
-        response = logged_in.get(reverse("negotiations:list", kwargs={"tenant": "globex"}))
+    def test_an_open_negotiation_has_no_settlement_yet(self, logged_in: Client, agent: Agent) -> None:
+        html = page(logged_in, outbound(agent, "Idris Haddad", turns=0))
 
-        assert response.status_code == 404
-        assert "Globex Buyer" not in response.content.decode()
+        assert "<p>No turns yet.</p>" in html
+        assert "<h2>Settlement</h2>\n\n<p>Not settled.</p>" in html
+        assert (
+            '<dt>Counterparty</dt><dd>Idris Haddad<br><span class="meta">https://example.org/a2a/idris</span>'
+            in html
+        )
 
 
-class TestDetail:
-    def test_shows_turns_and_settlement(self, logged_in: Client, agent: Agent) -> None:
-        n = negotiation(agent, "Idris Haddad", outcome=Settlement.Outcome.AGREED)
+class TestEscaping:
+    def test_html_a_counterparty_wrote_is_shown_as_text(self, logged_in: Client, deal: Negotiation) -> None:
+        inbound(
+            deal.agent,
+            {
+                "action": "propose",
+                "message": '<script>alert("hi")</script><b>€1,000</b>',
+                "terms": {"<i>amount</i>": "<u>1000</u>"},
+                "offerId": "o-9",
+            },
+            task_id="task-evil",
+        )
+        evil = Negotiation.objects.get(task_id="task-evil")
+        Negotiation.objects.filter(pk=evil.pk).update(counterparty_name="<em>Mallory</em>")
 
-        response = logged_in.get(detail_url(n))
+        html = page(logged_in, evil)
 
-        html = response.content.decode()
-        assert response.status_code == 200
-        assert "Tomas&#x27;s agent ↔ Idris Haddad</h1>" in html
-        assert html.index("Would 900 a day work?") < html.index("I can do 1,031.")
-        assert "amount <strong>1031</strong> · currency <strong>EUR</strong>" in html
-        assert '<span class="badge outcome-agreed">agreed</span> on basis' in html
-        assert 'data-announce="Settled, 2 turns, agreed"' in html
+        assert (
+            '<p class="said">&lt;script&gt;alert(&quot;hi&quot;)&lt;/script&gt;&lt;b&gt;€1,000&lt;/b&gt;</p>'
+            in html
+        )
+        assert "<dt>&lt;i&gt;amount&lt;/i&gt;</dt><dd>&lt;u&gt;1000&lt;/u&gt;</dd>" in html
+        assert "↔ &lt;em&gt;Mallory&lt;/em&gt;</h1>" in html
+        for raw in ("<script>", "<b>€", "<i>amount", "<u>1000", "<em>Mallory"):
+            assert raw not in html
 
-    def test_fragment_is_the_live_region_alone(self, logged_in: Client, agent: Agent) -> None:
-        html = logged_in.get(
-            detail_url(negotiation(agent, "Idris Haddad")), {"fragment": "1"}
-        ).content.decode()
 
-        assert "<html" not in html
-        assert 'data-live="negotiation"' in html
-        assert "No turns yet." not in html
+class TestLive:
+    def test_the_fragment_is_the_live_region_alone(self, logged_in: Client, deal: Negotiation) -> None:
+        full = page(logged_in, deal)
+        fragment = page(logged_in, deal, fragment="1")
 
+        assert f'data-live-src="{detail_url(deal)}?fragment=1"' in full
+        assert "<html" not in fragment
+        assert fragment.strip().startswith('<section data-live="negotiation"')
+        assert 'data-announce="Settled, 4 turns, agreed"' in fragment
+        assert "Turn 4" in fragment
+
+    def test_the_fragment_shows_turns_recorded_since(self, logged_in: Client, agent: Agent) -> None:
+        agent.term_guards = FLOOR
+        agent.save()
+        inbound(agent, {"action": "propose", "message": "€800?", "terms": {"amount": 800, "currency": "EUR"}})
+        n = Negotiation.objects.get(agent=agent)
+        assert 'data-announce="Open, 2 turns"' in page(logged_in, n, fragment="1")
+
+        inbound(agent, {"action": "propose", "message": "€850?", "terms": {"amount": 850, "currency": "EUR"}})
+
+        fragment = page(logged_in, n, fragment="1")
+        assert 'data-announce="Open, 4 turns"' in fragment
+        assert '<p class="said">€850?</p>' in fragment
+
+
+class TestTenancy:
     def test_another_tenants_negotiation_is_404(
-        self, logged_in: Client, tenant: Tenant, foreign: Negotiation
+        self, logged_in: Client, tenant: Tenant, seller: Agent
     ) -> None:
+        foreign = inbound_deal(seller, opening="Globex wants you")
+        before = list(Turn.objects.filter(negotiation=foreign).values_list("seq", "message"))
+
         for url in (
             detail_url(foreign, tenant),
             detail_url(foreign),
@@ -145,4 +214,5 @@ class TestDetail:
         ):
             response = logged_in.get(url)
             assert response.status_code == 404
-            assert "Globex Buyer" not in response.content.decode()
+            assert "Globex wants you" not in response.content.decode()
+        assert list(Turn.objects.filter(negotiation=foreign).values_list("seq", "message")) == before

@@ -45,7 +45,10 @@ def test_streamed_text_sent_from_a_worker_thread_arrives_whole_and_in_order(redi
         started.wait(timeout=30)
         for i in range(COUNT):
             live.push_transient(
-                event="run.delta", tenant_id=tenant_id, payload={"run": "r", "step": 1, "delta": str(i)}
+                event="run.delta",
+                tenant_id=tenant_id,
+                party_id=None,
+                payload={"run": "r", "step": 1, "delta": str(i)},
             )
 
     started = threading.Event()

@@ -23,7 +23,7 @@ def test_an_event_is_stored_at_once_and_pushed_after_commit(
     payload = {"negotiation": "n-1", "seq": 3, "terms": {"amount": 900, "currency": "EUR"}}
 
     with django_capture_on_commit_callbacks(execute=True):
-        live.publish_on_commit(event="negotiation.turn", tenant_id=tenant.pk, payload=payload)
+        live.publish_on_commit(event="negotiation.turn", tenant_id=tenant.pk, party_id=None, payload=payload)
         stored = Event.objects.get()
         assert (stored.tenant_id, stored.kind, stored.payload) == (tenant.pk, "negotiation.turn", payload)
         assert listener.pushed() == []
@@ -37,7 +37,9 @@ def test_an_event_of_a_change_rolled_back_is_neither_stored_nor_pushed(
 ) -> None:
     def change_that_fails() -> None:
         with transaction.atomic():
-            live.publish_on_commit(event="run.updated", tenant_id=tenant.pk, payload={"run": "r-1"})
+            live.publish_on_commit(
+                event="run.updated", tenant_id=tenant.pk, party_id=None, payload={"run": "r-1"}
+            )
             raise RuntimeError("the change failed")
 
     with pytest.raises(RuntimeError):
@@ -50,7 +52,7 @@ def test_an_event_of_a_change_rolled_back_is_neither_stored_nor_pushed(
 @pytest.mark.django_db
 def test_an_unknown_event_is_refused_before_anything_is_written(tenant: Tenant, listener: Listener) -> None:
     with pytest.raises(ValueError, match=r"^unknown live event 'negotiation\.haggled'$"):
-        live.publish_on_commit(event="negotiation.haggled", tenant_id=tenant.pk, payload={})
+        live.publish_on_commit(event="negotiation.haggled", tenant_id=tenant.pk, party_id=None, payload={})
 
     assert not Event.objects.exists()
     assert listener.pushed() == []

@@ -1,0 +1,414 @@
+"""The inbox: whose questions each role sees, the negotiations they came from, answering by htmx,
+answers given elsewhere, and a fixed number of queries however many questions are open."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.contrib.auth.models import AbstractUser
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils.html import escape
+
+from agents import services
+from agents.models import Agent, Intent, Message, Question, Run
+from agents.offline import ASK_FOR_COUNTERPARTIES
+from negotiations.models import Negotiation, Turn
+from parley.models import Event, Membership, Tenant
+from tests.agents.conftest import step
+from tests.agents.pages import member
+
+TASK = "Find me a fractional CFO for two days a week."
+ANSWER = "https://cfo.example/a2a"
+
+
+def htmx(target: str) -> dict[str, str]:
+    """The headers htmx sends with a form whose ``hx-target`` is ``#<target>``."""
+    return {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": target}
+
+
+def inbox_url(slug: str = "acme") -> str:
+    return reverse("agents:inbox", kwargs={"tenant": slug})
+
+
+def answer_url(question: Question) -> str:
+    return reverse("agents:question-answer", kwargs={"tenant": question.tenant.slug, "pk": question.pk})
+
+
+def decide_url(question: Question) -> str:
+    return reverse("agents:approval-decide", kwargs={"tenant": question.tenant.slug, "pk": question.pk})
+
+
+def asked(agent: Agent, statement: str = "Bring in a fractional CFO.") -> Question:
+    """A real run of ``agent`` on a new intent, stepped once: the offline model asks its party
+    which agents to negotiate with, and the run waits on that question."""
+    intent = Intent.objects.create(tenant=agent.tenant, agent=agent, statement=statement)
+    run = step(services.run_start(agent=agent, intent=intent, task=TASK))
+    assert run.status == Run.Status.NEEDS_INPUT
+    return Question.objects.select_related("run__intent").get(run=run)
+
+
+def approval_asked(agent: Agent, statement: str = "Book a room.") -> Question:
+    """A run stopped on a ``requires_approval`` call, as the loop leaves it, and its approval."""
+    intent = Intent.objects.create(tenant=agent.tenant, agent=agent, statement=statement)
+    run = Run.objects.create(
+        tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.NEEDS_INPUT, step_count=1
+    )
+    arguments = {"room": "A", "nights": 2}
+    Message.objects.create(
+        tenant=agent.tenant,
+        intent=intent,
+        run=run,
+        seq=1,
+        step=1,
+        role=Message.Role.ASSISTANT,
+        tool_calls=[{"id": "call-1", "name": "book_room", "arguments": json.dumps(arguments)}],
+        model="offline",
+    )
+    return Question.objects.create(
+        tenant=agent.tenant,
+        run=run,
+        tool_call_id="call-1",
+        kind=Question.Kind.APPROVAL,
+        tool_name="book_room",
+        arguments=arguments,
+        question="May your agent call book_room?",
+    )
+
+
+def negotiation(
+    agent: Agent,
+    intent: Intent | None,
+    name: str,
+    *moves: tuple[str, str, str, Any],
+    status: str = Negotiation.Status.WAITING,
+) -> Negotiation:
+    """A negotiation of ``agent`` with ``name`` and its turns in order, each ``(side, action, message,
+    terms)``; by default parked on the party, as the negotiator leaves it."""
+    n = Negotiation.objects.create(
+        tenant=agent.tenant,
+        agent=agent,
+        intent=intent,
+        direction=Negotiation.Direction.OUTBOUND,
+        counterparty_name=name,
+        counterparty_url=f"https://{name.split()[0].lower()}.example/a2a",
+        status=status,
+        parked_question="May we go above 1,000 EUR a day?" if status == Negotiation.Status.WAITING else "",
+    )
+    for seq, (side, action, message, terms) in enumerate(moves, start=1):
+        Turn.objects.create(
+            tenant=agent.tenant,
+            negotiation=n,
+            seq=seq,
+            side=side,
+            action=action,
+            message=message,
+            terms=terms,
+        )
+    return n
+
+
+@pytest.fixture
+def ines_agent(tenant: Tenant) -> Agent:
+    """Another party's agent in the same tenant."""
+    ines = member(tenant, "ines", Membership.Role.PRINCIPAL)
+    return Agent.objects.create(tenant=tenant, slug="ines", name="Ines's agent", principal=ines)
+
+
+class TestWhoSeesWhat:
+    @pytest.mark.parametrize(
+        ("role", "sees_ines", "forms"),
+        [
+            (Membership.Role.OWNER, True, True),
+            (Membership.Role.OPERATOR, True, True),
+            (Membership.Role.VIEWER, True, False),
+        ],
+    )
+    def test_owners_operators_and_viewers_see_every_partys_questions(
+        self,
+        client: Client,
+        tenant: Tenant,
+        agent: Agent,
+        ines_agent: Agent,
+        role: str,
+        sees_ines: bool,
+        forms: bool,
+    ) -> None:
+        tomas_question = asked(agent)
+        ines_question = approval_asked(ines_agent)
+        client.force_login(member(tenant, "sam", role))
+
+        html = client.get(inbox_url()).content.decode()
+
+        assert "Questions from the agents (2)" in html
+        assert ASK_FOR_COUNTERPARTIES in html
+        assert ("May your agent call book_room?" in html) is sees_ines
+        assert "Tomas&#x27;s agent (for tomas)" in html
+        assert "Ines&#x27;s agent (for ines)" in html
+        for question, url in ((tomas_question, answer_url), (ines_question, decide_url)):
+            assert (f'hx-post="{url(question)}"' in html) is forms
+        assert ('name="answer"' in html) is forms
+        assert ('name="decision"' in html) is forms
+        assert ("viewers cannot answer" in html) is (role == Membership.Role.VIEWER)
+
+    def test_a_party_sees_only_their_own_agents_questions(
+        self, logged_in: Client, agent: Agent, ines_agent: Agent
+    ) -> None:
+        mine = asked(agent)
+        approval_asked(ines_agent)
+
+        html = logged_in.get(inbox_url()).content.decode()
+
+        assert "Questions from your agents (1)" in html
+        assert ASK_FOR_COUNTERPARTIES in html
+        assert f'hx-post="{answer_url(mine)}"' in html
+        assert "book_room" not in html
+        assert "(for tomas)" not in html
+        assert "viewers cannot answer" not in html
+
+    def test_newest_first_with_the_agent_and_the_intent_linked_to_its_run(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        older = asked(agent, "Bring in a fractional CFO.")
+        newer = approval_asked(agent, "Book a room for the board.")
+
+        html = logged_in.get(inbox_url()).content.decode()
+
+        assert html.index(f'id="item-{newer.pk}"') < html.index(f'id="item-{older.pk}"')
+        run_link = reverse("agents:run", kwargs={"tenant": "acme", "pk": older.run_id})
+        assert f'Intent: <a href="{run_link}">Bring in a fractional CFO.</a>' in html
+        assert "<strong>Approval</strong> · Tomas&#x27;s agent · asked" in html
+
+    def test_another_tenants_questions_never_show(
+        self, client: Client, tenant: Tenant, other_tenant: Tenant, agent: Agent, seller: Agent
+    ) -> None:
+        asked(seller, "Take on CFO clients.")
+        owner = member(tenant, "olivia", Membership.Role.OWNER)
+        Membership.objects.create(user=owner, tenant=other_tenant, role=Membership.Role.OWNER)
+        client.force_login(owner)
+
+        html = client.get(inbox_url()).content.decode()
+
+        assert "No open questions." in html
+        assert ASK_FOR_COUNTERPARTIES not in html
+
+
+class TestNegotiationContext:
+    def test_each_question_shows_the_negotiations_waiting_on_the_party_with_their_last_move(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        question = asked(agent)
+        intent = question.run.intent
+        idris = negotiation(
+            agent,
+            intent,
+            "Idris Haddad",
+            ("ours", "propose", "We offer 800 EUR a day.", {"amount": 800, "currency": "EUR"}),
+            ("theirs", "counter", "1,200 is my rate.", {"amount": 1200, "currency": "EUR"}),
+            ("ours", "counter", "How about 900?", {"amount": 900, "currency": "EUR"}),
+            ("theirs", "counter", "1,050 and I start Monday.", {"amount": 1050, "remote": True}),
+        )
+        noor = negotiation(agent, intent, "Noor Lindqvist")
+        negotiation(agent, intent, "Priya Raman", status=Negotiation.Status.OPEN)
+        elsewhere = Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Hire a designer.")
+        negotiation(agent, elsewhere, "Dana Designer")
+
+        html = logged_in.get(inbox_url()).content.decode()
+
+        detail = reverse("negotiations:detail", kwargs={"tenant": "acme", "pk": idris.pk})
+        assert f'<a href="{detail}">With Idris Haddad</a>' in html
+        assert 'Their last move: <strong class="action">counter</strong>' in html
+        assert '<blockquote class="said">1,050 and I start Monday.</blockquote>' in html
+        assert "<div><dt>amount</dt><dd>1050</dd></div><div><dt>remote</dt><dd>true</dd></div>" in html
+        assert "1,200 is my rate." not in html  # an earlier move of theirs
+        assert "How about 900?" not in html  # our own move
+        noor_detail = reverse("negotiations:detail", kwargs={"tenant": "acme", "pk": noor.pk})
+        assert f'<a href="{noor_detail}">With Noor Lindqvist</a>' in html
+        assert "They have not moved yet." in html
+        assert "From these negotiations, waiting on you:" in html
+        assert "Priya Raman" not in html  # open, not waiting on the party
+        assert "Dana Designer" not in html  # another intent's
+
+    def test_a_question_without_negotiations_shows_none(self, logged_in: Client, agent: Agent) -> None:
+        asked(agent)
+
+        html = logged_in.get(inbox_url()).content.decode()
+
+        assert 'class="waiting"' not in html
+
+    def test_the_number_of_queries_does_not_grow_with_the_questions(
+        self, client: Client, operator: AbstractUser, agent: Agent, ines_agent: Agent
+    ) -> None:
+        client.force_login(operator)
+
+        def with_negotiation(question: Question, name: str) -> None:
+            negotiation(
+                question.run.agent,
+                question.run.intent,
+                name,
+                ("theirs", "propose", f"{name} proposes.", {"amount": 1000}),
+            )
+
+        with_negotiation(asked(agent, "Intent one."), "Idris Haddad")
+
+        def queries() -> int:
+            with CaptureQueriesContext(connection) as ctx:
+                response = client.get(inbox_url())
+            assert response.status_code == 200
+            return len(ctx)
+
+        one = queries()
+        with_negotiation(asked(agent, "Intent two."), "Noor Lindqvist")
+        with_negotiation(asked(ines_agent, "Intent three."), "Priya Raman")
+        with_negotiation(approval_asked(ines_agent, "Intent four."), "Dana Designer")
+        four = queries()
+
+        assert four == one
+        html = client.get(inbox_url()).content.decode()
+        assert "Questions from the agents (4)" in html
+        for name in ("Idris Haddad", "Noor Lindqvist", "Priya Raman", "Dana Designer"):
+            assert f"{name} proposes." in html
+
+
+class TestAnsweringByHtmx:
+    def test_the_answer_swaps_in_the_fresh_region_without_the_question_and_says_so(
+        self, logged_in: Client, principal: AbstractUser, agent: Agent
+    ) -> None:
+        answered = asked(agent, "Intent one.")
+        still_open = approval_asked(agent, "Intent two.")
+
+        response = logged_in.post(answer_url(answered), {"answer": f" {ANSWER} "}, **htmx("questions"))
+
+        html = response.content.decode()
+        assert response.status_code == 200
+        assert "<html" not in html
+        assert html.startswith('\n<section id="questions" data-live="questions"')
+        assert 'data-announce="1 open question"' in html
+        assert f'id="item-{answered.pk}"' not in html
+        assert f'id="item-{still_open.pk}"' in html
+        assert (
+            '<div id="action-status" class="action-status" role="status" hx-swap-oob="true">'
+            '<ul class="messages"><li class="success">Answer sent. Your agent carries on.</li></ul></div>'
+        ) in html
+        answered.refresh_from_db()
+        assert (answered.answer, answered.answered_by_id) == (ANSWER, principal.pk)
+        assert Event.objects.filter(kind="question.answered", payload__question=str(answered.pk)).exists()
+        # The message was shown here: the next page does not show it again.
+        assert "Answer sent" not in logged_in.get(inbox_url()).content.decode()
+
+    @pytest.mark.parametrize(
+        ("decision", "said", "approved"),
+        [
+            ("approve", "Approved. Your agent calls book_room.", True),
+            ("reject", "Rejected. Your agent carries on without it.", False),
+        ],
+    )
+    def test_a_decision_swaps_in_the_fresh_region(
+        self, logged_in: Client, agent: Agent, decision: str, said: str, approved: bool
+    ) -> None:
+        approval = approval_asked(agent)
+
+        response = logged_in.post(
+            decide_url(approval), {"decision": decision, "reason": "Fine."}, **htmx("questions")
+        )
+
+        html = response.content.decode()
+        assert f'<li class="success">{said}</li>' in html
+        assert "No open questions." in html
+        approval.refresh_from_db()
+        assert approval.approved is approved
+
+    def test_an_empty_answer_is_refused_and_the_question_stays(self, logged_in: Client, agent: Agent) -> None:
+        question = asked(agent)
+
+        html = logged_in.post(answer_url(question), {"answer": "  "}, **htmx("questions")).content.decode()
+
+        assert '<li class="error">The answer is empty.</li>' in html
+        assert f'id="item-{question.pk}"' in html
+        question.refresh_from_db()
+        assert question.answered_at is None
+
+    def test_answered_elsewhere_cannot_be_answered_again_and_says_by_whom_and_when(
+        self, client: Client, logged_in: Client, operator: AbstractUser, agent: Agent
+    ) -> None:
+        question = asked(agent)
+        # Tomas's tab still shows the question; meanwhile an operator answers it from another tab.
+        assert f'id="item-{question.pk}"' in logged_in.get(inbox_url()).content.decode()
+        Agent.objects.filter(pk=agent.pk).update(timezone="Europe/Berlin")
+        services.question_answer(question=question, answer="https://noor.example/a2a", user=operator)
+        question.refresh_from_db()
+        first = (question.answer, question.answered_by_id, question.answered_at)
+        messages_before = Message.objects.filter(run=question.run).count()
+
+        response = logged_in.post(answer_url(question), {"answer": ANSWER}, **htmx("questions"))
+
+        html = response.content.decode()
+        assert first[2] is not None
+        when = first[2].astimezone(ZoneInfo("Europe/Berlin")).strftime("%Y-%m-%d %H:%M")
+        refusal = f"This question was already answered by olga at {when} (Europe/Berlin)."
+        assert f'<li class="error">{escape(refusal)}</li>' in html
+        assert "Answer sent" not in html
+        assert f'id="item-{question.pk}"' not in html
+        assert "No open questions." in html
+        question.refresh_from_db()
+        assert (question.answer, question.answered_by_id, question.answered_at) == first
+        assert Message.objects.filter(run=question.run).count() == messages_before
+
+    def test_from_the_run_page_it_swaps_the_run_region(self, logged_in: Client, agent: Agent) -> None:
+        question = asked(agent)
+
+        response = logged_in.post(answer_url(question), {"answer": ANSWER}, **htmx("run"))
+
+        html = response.content.decode()
+        assert html.startswith('\n<section id="run" data-live="run"')
+        assert "Answered by tomas" in html
+        assert f"<q>{ANSWER}</q>; the run resumed." in html
+        assert '<li class="success">Answer sent. Your agent carries on.</li>' in html
+
+    def test_a_viewer_is_refused_and_nothing_changes(
+        self, client: Client, tenant: Tenant, agent: Agent
+    ) -> None:
+        question = asked(agent)
+        client.force_login(member(tenant, "vera", Membership.Role.VIEWER))
+
+        response = client.post(answer_url(question), {"answer": ANSWER}, **htmx("questions"))
+
+        assert response.status_code == 403
+        question.refresh_from_db()
+        assert (question.answer, question.answered_at) == ("", None)
+        assert not Event.objects.filter(kind="question.answered").exists()
+
+
+class TestLive:
+    def test_a_question_asked_is_announced_and_the_live_fragment_shows_it(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        page = logged_in.get(inbox_url()).content.decode()
+        assert f'data-live-src="{inbox_url()}?fragment=1"' in page
+        assert '<div id="action-status" class="action-status" role="status"></div>' in page
+
+        question = asked(agent)
+
+        assert Event.objects.filter(kind="question.opened", payload__question=str(question.pk)).exists()
+        fragment = logged_in.get(inbox_url(), {"fragment": "1"}).content.decode()
+        assert ASK_FOR_COUNTERPARTIES in fragment
+        # Only the form is kept across a live refresh (with what is typed in it): the rest re-renders.
+        assert f'id="form-{question.pk}" data-key="{question.pk}" hx-preserve="true"' in fragment
+        assert fragment.count("data-key=") == 1
+
+    def test_an_answer_given_elsewhere_leaves_the_live_fragment(
+        self, logged_in: Client, operator: AbstractUser, agent: Agent
+    ) -> None:
+        question = asked(agent)
+
+        services.question_answer(question=question, answer=ANSWER, user=operator)
+
+        assert Event.objects.filter(kind="question.answered", payload__question=str(question.pk)).exists()
+        fragment = logged_in.get(inbox_url(), {"fragment": "1"}).content.decode()
+        assert ASK_FOR_COUNTERPARTIES not in fragment
+        assert 'data-announce="No open questions"' in fragment

@@ -1,0 +1,67 @@
+"""What browser tests do and check on any dashboard page: log in, fit a phone, pass axe-core, show focus."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import Locator, Page, ViewportSize, expect
+
+from tests.e2e.conftest import wait_live
+
+DESKTOP: ViewportSize = {"width": 1280, "height": 900}
+PHONE: ViewportSize = {"width": 375, "height": 740}
+_AXE = Axe()
+
+
+def log_in(
+    page: Page, base_url: str, username: str, password: str, *, tenant_name: str = "Acme Robotics"
+) -> None:
+    """Log in through the form; the member lands on their first tenant's inbox with the live socket up."""
+    page.goto(f"{base_url}/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name=tenant_name, level=1)).to_be_visible()
+    wait_live(page)
+
+
+def fits(page: Page) -> bool:
+    """Nothing on the page is wider than the viewport (no sideways scrolling)."""
+    return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
+
+
+def axe_violations(page: Page) -> list[str]:
+    """axe-core's violations on the page as it is now, one line each: rule, impact, the elements
+    (CSS targets) and what the rule asks; empty when there are none."""
+    found: list[dict[str, Any]] = _AXE.run(page).response["violations"]
+    return [
+        f"{v['id']} ({v['impact']}): {', '.join(' '.join(n['target']) for n in v['nodes'])} — {v['help']}"
+        for v in found
+    ]
+
+
+def focus_shown(page: Page) -> bool:
+    """Whether the focused element is in ``:focus-visible`` and drawn with an outline (not ``none``,
+    not zero wide): a keyboard user can see where they are."""
+    return bool(
+        page.evaluate(
+            """() => {
+                const el = document.activeElement;
+                if (!el || el === document.body || !el.matches(':focus-visible')) return false;
+                const style = getComputedStyle(el);
+                return style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) > 0;
+            }"""
+        )
+    )
+
+
+def tab_to(page: Page, target: Locator, *, limit: int = 60) -> None:
+    """Press Tab until ``target`` has the focus, checking that every element the focus stops at on the
+    way shows it (:func:`focus_shown`); fail after ``limit`` presses."""
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        assert focus_shown(page), f"no visible focus on {page.evaluate('document.activeElement.outerHTML')}"
+        if target.evaluate("el => el === document.activeElement"):
+            return
+    raise AssertionError(f"{limit} presses of Tab never reached {target}")

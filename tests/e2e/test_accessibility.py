@@ -1,0 +1,148 @@
+"""Every dashboard page, as the role that may see it, passes axe-core at desktop and phone width and
+fits a 375 px screen without sideways scrolling.
+
+The data is the demo's, played once for the module on the live stack
+(:func:`tests.e2e.scenes.dashboard_scene`): a finished run with three
+settlements, a run waiting on Tomas's question with its negotiations parked,
+and a member in every role. The tests only read, so they share it; the module
+empties the database when it is done, as a transactional test would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from django.core.management import call_command
+from playwright.sync_api import Browser, Page, expect
+from pytest_django import DjangoDbBlocker
+
+from negotiations import demo
+from tests.conftest import PASSWORD, LiveStack
+from tests.e2e.conftest import WAIT, off_loop, wait_live
+from tests.e2e.pages import DESKTOP, PHONE, axe_violations, fits, log_in
+from tests.e2e.scenes import DEMO_QUESTION, Scene, dashboard_scene
+
+# The tests read nothing themselves; the (plain) django_db mark makes pytest-django create the test
+# database, and each test's rollback leaves the module's committed scene alone.
+pytestmark = [pytest.mark.django_db, pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def scene(live_stack: LiveStack, django_db_blocker: DjangoDbBlocker) -> Iterator[Scene]:
+    with django_db_blocker.unblock():
+        built = off_loop(dashboard_scene)
+    yield built
+    with django_db_blocker.unblock():
+        off_loop(lambda: call_command("flush", interactive=False, verbosity=0))
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A page to check: who looks (None: nobody logged in), its path, and a text it must show (so the
+    check runs on the page meant, with its data, not on an error page)."""
+
+    who: str | None
+    path: Callable[[Scene], str]
+    shows: str
+
+
+def agent_page(suffix: str) -> Callable[[Scene], str]:
+    return lambda s: f"/t/acme/agents/{s.world.tomas_agent.pk}/{suffix}"
+
+
+PAGES = {
+    "login": Sweep(None, lambda s: "/login/", "Log in"),
+    "inbox": Sweep("tomas", lambda s: "/t/acme/", DEMO_QUESTION),
+    "run waiting on a question": Sweep(
+        "tomas", lambda s: f"/t/acme/runs/{s.waiting_run.pk}/", "Waiting on the party"
+    ),
+    "run finished": Sweep("tomas", lambda s: f"/t/acme/runs/{s.settled_run.pk}/", "Settled (3):"),
+    "start work": Sweep("tomas", lambda s: "/t/acme/start/", "Start work"),
+    "agents": Sweep("tomas", lambda s: "/t/acme/agents/", "Tomas's agent"),
+    "agent": Sweep("tomas", agent_page(""), "Start a run"),
+    "negotiations board": Sweep("tomas", lambda s: "/t/acme/negotiations/", "Idris Haddad"),
+    "negotiation settled": Sweep(
+        "tomas", lambda s: f"/t/acme/negotiations/{s.agreed.pk}/", "basis: reference"
+    ),
+    "inbox, operator": Sweep("olga", lambda s: "/t/acme/", DEMO_QUESTION),
+    "agent editor": Sweep("olga", agent_page("edit/"), "Allowed actions"),
+    "new agent": Sweep("olga", lambda s: "/t/acme/agents/new/", "New agent"),
+    "system message preview": Sweep("olga", agent_page("system-message/"), "You act for Tomas Berg"),
+    "card preview": Sweep("olga", agent_page("card/"), "AgentCard of Tomas's agent"),
+    "grounding documents": Sweep("olga", agent_page("documents/"), "About Acme Robotics"),
+    "inbound keys": Sweep("olga", agent_page("inbound-keys/"), "CFO Guild"),
+    "tools": Sweep("olga", lambda s: "/t/acme/tools/", "place_order"),
+    "tool editor": Sweep("olga", lambda s: f"/t/acme/tools/{s.tool.pk}/edit/", "place_order"),
+    "new tool": Sweep("olga", lambda s: "/t/acme/tools/new/", "New tool"),
+    "models": Sweep("olga", lambda s: "/t/acme/models/", "house-model"),
+    "model editor": Sweep("olga", lambda s: f"/t/acme/models/{s.endpoint.pk}/edit/", "house-model"),
+    "new model": Sweep("olga", lambda s: "/t/acme/models/new/", "New model endpoint"),
+    "intake": Sweep("olga", lambda s: "/t/acme/intake/", "Intake"),
+    "members, operator": Sweep("olga", lambda s: "/t/acme/members/", "vera"),
+    "members, owner": Sweep("owen", lambda s: "/t/acme/members/", "Add an existing account"),
+    "API keys": Sweep("owen", lambda s: "/t/acme/api-keys/", "Host backend"),
+    "inbox, viewer": Sweep("vera", lambda s: "/t/acme/", "viewers cannot answer"),
+    "run, viewer": Sweep(
+        "vera", lambda s: f"/t/acme/runs/{s.waiting_run.pk}/", "Waiting for the agent's party"
+    ),
+}
+
+
+def open_as(browser: Browser, base_url: str, who: str | None) -> Page:
+    """A page of a fresh browser context, logged in through the form as ``who`` (None: not at all)."""
+    page = browser.new_context(viewport=DESKTOP).new_page()
+    page.set_default_timeout(WAIT)
+    if who is not None:
+        log_in(page, base_url, who, demo.TOMAS_PASSWORD if who == "tomas" else PASSWORD)
+    return page
+
+
+def visit(page: Page, url: str, sweep: Sweep) -> None:
+    """Load ``url`` afresh at the page's current width and wait until it shows what it should."""
+    response = page.goto(url)
+    assert response is not None
+    assert response.status == 200, url
+    if sweep.who is not None:
+        wait_live(page)  # the live refresh on connect has run: axe sees the page as it stays
+    expect(page.locator("main").get_by_text(sweep.shows).first).to_be_visible()
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_the_page_passes_axe_and_fits_a_phone(
+    name: str, live_stack: LiveStack, scene: Scene, browser: Browser
+) -> None:
+    sweep = PAGES[name]
+    page = open_as(browser, live_stack.url, sweep.who)
+    url = f"{live_stack.url}{sweep.path(scene)}"
+    found = {}
+
+    visit(page, url, sweep)
+    found["desktop"] = axe_violations(page)
+    page.set_viewport_size(PHONE)
+    visit(page, url, sweep)
+    found["375 px"] = axe_violations(page)
+    wide = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+
+    assert {width: v for width, v in found.items() if v} == {}, f"axe-core on {name} ({url})"
+    assert fits(page), f"{name} is {wide[0]} px wide at {wide[1]} px"
+
+
+def test_the_checks_report_what_they_look_for(live_stack: LiveStack, scene: Scene, browser: Browser) -> None:
+    """The sweep can fail: an input without a label and a block wider than a phone are both caught."""
+    page = open_as(browser, live_stack.url, "tomas")
+    page.set_viewport_size(PHONE)
+    assert axe_violations(page) == []
+    assert fits(page)
+
+    page.evaluate(
+        """() => {
+            document.querySelector("main").insertAdjacentHTML(
+                "beforeend", '<input id="unlabelled"><div style="width: 600px">wide</div>');
+        }"""
+    )
+
+    assert [v.split(" ", 1)[0] for v in axe_violations(page)] == ["label"]
+    assert "#unlabelled" in axe_violations(page)[0]
+    assert not fits(page)
