@@ -164,7 +164,11 @@ def _measure(agent: Any, socket: Socket, count: int, *, at_once: bool) -> list[f
         runs.append(run.pk)
         if not at_once:
             wait(lambda run=run: _arrived(socket, run.pk), timeout=60)
-    wait(lambda: all(_arrived(socket, pk) for pk in runs), timeout=60 + count)
+    try:
+        wait(lambda: all(_arrived(socket, pk) for pk in runs), timeout=60 + count)
+    except SystemExit:
+        asked = Question.objects.filter(run_id__in=runs).count()
+        raise SystemExit(f"{len(socket.arrived)} frames arrived for {asked} questions asked by {count} runs") from None
     questions = {str(q.pk): q.run_id for q in Question.objects.filter(run_id__in=runs)}
     events = list(Event.objects.filter(kind="question.opened", payload__question__in=list(questions)))
     if len(events) != count:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from importlib import import_module
 from typing import Any
 
@@ -24,9 +25,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
     :func:`parley.live.groups_for`), then forwards each event as JSON.
 
     A frame sent to the browser is ``{"event": <name>, "payload": {...}}`` (see
-    :mod:`parley.live`). Anonymous sockets are refused. Before every stored event
-    the user is resolved from the session again, as an HTTP request would be, and
-    the memberships are read again: once the user has logged out, changed their
+    :mod:`parley.live`). Anonymous sockets are refused. Before a stored event, at
+    most once every ``settings.LIVE_RECHECK_SECONDS``, the user is resolved from
+    the session again, as an HTTP request would be, and the memberships are read
+    again: once the user has logged out, changed their
     password, been deactivated, joined or left a tenant, or been given another
     role in one, the socket is closed, and the page reconnects into the right
     groups (or is refused) and re-syncs, re-rendered for the role it has now.
@@ -48,6 +50,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             for group in live.groups_for(tenant_id=tenant, role=role, user_id=user.pk)
         ]
         self.closing = False
+        self.checked_at = time.monotonic()
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
@@ -59,12 +62,19 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def live_event(self, message: dict[str, Any]) -> None:
         if self.closing:
             return  # events already queued for this socket when it was closed
-        # Membership is re-read on every stored event; transient ones (a model's text, chunk by
-        # chunk) come too often to cost two queries each, and the next stored event closes the socket.
-        if message["event"] not in live.TRANSIENT_EVENTS and await self._roles_now() != self.roles:
-            self.closing = True
-            await self.close(code=CLOSE_STALE)
-            return
+        # The session and memberships are read again on a stored event at most once a
+        # LIVE_RECHECK_SECONDS: three queries per event would put a busy socket seconds behind (and
+        # past the layer's channel capacity, which drops events). Transient events never re-check.
+        now = time.monotonic()
+        if (
+            message["event"] not in live.TRANSIENT_EVENTS
+            and now - self.checked_at >= settings.LIVE_RECHECK_SECONDS
+        ):
+            self.checked_at = now
+            if await self._roles_now() != self.roles:
+                self.closing = True
+                await self.close(code=CLOSE_STALE)
+                return
         await self.send(text_data=json.dumps({"event": message["event"], "payload": message["payload"]}))
 
     async def _roles_now(self) -> list[tuple[int, str]] | None:

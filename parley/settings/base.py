@@ -144,6 +144,8 @@ KEY_HASH_SECRET = env.str("KEY_HASH_SECRET", default=env.str("A2A_INBOUND_KEY_SE
 A2A_TRUSTED_PROXY_HEADERS = env.list("A2A_TRUSTED_PROXY_HEADERS", default=[])
 # The per-caller rate limit's sliding window, seconds: Agent.rate_limit messages per window.
 A2A_RATE_LIMIT_WINDOW = env.float("A2A_RATE_LIMIT_WINDOW", default=60.0)
+# How stale a live socket's view of its user and memberships may get: re-read at most this often (s).
+LIVE_RECHECK_SECONDS = env.float("LIVE_RECHECK_SECONDS", default=1.0)
 # Push notifications go only to URLs whose host resolves to public addresses, unless this allows
 # private, loopback and link-local ones too (a test receiver on loopback).
 A2A_PUSH_ALLOW_PRIVATE = env.bool("A2A_PUSH_ALLOW_PRIVATE", default=False)

@@ -6,6 +6,7 @@ through the in-memory channel layer, so what is asserted is what a browser recei
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -31,6 +32,9 @@ ORIGIN = (b"origin", b"http://127.0.0.1:8000")
 @pytest.fixture(autouse=True)
 def in_memory_layer(settings: Any) -> None:
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # Re-check on every stored event, so each test's change is seen at its next event; the
+    # window itself is tested on its own below.
+    settings.LIVE_RECHECK_SECONDS = 0
 
 
 @pytest.fixture
@@ -216,5 +220,23 @@ async def test_an_account_no_longer_signed_in_closes_the_socket_before_the_next_
     await database_sync_to_async(apply)()
     await publish("question.opened", tenant.pk, principal, question="q-1", run="r-1")
 
+    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": CLOSE_STALE}
+    await communicator.disconnect()
+
+
+async def test_within_the_recheck_window_events_flow_and_after_it_a_change_closes_the_socket(
+    session_cookie: tuple[bytes, bytes], principal: AbstractUser, tenant: Tenant, settings: Any
+) -> None:
+    settings.LIVE_RECHECK_SECONDS = 0.5
+    communicator = socket(ORIGIN, session_cookie)
+    await communicator.connect()
+
+    await database_sync_to_async(Membership.objects.filter(user=principal, tenant=tenant).delete)()
+    # Inside the window the socket has not looked again yet: a burst costs no queries.
+    await publish("question.opened", tenant.pk, principal, question="q-1", run="r-1")
+    assert (await communicator.receive_json_from(timeout=2))["event"] == "question.opened"
+
+    await asyncio.sleep(0.6)
+    await publish("question.opened", tenant.pk, principal, question="q-2", run="r-1")
     assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": CLOSE_STALE}
     await communicator.disconnect()
