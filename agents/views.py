@@ -55,16 +55,22 @@ def form_errors(form: AnswerForm | ApprovalForm) -> str:
 
 
 def term_pairs(terms: object) -> list[tuple[str, str]]:
-    """A move's ``terms`` as (key, value) pairs, for reading: strings as they are, anything else as
-    compact JSON (``true`` and ``450`` read as sent); a non-object is one pair under ``value``."""
+    """``terms`` (a move's or settlement's JSON) as (key, value) pairs sorted by key, for reading.
+
+    Strings show as they are; any other value (number, boolean, null, a nested
+    object a peer sent) as compact JSON, so ``true`` and ``450`` read as sent.
+    Anything but an object is one pair under the key ``value``; None is no pairs.
+    Sorted, as the verdict's canonical form sorts them: Postgres keeps no key order.
+    """
+
+    def compact(value: object) -> str:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
     if terms is None:
         return []
     if not isinstance(terms, Mapping):
-        return [("value", json.dumps(terms, separators=(",", ":"), ensure_ascii=False))]
-    return [
-        (str(k), v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), ensure_ascii=False))
-        for k, v in terms.items()
-    ]
+        return [("value", compact(terms))]
+    return [(str(k), v if isinstance(v, str) else compact(v)) for k, v in sorted(terms.items())]
 
 
 @dataclass(frozen=True)

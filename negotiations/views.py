@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -11,26 +10,11 @@ from django.db.models import QuerySet
 from django.views.generic import DetailView, ListView
 
 from agents.selectors import visible_agents
+from agents.views import term_pairs
 from negotiations import selectors
-from negotiations.digest import compact_json
 from negotiations.forms import BoardFilterForm
 from negotiations.models import Negotiation, Turn
 from parley.views import TenantMixin
-
-
-def term_pairs(terms: object) -> list[tuple[str, str]]:
-    """``terms`` (a turn's or settlement's JSON) as (key, value) pairs sorted by key, for reading.
-
-    Strings show as they are; any other value (number, boolean, null, a nested
-    object a peer sent) as compact JSON, so ``true`` and ``450`` read as sent.
-    Anything but an object is one pair under the key ``value``; None is no pairs.
-    Sorted, as the verdict's canonical form sorts them: Postgres keeps no key order.
-    """
-    if terms is None:
-        return []
-    if not isinstance(terms, Mapping):
-        return [("value", compact_json(terms))]
-    return [(str(k), v if isinstance(v, str) else compact_json(v)) for k, v in sorted(terms.items())]
 
 
 @dataclass(frozen=True)
