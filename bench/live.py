@@ -168,7 +168,8 @@ def _measure(agent: Any, socket: Socket, count: int, *, at_once: bool) -> list[f
         wait(lambda: all(_arrived(socket, pk) for pk in runs), timeout=60 + count)
     except SystemExit:
         asked = Question.objects.filter(run_id__in=runs).count()
-        raise SystemExit(f"{len(socket.arrived)} frames arrived for {asked} questions asked by {count} runs") from None
+        arrived = len(socket.arrived)
+        raise SystemExit(f"{arrived} frames arrived for {asked} questions asked by {count} runs") from None
     questions = {str(q.pk): q.run_id for q in Question.objects.filter(run_id__in=runs)}
     events = list(Event.objects.filter(kind="question.opened", payload__question__in=list(questions)))
     if len(events) != count:
