@@ -12,7 +12,6 @@ Every error message starts with the field's label ("Term guards: …").
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, cast
 from zoneinfo import available_timezones
@@ -28,7 +27,7 @@ from django.utils.safestring import SafeString
 
 from agents import host_operations
 from agents.models import ANSWERING_ROLES, OFFLINE, Agent, ModelEndpoint, Tool, agents_naming
-from parley import strict_json
+from parley import keys, strict_json
 from parley.models import Tenant
 
 # The A2A task states a terminal action may leave the task in (A2A 0.3 names; the terminal ones).
@@ -39,7 +38,6 @@ FALLBACK_SLOTS = 4
 EXTRA_ACTIONS = 2
 # A2A action names travel in moves, whose ``action`` is at most 64 characters (negotiations.wire).
 ACTION_NAME_LENGTH = 64
-SECRET_BYTES = 32
 
 
 def tenant_members(tenant: Tenant, *, roles: Iterable[str] | None = None, keep: Any = None) -> QuerySet[Any]:
@@ -51,11 +49,6 @@ def tenant_members(tenant: Tenant, *, roles: Iterable[str] | None = None, keep: 
         # One filter() call: the role is that of the membership in this tenant.
         member &= Q(memberships__role__in=list(roles)) | Q(pk=keep)
     return users.objects.filter(member).order_by(users.USERNAME_FIELD)
-
-
-def new_secret() -> str:
-    """A fresh signing secret for a host operation: 256 random bits, URL-safe text."""
-    return secrets.token_urlsafe(SECRET_BYTES)
 
 
 class PrettyJSONField(forms.JSONField):
@@ -605,7 +598,7 @@ class ToolForm(TenantModelForm):
         cleaned = super().clean()
         if cleaned.get("secret"):
             # Set before the model's check, which wants a host operation to have one.
-            self.new_secret = self.instance.secret = new_secret()
+            self.new_secret = self.instance.secret = keys.new_secret()
         return cleaned
 
 

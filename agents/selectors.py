@@ -65,7 +65,7 @@ def open_questions_for(*, tenant: Tenant, membership: Membership) -> QuerySet[Qu
         .order_by("-created_at", "-pk")
     )
     if not sees_every_party(membership):
-        questions = questions.filter(run__agent__principal_id=membership.user_id)
+        questions = questions.filter(run__agent__in=visible_agents(membership=membership))
     return questions
 
 
@@ -73,19 +73,15 @@ def runs_for(*, tenant: Tenant, membership: Membership, limit: int = 20) -> Quer
     """The latest ``limit`` runs of the agents the member sees (:func:`sees_every_party`), newest first."""
     runs = Run.objects.for_tenant(tenant).select_related("agent", "intent").order_by("-created_at")
     if not sees_every_party(membership):
-        runs = runs.filter(agent__principal_id=membership.user_id)
+        runs = runs.filter(agent__in=visible_agents(membership=membership))
     return runs[:limit]
 
 
 def startable_agents(*, membership: Membership) -> QuerySet[Agent]:
     """The agents of the member's tenant whose runs the member may start (see :func:`can_answer_as`),
     by name: every agent for an owner or operator, a party's own agents, none for a viewer."""
-    agents = Agent.objects.for_tenant(membership.tenant_id).order_by("name", "slug")
-    if membership.role in ANSWER_FOR_ANYONE:
-        return agents
-    if membership.role == Membership.Role.VIEWER:
-        return agents.none()
-    return agents.filter(principal_id=membership.user_id)
+    agents = visible_agents(membership=membership).order_by("name", "slug")
+    return agents.none() if membership.role == Membership.Role.VIEWER else agents
 
 
 # What else waits on the party under an (agent, intent) thread. ``negotiations`` registers its
