@@ -650,16 +650,18 @@ def _resume_if_ready(run: Run) -> None:
         _publish_run(run)
 
 
-def question_answer(*, question: Question, answer: str, user: User) -> Question:
+def question_answer(*, question: Question, answer: str, user: User | None) -> Question:
     """Record the party's answer as the suspended tool call's result and resume the run.
 
-    Raises :class:`NotAllowed` unless ``user`` may answer for the agent (see
+    ``user`` None is the host answering through its API. Raises
+    :class:`NotAllowed` unless ``user`` may answer for the agent (see
     :func:`agents.selectors.can_answer_for`), :class:`QuestionAlreadyAnswered`
     when it was answered before (nothing changes) and :class:`RunError` for an
     empty answer, an approval (see :func:`approval_decide`) or a run that
     stopped (cancelled runs take no answers).
     """
-    _check_may_answer(question, user)
+    if user is not None:
+        _check_may_answer(question, user)
     if not answer.strip():
         raise RunError("The answer is empty.")
     with transaction.atomic():
@@ -874,8 +876,28 @@ def _end(run: Run, status: str, reason: str) -> None:
 
 
 def _ended(run: Run) -> None:
-    """What follows a run's end, in its transaction: its delegates are cancelled, its negotiations
-    stop, its caller will get its result, and the next run pending on its thread starts."""
+    """What follows a run's end, in its transaction: ``run.finished`` is published, its delegates
+    are cancelled, its negotiations stop, its caller will get its result, and the next run pending
+    on its thread starts."""
+    publish_on_commit(
+        event="run.finished",
+        tenant_id=run.tenant_id,
+        party_id=run.agent.principal_id,
+        payload={
+            "run": str(run.pk),
+            "agent": str(run.agent_id),
+            "intent": str(run.intent_id),
+            "status": run.status,
+            "endReason": run.end_reason,
+            "output": run.output,
+            "outputData": run.output_data,
+            "usage": {
+                "inputTokens": run.input_tokens,
+                "outputTokens": run.output_tokens,
+                "cost": str(run.cost),
+            },
+        },
+    )
     for child in (
         Run.objects.for_tenant(run.tenant_id)
         .select_for_update()

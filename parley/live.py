@@ -28,6 +28,7 @@ EVENTS = frozenset(
         "question.opened",
         "question.answered",
         "run.updated",
+        "run.finished",
         "run.retry",
         "run.fallback",
         "negotiation.turn",

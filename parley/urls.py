@@ -1,4 +1,6 @@
-"""Root URLs: auth, the dashboard, the web process's health. The A2A gateway is routed in ``parley.asgi``."""
+"""Root URLs: auth, the dashboard, the host REST API, the web process's health.
+
+The A2A gateway is routed in ``parley.asgi``."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
@@ -10,6 +12,7 @@ from parley.views import home
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("health", health, name="health"),
+    path("api/v1/", include("api.urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("t/<slug:tenant>/", include("agents.urls")),

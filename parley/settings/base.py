@@ -27,18 +27,24 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "django_htmx",
     "parley",
     "agents",
     "negotiations",
     "a2a_gateway",
+    "api",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # ETags on GET responses, and 304 to a matching If-None-Match (the host API's reads).
+    "django.middleware.http.ConditionalGetMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -127,6 +133,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Periodic tasks; `celery -A parley beat` sends them (the embedded default runs beat in-process).
 CELERY_BEAT_SCHEDULE = {
     "expire-runs": {"task": "agents.tasks.runs_expire_due", "schedule": 60.0},
+    "expire-idempotency-keys": {"task": "api.tasks.idempotency_keys_expire", "schedule": 3600.0},
 }
 # Threads in the embedded worker: one agent step plus a negotiation per target at once.
 PARLEY_EMBEDDED_WORKER_THREADS = env.int("PARLEY_EMBEDDED_WORKER_THREADS", default=8)
@@ -185,3 +192,37 @@ LOGGING = {
 }
 # Celery's worker would otherwise replace the root handlers above, and with them the filter.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# The host REST API (/api/v1/): tenant API keys, one error body, cursor pages, an OpenAPI schema.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["api.permissions.HasScope"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PAGINATION_CLASS": "api.pagination.NewestFirst",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "api.schema.ParleySchema",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Parley host API",
+    "DESCRIPTION": (
+        "Everything the dashboard does, for a host's backend: configure agents, start runs, answer "
+        "their questions, follow negotiations and settlements, and receive events as webhooks. "
+        "Authenticate with a tenant API key: `Authorization: Bearer <prefix>.<secret>`. Every POST "
+        'takes an `Idempotency-Key` header; errors answer `{"error": {"code", "message", '
+        '"fields"}}`.'
+    ),
+    "VERSION": "1.0.0",
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+# Seconds a response to a request with an Idempotency-Key is kept and replayed.
+IDEMPOTENCY_KEY_TTL = env.int("IDEMPOTENCY_KEY_TTL", default=24 * 3600)
