@@ -124,8 +124,8 @@ def check_cors_origins(agent: Agent) -> None:
 
 
 def _is_origin(entry: str) -> bool:
-    parts = urlsplit(entry)
     try:
+        parts = urlsplit(entry)  # raises ValueError for an unclosed IPv6 bracket
         parts.port  # noqa: B018  # raises ValueError for a port that is no number
     except ValueError:
         return False

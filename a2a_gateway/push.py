@@ -24,10 +24,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
-import ipaddress
 import logging
-import socket
-import urllib.parse
 
 import httpx
 from a2a.server.context import ServerCallContext
@@ -43,79 +40,31 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from a2a_gateway.models import A2ATask, PushConfig
 from a2a_gateway.store import call_agent, id_problem, owner_of
 from negotiations.wire import nul_path
+from parley import netguard
 from parley.http import ssl_context
 
 logger = logging.getLogger(__name__)
 
-# Seconds to resolve a push URL's host, and to deliver one notification.
-RESOLVE_TIMEOUT = 5.0
+# Seconds to deliver one notification.
 DELIVERY_TIMEOUT = 10.0
 # Push configs one caller may set on one task.
 MAX_CONFIGS_PER_TASK = 5
 
 
-class PushURLRefused(Exception):
-    """A push URL no notification goes to; the message says why (it names the host, never the URL)."""
-
-
-# IPv6 prefixes whose addresses carry an IPv4 address in their last 32 bits: NAT64 (RFC 6052)
-# and IPv4-compatible addresses (RFC 4291 §2.5.5.1). 6to4 (2002::/16) carries it in bits 16-48
-# and has ``sixtofour``.
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-_V4_COMPATIBLE = ipaddress.ip_network("::/96")
-
-
-def _public(address: str) -> bool:
-    """Whether ``address`` is global unicast. An IPv6 address that carries an IPv4 address
-    (IPv4-mapped, NAT64, IPv4-compatible, 6to4) is judged by that IPv4 address: through a
-    NAT64 gateway ``64:ff9b::a9fe:a9fe`` reaches 169.254.169.254.
-
-    ``is_global`` is false for private, loopback, link-local, shared (100.64.0.0/10),
-    reserved and unspecified addresses.
-    """
-    ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        elif ip.sixtofour is not None:
-            ip = ip.sixtofour
-        elif ip in _NAT64 or (ip in _V4_COMPATIBLE and int(ip) > 1):
-            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return ip.is_global and not ip.is_multicast
+# The address policy is parley.netguard's, shared with the host's webhooks; a refusal's message names
+# the host, never the URL.
+PushURLRefused = netguard.URLRefused
 
 
 async def vetted_address(url: str) -> str:
-    """The address a push to ``url`` goes to: the first one its host resolves to.
+    """The address a push to ``url`` goes to (:func:`parley.netguard.vetted_address`), private ones
+    allowed only with ``settings.A2A_PUSH_ALLOW_PRIVATE``.
 
     Raises:
-        PushURLRefused: the URL does not parse, is not http(s) or names no host;
-            the host does not resolve within :data:`RESOLVE_TIMEOUT` seconds; or
-            any address it resolves to is not public (:func:`_public`), unless
-            ``settings.A2A_PUSH_ALLOW_PRIVATE``.
+        PushURLRefused: the URL is not http(s), its host does not resolve, or an
+            address it resolves to is not public.
     """
-    try:
-        parsed = urllib.parse.urlsplit(url)
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    except ValueError as exc:
-        raise PushURLRefused(f"the URL does not parse: {exc}") from exc
-    if parsed.scheme not in ("http", "https"):
-        raise PushURLRefused(f"the scheme {parsed.scheme!r} is not http or https")
-    host = parsed.hostname
-    if not host:
-        raise PushURLRefused("the URL names no host")
-    try:
-        async with asyncio.timeout(RESOLVE_TIMEOUT):
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, ValueError, TimeoutError) as exc:  # ValueError: a NUL, or a label IDNA refuses
-        raise PushURLRefused(f"the host {host!r} does not resolve") from exc
-    addresses = [str(info[4][0]) for info in infos]
-    if not addresses:
-        raise PushURLRefused(f"the host {host!r} does not resolve")
-    if not settings.A2A_PUSH_ALLOW_PRIVATE:
-        for address in addresses:
-            if not _public(address):
-                raise PushURLRefused(f"the host {host!r} resolves to the non-public address {address}")
-    return addresses[0]
+    return await netguard.vetted_address(url, allow_private=settings.A2A_PUSH_ALLOW_PRIVATE)
 
 
 async def url_allowed(url: str) -> bool:

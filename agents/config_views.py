@@ -23,24 +23,12 @@ from django.views.generic import CreateView, ListView, UpdateView
 
 from agents import selectors
 from agents.config_forms import AgentForm, ModelEndpointForm, TenantModelForm, ToolForm
+from agents.configuration import RACED, is_unique_violation
 from agents.models import Agent, ModelEndpoint, Tool
 from parley.views import TenantMixin
 
+
 # Another request took the name (or host name) between this form's check and its save.
-RACED = "Not saved: another change took this name a moment ago. Check the names and save again."
-UNIQUE_VIOLATION = "23505"  # Postgres's SQLSTATE for a unique constraint refusing a row
-
-
-def is_unique_violation(exc: IntegrityError) -> bool:
-    """Whether ``exc`` is a unique constraint refusing a value (Postgres SQLSTATE 23505, or
-    SQLite's "UNIQUE constraint failed" in the embedded default), not another constraint."""
-    cause = exc.__cause__
-    sqlstate = getattr(cause, "sqlstate", None)
-    if sqlstate is not None:
-        return bool(sqlstate == UNIQUE_VIOLATION)
-    return str(cause).startswith("UNIQUE constraint failed")
-
-
 class OperatorFormMixin(TenantMixin):
     """Create or edit one row of the tenant with a :class:`TenantModelForm`, atomically.
 

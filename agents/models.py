@@ -33,6 +33,7 @@ DEFAULT_ACTIONS: list[dict[str, object]] = [
 
 
 _agent_checks: list[Callable[[Agent], None]] = []
+_intent_checks: list[Callable[[Intent], None]] = []
 
 # The built-in model's name (agents.llm.model_for): an endpoint of that name could never be used.
 OFFLINE = "offline"
@@ -51,6 +52,13 @@ def register_agent_check(check: Callable[[Agent], None]) -> None:
     importing them. ``check`` raises ``ValidationError`` keyed by field."""
     if check not in _agent_checks:
         _agent_checks.append(check)
+
+
+def register_intent_check(check: Callable[[Intent], None]) -> None:
+    """Run ``check(intent)`` in :meth:`Intent.clean`, as :func:`register_agent_check` does for agents
+    (the negotiator reads an intent's term guards). ``check`` raises ``ValidationError`` keyed by field."""
+    if check not in _intent_checks:
+        _intent_checks.append(check)
 
 
 def default_actions() -> list[dict[str, object]]:
@@ -424,6 +432,11 @@ class Intent(TenantOwnedModel):
 
     def __str__(self) -> str:
         return self.statement[:60]
+
+    def clean(self) -> None:
+        """Run the checks other apps register (:func:`register_intent_check`)."""
+        for check in _intent_checks:
+            check(self)
 
 
 # How deep agents may call agents as tools (Run.parent chains), so a cycle of delegation cannot run away.

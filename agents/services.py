@@ -49,7 +49,15 @@ MAX_CALL_ID = 64
 
 
 class RunError(Exception):
-    """A request about a run that cannot be carried out; the message says why."""
+    """A request about a run that cannot be carried out; the message says why.
+
+    ``field`` names the input the refusal is about (``task``, ``max_tokens``, …) when it is about
+    one, so the API can answer 400 at that field; "" when it is the run's state that refuses.
+    """
+
+    def __init__(self, message: str = "", *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class RunBusy(RunError):
@@ -70,7 +78,7 @@ class NotAllowed(RunError):
 def intent_create(*, agent: Agent, statement: str) -> Intent:
     """A new intent (conversation thread) of ``agent``. Raises :class:`RunError` for an empty statement."""
     if not statement.strip():
-        raise RunError("The intent is empty.")
+        raise RunError("The intent is empty.", field="statement")
     return Intent.objects.create(tenant_id=agent.tenant_id, agent=agent, statement=statement.strip())
 
 
@@ -102,9 +110,9 @@ def run_start(
     intent) is empty, the intent belongs to another agent, or a limit is not usable.
     """
     if not task.strip():
-        raise RunError("The task is empty.")
+        raise RunError("The task is empty.", field="task")
     if intent is not None and (intent.agent_id != agent.pk or intent.tenant_id != agent.tenant_id):
-        raise RunError("That intent belongs to another agent.")
+        raise RunError("That intent belongs to another agent.", field="intent")
     _check_limits(output_schema=output_schema, max_tokens=max_tokens, max_cost=max_cost, deadline=deadline)
     with transaction.atomic():
         if intent is None:
@@ -136,22 +144,26 @@ def _check_limits(
 ) -> None:
     if output_schema is not None:
         if not isinstance(output_schema, dict):
-            raise RunError("The output schema must be a JSON object.")
+            raise RunError("The output schema must be a JSON object.", field="output_schema")
         try:
             host_operations.check_schema(output_schema)
         except ValidationError as exc:
-            raise RunError(f"The output schema is not usable: {'; '.join(exc.messages)}") from exc
+            raise RunError(
+                f"The output schema is not usable: {'; '.join(exc.messages)}", field="output_schema"
+            ) from exc
         if output_schema.get("type") != "object":
             # Chat-completions structured outputs take an object at the root.
-            raise RunError('The output schema must describe a JSON object ("type": "object").')
+            raise RunError(
+                'The output schema must describe a JSON object ("type": "object").', field="output_schema"
+            )
     if max_tokens is not None and not 1 <= max_tokens <= MAX_TOKEN_BUDGET:
-        raise RunError(f"The token budget must be from 1 to {MAX_TOKEN_BUDGET:,}.")
+        raise RunError(f"The token budget must be from 1 to {MAX_TOKEN_BUDGET:,}.", field="max_tokens")
     if max_cost is not None and max_cost <= 0:
-        raise RunError("The cost budget must be more than 0.")
+        raise RunError("The cost budget must be more than 0.", field="max_cost")
     if deadline is not None and deadline <= timezone.now():
-        raise RunError("The deadline has already passed.")
+        raise RunError("The deadline has already passed.", field="deadline")
     if deadline is not None and deadline > timezone.now() + MAX_DEADLINE:
-        raise RunError(f"The deadline must be within {MAX_DEADLINE.days // 365} years.")
+        raise RunError(f"The deadline must be within {MAX_DEADLINE.days // 365} years.", field="deadline")
 
 
 def _create_run(*, agent: Agent, intent: Intent, task: str, status: str, **fields: Any) -> Run:
@@ -663,7 +675,7 @@ def question_answer(*, question: Question, answer: str, user: User | None) -> Qu
     if user is not None:
         _check_may_answer(question, user)
     if not answer.strip():
-        raise RunError("The answer is empty.")
+        raise RunError("The answer is empty.", field="answer")
     with transaction.atomic():
         question = _lock_open(question, Question.Kind.QUESTION)
         question.answer, question.answered_by, question.answered_at = answer.strip(), user, timezone.now()

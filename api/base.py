@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework import viewsets
+from rest_framework.pagination import BasePagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -31,9 +32,11 @@ class TenantScoped(APIView):
 
     authentication_classes = [ApiKeyAuthentication]
     permission_classes = [HasScope]
-    pagination_class = NewestFirst
+    pagination_class: type[BasePagination] | None = NewestFirst
     write_scope: str = ApiKey.Scope.WRITE
     action_scopes: dict[str, str] = {}
+    # Response fields answered once (secrets): an Idempotency-Key replay answers them as null.
+    shown_once: tuple[str, ...] = ()
 
     tenant: Tenant
     api_key: ApiKey
@@ -49,16 +52,23 @@ class TenantScoped(APIView):
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, idempotency.Replay):
             return idempotency.replay(exc.record)
-        return super().handle_exception(exc)
+        try:
+            return super().handle_exception(exc)
+        except Exception:
+            # A server error: no response to keep, so a retry with the key runs again.
+            if self._idempotency is not None:
+                self._idempotency.delete()
+                self._idempotency = None
+            raise
 
     def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)
         if self._idempotency is not None:
-            idempotency.finish(self._idempotency, response)
+            idempotency.finish(self._idempotency, response, shown_once=self.shown_once)
             self._idempotency = None
         return response
 
 
-class TenantViewSet(TenantScoped, viewsets.GenericViewSet):  # type: ignore[misc]
+class TenantViewSet(TenantScoped, viewsets.GenericViewSet):
     """A viewset of one tenant's rows (see :class:`TenantScoped`); mix in DRF's list/retrieve/…
     mixins and give ``get_queryset`` from ``for_tenant(self.tenant)``."""

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
+from django.http import Http404, HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from agents.configuration import InUse
 from agents.services import NotAllowed, QuestionAlreadyAnswered, RunError
 
 INVALID_MESSAGE = "The request is not valid; see fields."
@@ -35,15 +38,29 @@ class Conflict(exceptions.APIException):
     default_detail = "The request conflicts with the current state."
 
 
+class RequestTooLarge(exceptions.APIException):
+    """413: the body is larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "request_too_large"
+    default_detail = "The request body is too large."
+
+
 def _translate(exc: Exception) -> Exception:
     """DRF's exception for a Django or service exception; others pass through."""
+    if isinstance(exc, RequestDataTooBig):
+        return RequestTooLarge(
+            f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."
+        )
     if isinstance(exc, DjangoValidationError):
         return exceptions.ValidationError(as_serializer_error(exc))
     if isinstance(exc, Http404):
         return exceptions.NotFound()
     if isinstance(exc, NotAllowed | PermissionDenied):
         return exceptions.PermissionDenied(str(exc) or None)
-    if isinstance(exc, QuestionAlreadyAnswered | RunError):
+    if isinstance(exc, RunError) and exc.field:  # refused for one input: the caller's to fix
+        return exceptions.ValidationError({exc.field: [str(exc)]})
+    if isinstance(exc, QuestionAlreadyAnswered | RunError | InUse):
         return Conflict(str(exc))
     return exc
 
@@ -63,3 +80,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         body = {"code": codes if isinstance(codes, str) else exc.default_code, "message": str(exc.detail)}
     response.data = {"error": body}
     return response
+
+
+@csrf_exempt
+def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
+    """The 404 of a path under the API that names no operation (``/agents/a.b``, ``/agents/``,
+    ``/nothing``), for any method: the error body, not the site's HTML page. Nothing is looked up, so
+    it needs no key."""
+    body = {"code": exceptions.NotFound.default_code, "message": str(exceptions.NotFound.default_detail)}
+    return JsonResponse({"error": body}, status=status.HTTP_404_NOT_FOUND)

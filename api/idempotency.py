@@ -100,12 +100,19 @@ def begin(request: Request, *, api_key: ApiKey) -> IdempotencyKey | None:
         return record
 
 
-def finish(record: IdempotencyKey, response: Response) -> None:
-    """Keep ``response`` as the answer to ``record``'s key; forget the key after a server error."""
+def finish(record: IdempotencyKey, response: Response, *, shown_once: tuple[str, ...] = ()) -> None:
+    """Keep ``response`` as the answer to ``record``'s key; forget the key after a server error.
+
+    The top-level fields named in ``shown_once`` (a secret answered only when it is made) are
+    kept as null: a replay says the request was done without showing the secret again.
+    """
     if response.status_code >= 500:
         record.delete()
         return
-    record.status_code, record.response = response.status_code, response.data
+    data = response.data
+    if shown_once and isinstance(data, dict):
+        data = {name: None if name in shown_once else value for name, value in data.items()}
+    record.status_code, record.response = response.status_code, data
     record.save(update_fields=["status_code", "response", "updated_at"])
 
 

@@ -1,18 +1,44 @@
 """``/api/v1/``: the host REST API, its OpenAPI schema and its documentation page."""
 
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
 from rest_framework.routers import SimpleRouter
 
+from api.agents import AgentViewSet
+from api.configuration import (
+    GroundingDocumentViewSet,
+    IntentViewSet,
+    ModelEndpointViewSet,
+    ToolViewSet,
+)
+from api.errors import not_found
+from api.negotiations import IntakeRequestViewSet, NegotiationViewSet, SettlementViewSet
+from api.runs import ApprovalViewSet, QuestionViewSet, RunViewSet
 from api.tenant import TenantView
+from api.webhooks import WebhookDeliveryViewSet, WebhookEndpointViewSet
 
 app_name = "api"
 
 router = SimpleRouter(trailing_slash=False)
+router.register("agents", AgentViewSet, basename="agent")
+router.register("intents", IntentViewSet, basename="intent")
+router.register("tools", ToolViewSet, basename="tool")
+router.register("model-endpoints", ModelEndpointViewSet, basename="model-endpoint")
+router.register("grounding-documents", GroundingDocumentViewSet, basename="grounding-document")
+router.register("runs", RunViewSet, basename="run")
+router.register("questions", QuestionViewSet, basename="question")
+router.register("approvals", ApprovalViewSet, basename="approval")
+router.register("negotiations", NegotiationViewSet, basename="negotiation")
+router.register("settlements", SettlementViewSet, basename="settlement")
+router.register("intake-requests", IntakeRequestViewSet, basename="intake-request")
+router.register("webhook-endpoints", WebhookEndpointViewSet, basename="webhook-endpoint")
+router.register("webhook-deliveries", WebhookDeliveryViewSet, basename="webhook-delivery")
 
 urlpatterns = [
     path("tenant", TenantView.as_view(), name="tenant"),
     path("schema", SpectacularAPIView.as_view(), name="schema"),
     path("docs", SpectacularRedocView.as_view(url_name="api:schema"), name="docs"),
     path("", include(router.urls)),
+    # Last: any other path under the API is a 404 with the error body (api.errors.not_found).
+    re_path(r"", not_found),
 ]

@@ -5,7 +5,7 @@ class NegotiationsConfig(AppConfig):
     name = "negotiations"
 
     def ready(self) -> None:
-        from agents.models import register_agent_check
+        from agents.models import register_agent_check, register_intent_check
         from agents.selectors import register_waiting_source
         from negotiations import checks, selectors, tools
 
@@ -14,3 +14,4 @@ class NegotiationsConfig(AppConfig):
         register_agent_check(checks.check_timezone)
         register_agent_check(checks.check_term_guards)
         register_agent_check(checks.check_allowed_actions)
+        register_intent_check(checks.check_intent_term_guards)

@@ -1,6 +1,6 @@
-"""Checks of the agent fields the negotiator reads, run by ``Agent.clean`` (see
-:func:`agents.models.register_agent_check`), so the admin and the operator's editor refuse what a
-negotiation would later fail on, with the field named."""
+"""Checks of the agent and intent fields the negotiator reads, run by ``Agent.clean`` and
+``Intent.clean`` (see :func:`agents.models.register_agent_check`), so the admin, the operator's
+editor and the host API refuse what a negotiation would later fail on, with the field named."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from agents.models import Agent
+from agents.models import Agent, Intent
 from negotiations.negotiator import NegotiatorError, parse_guards
 from negotiations.offline import Vocabulary
 
@@ -29,6 +29,15 @@ def check_term_guards(agent: Agent) -> None:
     would, see :func:`negotiations.negotiator.parse_guards`)."""
     try:
         parse_guards(agent.term_guards, today=timezone.now().date())
+    except NegotiatorError as exc:
+        raise ValidationError({"term_guards": str(exc)}) from exc
+
+
+def check_intent_term_guards(intent: Intent) -> None:
+    """Raises ``ValidationError`` on ``term_guards`` naming the intent's first malformed guard, as
+    :func:`check_term_guards` does for the agent's (registered with ``register_intent_check``)."""
+    try:
+        parse_guards(intent.term_guards, today=timezone.now().date(), where="intent term guard")
     except NegotiatorError as exc:
         raise ValidationError({"term_guards": str(exc)}) from exc
 

@@ -242,7 +242,7 @@ def parse_guards(raw: object, *, today: date, where: str = "term guard") -> tupl
         term, op, value = item.get("term"), item.get("op"), item.get("value")
         if not isinstance(term, str) or not term:
             raise NegotiatorError(f"{name} names no term")
-        if op not in _GUARD_OPS:
+        if not isinstance(op, str) or op not in _GUARD_OPS:  # a list or object is no op (nor hashable)
             raise NegotiatorError(f"{name} has op {op!r}; use one of <=, >=, ==, in")
         currency = item.get("currency") or ""
         if not isinstance(currency, str):

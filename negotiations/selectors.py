@@ -95,10 +95,14 @@ def board(
     if direction:
         rows = rows.filter(direction=direction)
     if counterparty:
-        rows = rows.filter(
-            Q(counterparty_name__icontains=counterparty) | Q(counterparty_url__icontains=counterparty)
-        )
+        rows = rows.filter(counterparty_matches(counterparty))
     return rows
+
+
+def counterparty_matches(text: str) -> Q:
+    """Negotiations whose counterparty's name or URL contains ``text``, in any case: the board's
+    ``counterparty`` filter (the dashboard's and the API's)."""
+    return Q(counterparty_name__icontains=text) | Q(counterparty_url__icontains=text)
 
 
 def negotiation_turns(negotiation: Negotiation) -> QuerySet[Turn]:

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.http import HttpRequest
 
-from parley.models import ApiKey, Membership, Tenant
+from parley.models import ApiKey, Membership, Tenant, WebhookDelivery, WebhookEndpoint
 
 
 class MembershipInline(admin.TabularInline):
@@ -29,4 +29,44 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: ApiKey | None = None) -> bool:
+        return False
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):
+    """Read-only: endpoints are made through the host API, which checks their URL; the secret is
+    never shown."""
+
+    list_display = ("url", "tenant", "events", "active", "created_at")
+    list_filter = ("tenant", "active")
+    search_fields = ("url", "description")
+    exclude = ("secret",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> bool:
+        return False
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    """Read-only: what was sent, for looking into a host's complaint."""
+
+    list_display = (
+        "event_type",
+        "endpoint",
+        "tenant",
+        "status",
+        "attempts",
+        "last_status_code",
+        "created_at",
+    )
+    list_filter = ("tenant", "status", "event_type")
+    list_select_related = ("endpoint", "tenant")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: WebhookDelivery | None = None) -> bool:
         return False

@@ -19,6 +19,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
+from parley import webhooks
 from parley.models import Event, Membership
 
 logger = logging.getLogger(__name__)
@@ -58,12 +59,13 @@ def groups_for(*, tenant_id: int, role: str, user_id: int) -> list[str]:
 
 
 def publish_on_commit(*, event: str, tenant_id: int, party_id: int | None, payload: dict[str, Any]) -> None:
-    """Store ``event`` for the tenant's webhooks and, once the transaction commits, send it to those
+    """Store ``event``, write its deliveries to the tenant's webhook endpoints
+    (:func:`parley.webhooks.event_fan_out`) and, once the transaction commits, send it to those
     who may see it: the tenant's group, and the party ``party_id`` is (the user the event is about
     for: the agent's principal, an intake request's owner; None for nobody else).
 
-    Call it inside the transaction that makes the change, so the row commits or
-    rolls back with it and the push never announces a change that did not
+    Call it inside the transaction that makes the change, so the rows commit or
+    roll back with it and the push never announces a change that did not
     happen. Outside a transaction both happen at once.
 
     A party sees only their own agents' work, so an event reaches a principal's
@@ -76,7 +78,8 @@ def publish_on_commit(*, event: str, tenant_id: int, party_id: int | None, paylo
     """
     if event not in EVENTS:
         raise ValueError(f"unknown live event {event!r}")
-    Event.objects.create(tenant_id=tenant_id, kind=event, payload=payload)
+    stored = Event.objects.create(tenant_id=tenant_id, kind=event, payload=payload)
+    webhooks.event_fan_out(event=stored)
     message = {"type": "live.event", "event": event, "payload": payload}
     groups = _audience(tenant_id, party_id)
     transaction.on_commit(lambda: _send(groups, message))

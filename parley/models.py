@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -146,3 +147,124 @@ class ApiKey(TenantOwnedModel):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix})"
+
+
+# Webhooks: the host's endpoints and what was sent to them (parley.webhooks).
+
+
+class WebhookEventType(models.TextChoices):
+    """The events a host's webhook endpoint may subscribe to (:data:`parley.webhooks.WEBHOOK_TYPES`
+    maps the live events to these)."""
+
+    RUN_NEEDS_INPUT = "run.needs_input", "run.needs_input: a run asks its party a question"
+    RUN_FINISHED = "run.finished", "run.finished: a run ended"
+    QUESTION_ANSWERED = "question.answered", "question.answered: a question was answered"
+    NEGOTIATION_TURN = "negotiation.turn", "negotiation.turn: a move in a negotiation"
+    NEGOTIATION_SETTLED = "negotiation.settled", "negotiation.settled: a negotiation reached a verdict"
+    INTAKE_RECEIVED = "intake.received", "intake.received: an intake request arrived"
+
+
+def validate_webhook_events(value: Any) -> None:
+    """Validator of :attr:`WebhookEndpoint.events` (the field itself refuses an empty list): a list
+    of known event types, each once.
+
+    Raises ``ValidationError`` naming what is wrong (not a list, an unknown or repeated type).
+    """
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise ValidationError("Events must be a list of event types.", code="not_a_list")
+    unknown = sorted(set(value) - set(WebhookEventType.values))
+    if unknown:
+        raise ValidationError(
+            "Unknown event type: %(unknown)s. Event types are %(known)s.",
+            code="unknown_event_type",
+            params={"unknown": ", ".join(unknown), "known": ", ".join(WebhookEventType.values)},
+        )
+    if len(set(value)) != len(value):
+        raise ValidationError("An event type is listed twice.", code="duplicate_event_type")
+
+
+class WebhookEndpoint(TenantOwnedModel):
+    """A URL of the host's that receives the tenant's events of the types in ``events``, signed
+    with ``secret`` (Standard Webhooks: ``whsec_`` + base64 of random bytes).
+
+    The secret is kept as it is, since every delivery is signed with it; it is
+    shown to the host once, when made or rotated. Created and changed through
+    :mod:`parley.webhooks`, which checks the URL against the address policy, and
+    makes the endpoint inactive itself when its receiver answers 410 Gone.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    url = models.URLField(max_length=2000)
+    description = models.CharField(max_length=500, blank=True)
+    events = models.JSONField(
+        default=list,
+        validators=[validate_webhook_events],
+        error_messages={"blank": "Choose at least one event type."},
+    )
+    active = models.BooleanField(default=True, help_text="inactive endpoints are sent nothing")
+    disabled_reason = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="why Parley made the endpoint inactive (its receiver answered 410 Gone); "
+        "blank once the host sets active",
+    )
+    secret = models.CharField(max_length=100)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class WebhookDelivery(TenantOwnedModel):
+    """One event sent (or to be sent) to one endpoint, with its attempts.
+
+    ``payload`` is the body: ``{"type", "timestamp", "data"}``. A delivery is
+    ``pending`` until an attempt is answered with 2xx (``succeeded``) or its
+    retry window closes (``failed``); the window opens at creation and again at
+    each resend. ``generation`` is bumped whenever an attempt is scheduled: a
+    task carries the generation it was scheduled for and does nothing once it
+    is stale. ``claimed_until`` marks an attempt under way, so a second copy of
+    its task does not send too.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.ForeignKey(Event, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    event_type = models.CharField(max_length=64, choices=WebhookEventType.choices)
+    payload = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0, help_text="attempts made, over every resend")
+    window_attempts = models.PositiveIntegerField(default=0, help_text="attempts since the window opened")
+    window_opened_at = models.DateTimeField(help_text="creation, or the last resend")
+    generation = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    last_response = models.TextField(blank=True, help_text="the start of the last response's body")
+    attempt_log = models.JSONField(default=list, help_text="the latest attempts, oldest first")
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [
+            models.Index(fields=["tenant", "created_at"]),
+            models.Index(fields=["status", "next_attempt_at"]),
+        ]
+        verbose_name_plural = "webhook deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.event_type} to {self.endpoint_id}: {self.status}"
+
+    @property
+    def webhook_id(self) -> str:
+        """The ``webhook-id`` header: the same on every attempt and resend of this delivery."""
+        return f"msg_{self.pk.hex}"

@@ -134,6 +134,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
     "expire-runs": {"task": "agents.tasks.runs_expire_due", "schedule": 60.0},
     "expire-idempotency-keys": {"task": "api.tasks.idempotency_keys_expire", "schedule": 3600.0},
+    # Webhook deliveries whose scheduled attempt never ran (a lost broker message) are sent again.
+    "webhooks-overdue": {"task": "parley.tasks.webhook_deliveries_overdue", "schedule": 300.0},
 }
 # Threads in the embedded worker: one agent step plus a negotiation per target at once.
 PARLEY_EMBEDDED_WORKER_THREADS = env.int("PARLEY_EMBEDDED_WORKER_THREADS", default=8)
@@ -156,6 +158,19 @@ LIVE_RECHECK_SECONDS = env.float("LIVE_RECHECK_SECONDS", default=1.0)
 # Push notifications go only to URLs whose host resolves to public addresses, unless this allows
 # private, loopback and link-local ones too (a test receiver on loopback).
 A2A_PUSH_ALLOW_PRIVATE = env.bool("A2A_PUSH_ALLOW_PRIVATE", default=False)
+
+# The host's webhooks (parley.webhooks). Seconds one delivery attempt may take in all (at most 60).
+WEBHOOK_TIMEOUT = env.float("WEBHOOK_TIMEOUT", default=10.0)
+# A failed attempt is retried after WEBHOOK_BACKOFF_BASE seconds x 2^(attempts-1), at most
+# WEBHOOK_BACKOFF_MAX (kept under CELERY_VISIBILITY_TIMEOUT), until WEBHOOK_RETRY_FOR seconds
+# after the delivery was made or last re-sent; then it has failed.
+WEBHOOK_BACKOFF_BASE = env.float("WEBHOOK_BACKOFF_BASE", default=30.0)
+WEBHOOK_BACKOFF_MAX = env.float("WEBHOOK_BACKOFF_MAX", default=1800.0)
+WEBHOOK_RETRY_FOR = env.float("WEBHOOK_RETRY_FOR", default=24 * 3600.0)
+# Webhook URLs must resolve to public addresses and use https, unless these allow private,
+# loopback and link-local addresses, and plain http (a receiver on loopback in tests).
+WEBHOOKS_ALLOW_PRIVATE = env.bool("WEBHOOKS_ALLOW_PRIVATE", default=False)
+WEBHOOKS_ALLOW_HTTP = env.bool("WEBHOOKS_ALLOW_HTTP", default=False)
 
 # Host operations (tools that call a host's URL) must use HTTPS unless this allows plain HTTP,
 # as on loopback in tests.
@@ -198,7 +213,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["api.permissions.HasScope"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.StrictJSONParser"],
     "DEFAULT_PAGINATION_CLASS": "api.pagination.NewestFirst",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "api.schema.ParleySchema",
@@ -223,6 +238,17 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Choice sets that share a field name (status, kind) or a set under several names get one name each.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "agents.models.Run.Status",
+        "QuestionKindEnum": "agents.models.Question.Kind",
+        "QuestionStatusEnum": "api.runs.QuestionStatus",
+        "AttemptKindEnum": "api.runs.ATTEMPT_KINDS",
+        "NegotiationStatusEnum": "negotiations.models.Negotiation.Status",
+        "TurnSideEnum": "negotiations.models.Turn.Side",
+        "WebhookDeliveryStatusEnum": "parley.models.WebhookDelivery.Status",
+        "WebhookEventTypeEnum": "parley.models.WebhookEventType",
+    },
 }
 # Seconds a response to a request with an Idempotency-Key is kept and replayed.
 IDEMPOTENCY_KEY_TTL = env.int("IDEMPOTENCY_KEY_TTL", default=24 * 3600)

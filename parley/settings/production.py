@@ -8,3 +8,7 @@ DEBUG = False
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Webhooks go to public addresses over https only, whatever the environment says.
+WEBHOOKS_ALLOW_PRIVATE = False
+WEBHOOKS_ALLOW_HTTP = False

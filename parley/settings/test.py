@@ -15,3 +15,12 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Host operations in tests are served by HTTP servers on loopback.
 PARLEY_HOST_OPERATIONS_ALLOW_HTTP = True
+
+# Webhook receivers in tests listen on loopback over plain http; the live worker retries within
+# seconds. Tests of the address policy set WEBHOOKS_ALLOW_PRIVATE = False themselves.
+WEBHOOKS_ALLOW_PRIVATE = True
+WEBHOOKS_ALLOW_HTTP = True
+WEBHOOK_TIMEOUT = 5.0
+WEBHOOK_BACKOFF_BASE = 0.3
+WEBHOOK_BACKOFF_MAX = 2.0
+WEBHOOK_RETRY_FOR = 60.0

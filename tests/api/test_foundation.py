@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from rest_framework.test import APIClient
 
+from agents.models import Run
 from parley.models import ApiKey, Tenant
 from parley.services import api_key_revoke
 
@@ -93,3 +94,48 @@ def test_the_schema_and_its_documentation_page_are_served_without_a_key() -> Non
     assert docs.status_code == 200
     assert b"/api/v1/schema" in docs.content
     assert b"cdn.jsdelivr" not in docs.content  # the page's script is served by us (the sidecar)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("[" * 5000 + "]" * 5000, "nested deeper than 100"),
+        ('{"task": NaN}', "NaN is not a JSON number"),
+        ('{"task": 1e400}', "too large"),
+        ('{"task": "a\\u0000b"}', "NUL"),
+        ('{"task": ', "Expecting value"),
+    ],
+)
+def test_a_body_json_cannot_hold_is_400_saying_why_and_creates_nothing(
+    api: APIClient, body: str, reason: str
+) -> None:
+    response = api.post("/api/v1/runs", data=body, content_type="application/json")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "parse_error"
+    assert reason in error["message"]
+    assert Run.objects.count() == 0
+
+
+def test_a_body_that_is_not_json_is_415_naming_the_type(api: APIClient) -> None:
+    response = api.post("/api/v1/runs", data="task=x", content_type="application/x-www-form-urlencoded")
+    assert response.status_code == 415
+    assert response.json()["error"]["code"] == "unsupported_media_type"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", "/api/v1/nothing-here"),
+        ("get", "/api/v1/agents/0.5"),  # the router's ids take no dot
+        ("patch", "/api/v1/agents/a%2Fb"),  # nor a slash
+        ("post", "/api/v1/runs/"),  # no trailing slashes
+        ("delete", "/api/v1/tools/1.0/more"),
+    ],
+)
+def test_a_path_under_the_api_that_names_no_operation_is_404_with_the_error_body(
+    api: APIClient, method: str, path: str
+) -> None:
+    response = getattr(api, method)(path)
+    assert response.status_code == 404
+    assert response.json() == {"error": {"code": "not_found", "message": "Not found."}}

@@ -1,0 +1,272 @@
+"""What the agents' work came to, read through the API: negotiations with their turns and
+settlements, settlements on their own, and the intake requests visitors left.
+
+``/api/v1/negotiations``, ``/api/v1/settlements`` and ``/api/v1/intake-requests``: reads only (the
+``read`` scope). What a counterparty wrote (turn messages, terms, names) is their data, returned as
+JSON values as it was recorded, never interpreted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
+from rest_framework import mixins, serializers
+
+from a2a_gateway.models import IntakeRequest
+from agents.models import Agent, Intent
+from api.base import TenantViewSet
+from negotiations import selectors
+from negotiations.models import Negotiation, Settlement, Turn
+
+# Longest counterparty name or URL part the filter searches for, as on the dashboard's board.
+MAX_COUNTERPARTY = 200
+
+
+def tenant_agents(request: Any) -> QuerySet[Agent]:
+    return Agent.objects.for_tenant(request.user.tenant)
+
+
+def tenant_intents(request: Any) -> QuerySet[Intent]:
+    return Intent.objects.for_tenant(request.user.tenant)
+
+
+def tenant_negotiations(request: Any) -> QuerySet[Negotiation]:
+    return Negotiation.objects.for_tenant(request.user.tenant)
+
+
+class SettlementSerializer(serializers.ModelSerializer[Settlement]):
+    """The verdict on a closed negotiation: ``outcome``, on what ``basis`` it rests (``prose`` <
+    ``state`` < ``terms`` < ``reference``), the agreed ``terms``, who ended it (``ours`` or
+    ``theirs``, "" for neither) and, on a ``conflict``, the ``disputed`` terms."""
+
+    ended_by = serializers.ChoiceField(choices=Turn.Side.choices, allow_blank=True, read_only=True)
+
+    class Meta:
+        model = Settlement
+        fields = [
+            "id",
+            "negotiation",
+            "outcome",
+            "basis",
+            "terms",
+            "reason",
+            "ended_by",
+            "disputed",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class SettlementListSerializer(SettlementSerializer):
+    """A settlement with its negotiation's agent and counterparty."""
+
+    agent = serializers.UUIDField(source="negotiation.agent_id", read_only=True)
+    counterparty_name = serializers.CharField(source="negotiation.counterparty_name", read_only=True)
+    counterparty_url = serializers.CharField(source="negotiation.counterparty_url", read_only=True)
+
+    class Meta(SettlementSerializer.Meta):
+        fields = [*SettlementSerializer.Meta.fields, "agent", "counterparty_name", "counterparty_url"]
+        read_only_fields = fields
+
+
+class TurnSerializer(serializers.ModelSerializer[Turn]):
+    """One move, in order: ``side`` ``ours`` or ``theirs``, its ``action``, ``message`` and structured
+    ``terms``, the ``offer_id`` it made and the ``accepts_offer_id`` it accepted, and the Task state
+    stamped with it."""
+
+    class Meta:
+        model = Turn
+        fields = [
+            "seq",
+            "side",
+            "action",
+            "message",
+            "terms",
+            "offer_id",
+            "accepts_offer_id",
+            "task_state",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class NegotiationSerializer(serializers.ModelSerializer[Negotiation]):
+    """A negotiation, its settlement (null while it has none), how many turns are recorded and its
+    latest turn's side, action and time (null before any)."""
+
+    settlement = SettlementSerializer(read_only=True, allow_null=True)
+    turns_recorded = serializers.IntegerField(read_only=True)
+    last_side = serializers.ChoiceField(choices=Turn.Side.choices, read_only=True, allow_null=True)
+    last_action = serializers.CharField(read_only=True, allow_null=True)
+    last_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Negotiation
+        fields = [
+            "id",
+            "agent",
+            "intent",
+            "direction",
+            "counterparty_url",
+            "counterparty_name",
+            "context_id",
+            "task_id",
+            "status",
+            "task_state",
+            "turn_count",
+            "max_turns",
+            "objective",
+            "guidance",
+            "parked_question",
+            "error",
+            "settlement",
+            "turns_recorded",
+            "last_side",
+            "last_action",
+            "last_at",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class NegotiationDetailSerializer(NegotiationSerializer):
+    """A negotiation with every turn, in order."""
+
+    turns = serializers.SerializerMethodField()
+
+    class Meta(NegotiationSerializer.Meta):
+        fields = [*NegotiationSerializer.Meta.fields, "turns"]
+        read_only_fields = fields
+
+    @extend_schema_field(TurnSerializer(many=True))
+    def get_turns(self, negotiation: Negotiation) -> Any:
+        return TurnSerializer(selectors.negotiation_turns(negotiation), many=True).data
+
+
+class NegotiationFilter(django_filters.FilterSet):
+    """The dashboard board's filters (:func:`negotiations.selectors.board`)."""
+
+    status = django_filters.ChoiceFilter(choices=Negotiation.Status.choices, help_text="In this status.")
+    agent = django_filters.ModelChoiceFilter(queryset=tenant_agents, help_text="Of this agent (its id).")
+    intent = django_filters.ModelChoiceFilter(
+        queryset=tenant_intents, help_text="Under this intent (its id)."
+    )
+    counterparty = django_filters.CharFilter(
+        method="filter_counterparty",
+        max_length=MAX_COUNTERPARTY,
+        help_text="Part of the counterparty's name or URL, in any case.",
+    )
+    direction = django_filters.ChoiceFilter(
+        choices=Negotiation.Direction.choices,
+        help_text="`outbound`: the agent contacted them; `inbound`: they contacted the agent.",
+    )
+
+    class Meta:
+        model = Negotiation
+        fields = ["status", "agent", "intent", "counterparty", "direction"]
+
+    def filter_counterparty(
+        self, queryset: QuerySet[Negotiation], name: str, value: str
+    ) -> QuerySet[Negotiation]:
+        return queryset.filter(selectors.counterparty_matches(value))
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List negotiations, newest first"),
+    retrieve=extend_schema(
+        summary="Read a negotiation with its turns", responses=NegotiationDetailSerializer
+    ),
+)
+class NegotiationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet):
+    """The tenant's negotiations, both directions, as the dashboard's board lists them."""
+
+    queryset = Negotiation.objects.none()
+    filterset_class = NegotiationFilter
+
+    def get_queryset(self) -> QuerySet[Negotiation]:
+        return selectors.board(tenant=self.tenant)
+
+    def get_serializer_class(self) -> type[serializers.BaseSerializer[Any]]:
+        return NegotiationSerializer if self.action == "list" else NegotiationDetailSerializer
+
+
+class SettlementFilter(django_filters.FilterSet):
+    agent = django_filters.ModelChoiceFilter(
+        field_name="negotiation__agent", queryset=tenant_agents, help_text="Of this agent (its id)."
+    )
+    outcome = django_filters.ChoiceFilter(choices=Settlement.Outcome.choices, help_text="With this outcome.")
+    negotiation = django_filters.ModelChoiceFilter(
+        queryset=tenant_negotiations, help_text="Of this negotiation (its id)."
+    )
+
+    class Meta:
+        model = Settlement
+        fields = ["agent", "outcome", "negotiation"]
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List settlements, newest first"),
+    retrieve=extend_schema(summary="Read a settlement"),
+)
+class SettlementViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet):
+    """The verdicts on the tenant's closed negotiations."""
+
+    queryset = Settlement.objects.none()
+    serializer_class = SettlementListSerializer
+    filterset_class = SettlementFilter
+
+    def get_queryset(self) -> QuerySet[Settlement]:
+        return Settlement.objects.for_tenant(self.tenant).select_related("negotiation")
+
+
+class IntakeRequestSerializer(serializers.ModelSerializer[IntakeRequest]):
+    """A request a visitor left with an agent's intake tool: ``caller`` is the task owner that left
+    it, ``recipient`` the member it is for (null once removed), and whether they were notified."""
+
+    recipient = serializers.CharField(source="recipient.username", allow_null=True, read_only=True)
+
+    class Meta:
+        model = IntakeRequest
+        fields = [
+            "id",
+            "agent",
+            "caller",
+            "summary",
+            "details",
+            "recipient",
+            "notified_at",
+            "notify_error",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class IntakeRequestFilter(django_filters.FilterSet):
+    agent = django_filters.ModelChoiceFilter(
+        queryset=tenant_agents, help_text="Left with this agent (its id)."
+    )
+
+    class Meta:
+        model = IntakeRequest
+        fields = ["agent"]
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List intake requests, newest first"),
+    retrieve=extend_schema(summary="Read an intake request"),
+)
+class IntakeRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet):
+    """What visitors asked the tenant's agents to pass on."""
+
+    queryset = IntakeRequest.objects.none()
+    serializer_class = IntakeRequestSerializer
+    filterset_class = IntakeRequestFilter
+
+    def get_queryset(self) -> QuerySet[IntakeRequest]:
+        return IntakeRequest.objects.for_tenant(self.tenant).select_related("recipient")
