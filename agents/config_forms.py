@@ -26,7 +26,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from agents import host_operations
-from agents.models import ANSWERING_ROLES, OFFLINE, Agent, ModelEndpoint, Tool, agents_naming
+from agents.models import AGENT_SETTINGS, ANSWERING_ROLES, OFFLINE, Agent, ModelEndpoint, Tool, agents_naming
 from parley import keys, strict_json
 from parley.models import Tenant
 
@@ -385,44 +385,7 @@ class AgentForm(TenantModelForm):
 
     class Meta:
         model = Agent
-        fields = [
-            "name",
-            "slug",
-            "party_id",
-            "description",
-            "version",
-            "principal",
-            "timezone",
-            "host_name",
-            "system_prompt",
-            "terms",
-            "allowed_actions",
-            "term_guards",
-            "strategy",
-            "max_turns",
-            "turn_timeout",
-            "evaluation_url",
-            "model",
-            "fallback_models",
-            "max_steps",
-            "history",
-            "history_window",
-            "on_busy",
-            "guardrails",
-            "tools",
-            "inbound_auth",
-            "max_concurrency",
-            "max_input_chars",
-            "max_turns_per_context",
-            "max_contexts",
-            "rate_limit",
-            "cors_origins",
-            "try_again_text",
-            "publish_tools",
-            "card_skills",
-            "card_fields",
-            "intake_owner",
-        ]
+        fields = list(AGENT_SETTINGS)
         labels = {
             "party_id": "Party id",
             "system_prompt": "System prompt",

@@ -140,6 +140,48 @@ class Tool(TenantOwnedModel):
             raise ValidationError({"target_agent": "Choose an agent of this tenant to run."})
 
 
+# Every field of an Agent an operator sets, in the order the editor shows them: the dashboard's
+# form and the host API's serializer both offer exactly these.
+AGENT_SETTINGS = (
+    "name",
+    "slug",
+    "party_id",
+    "description",
+    "version",
+    "principal",
+    "timezone",
+    "host_name",
+    "system_prompt",
+    "terms",
+    "allowed_actions",
+    "term_guards",
+    "strategy",
+    "max_turns",
+    "turn_timeout",
+    "evaluation_url",
+    "model",
+    "fallback_models",
+    "max_steps",
+    "history",
+    "history_window",
+    "on_busy",
+    "guardrails",
+    "tools",
+    "inbound_auth",
+    "max_concurrency",
+    "max_input_chars",
+    "max_turns_per_context",
+    "max_contexts",
+    "rate_limit",
+    "cors_origins",
+    "try_again_text",
+    "publish_tools",
+    "card_skills",
+    "card_fields",
+    "intake_owner",
+)
+
+
 class Agent(TenantOwnedModel):
     """One party's agent: its identity, its instructions and its limits.
 

@@ -35,7 +35,7 @@ from agents import configuration, selectors
 from agents.config_forms import END_STATES, ActionForm, tenant_members
 from agents.forms import SystemMessagePreviewForm
 from agents.instructions import system_message
-from agents.models import Agent, Intent, Tool
+from agents.models import AGENT_SETTINGS, Agent, Intent, Tool
 from agents.views import PLACEHOLDER_INTENT
 from api.configuration import (
     ConfigurationViewSet,
@@ -146,49 +146,7 @@ class AgentSerializer(serializers.ModelSerializer[Agent]):
 
     class Meta:
         model = Agent
-        fields = [
-            "id",
-            "slug",
-            "url",
-            "card_url",
-            "name",
-            "party_id",
-            "description",
-            "version",
-            "principal",
-            "timezone",
-            "host_name",
-            "system_prompt",
-            "terms",
-            "allowed_actions",
-            "term_guards",
-            "strategy",
-            "max_turns",
-            "turn_timeout",
-            "evaluation_url",
-            "model",
-            "fallback_models",
-            "max_steps",
-            "history",
-            "history_window",
-            "on_busy",
-            "guardrails",
-            "tools",
-            "inbound_auth",
-            "max_concurrency",
-            "max_input_chars",
-            "max_turns_per_context",
-            "max_contexts",
-            "rate_limit",
-            "cors_origins",
-            "try_again_text",
-            "publish_tools",
-            "card_skills",
-            "card_fields",
-            "intake_owner",
-            "created_at",
-            "updated_at",
-        ]
+        fields = ["id", "url", "card_url", *AGENT_SETTINGS, "created_at", "updated_at"]
         read_only_fields = ["id", "created_at", "updated_at"]
         extra_kwargs = {
             "model": {"help_text": "what its loop calls: `offline` (built in) or a model endpoint's name"},

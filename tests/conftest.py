@@ -149,6 +149,15 @@ def operator(tenant: Tenant) -> AbstractUser:
 
 
 @pytest.fixture
+def owner(tenant: Tenant) -> AbstractUser:
+    user = make_user("ona")
+    user.email = "ona@example.com"
+    user.save(update_fields=["email"])
+    Membership.objects.create(user=user, tenant=tenant, role=Membership.Role.OWNER)
+    return user
+
+
+@pytest.fixture
 def agent(tenant: Tenant, principal: AbstractUser) -> Agent:
     return Agent.objects.create(
         tenant=tenant,

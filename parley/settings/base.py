@@ -161,9 +161,9 @@ A2A_PUSH_ALLOW_PRIVATE = env.bool("A2A_PUSH_ALLOW_PRIVATE", default=False)
 
 # The host's webhooks (parley.webhooks). Seconds one delivery attempt may take in all (at most 60).
 WEBHOOK_TIMEOUT = env.float("WEBHOOK_TIMEOUT", default=10.0)
-# A failed attempt is retried after WEBHOOK_BACKOFF_BASE seconds x 2^(attempts-1), at most
-# WEBHOOK_BACKOFF_MAX (kept under CELERY_VISIBILITY_TIMEOUT), until WEBHOOK_RETRY_FOR seconds
-# after the delivery was made or last re-sent; then it has failed.
+# A failed attempt is retried after WEBHOOK_BACKOFF_BASE seconds x 2^(attempts-1) (or a longer
+# Retry-After on 429/503), at most WEBHOOK_BACKOFF_MAX (kept under CELERY_VISIBILITY_TIMEOUT), until
+# WEBHOOK_RETRY_FOR seconds after the delivery was made or last re-sent; then it has failed.
 WEBHOOK_BACKOFF_BASE = env.float("WEBHOOK_BACKOFF_BASE", default=30.0)
 WEBHOOK_BACKOFF_MAX = env.float("WEBHOOK_BACKOFF_MAX", default=1800.0)
 WEBHOOK_RETRY_FOR = env.float("WEBHOOK_RETRY_FOR", default=24 * 3600.0)

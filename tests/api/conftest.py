@@ -16,13 +16,6 @@ ALL_SCOPES = ("read", "write", "admin")
 
 
 @pytest.fixture
-def owner(tenant: Tenant) -> AbstractUser:
-    user = make_user("oona")
-    Membership.objects.create(user=user, tenant=tenant, role=Membership.Role.OWNER)
-    return user
-
-
-@pytest.fixture
 def key_for(owner: AbstractUser) -> Callable[..., str]:
     """``key_for(tenant, scopes=...)``: a new API key of ``tenant`` as ``<prefix>.<secret>``."""
 

@@ -1,4 +1,4 @@
-"""Fixtures of the tenancy tests: an owner and a viewer of ``acme``."""
+"""Fixtures of the tenancy tests: a viewer of ``acme`` (its owner is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,6 @@ from django.contrib.auth.models import AbstractUser
 
 from parley.models import Membership, Tenant
 from tests.parley.tenancy import member
-
-
-@pytest.fixture
-def owner(tenant: Tenant) -> AbstractUser:
-    return member(tenant, "ona", Membership.Role.OWNER)
 
 
 @pytest.fixture
