@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import Http404
 
-from parley.models import ApiKey, Membership, Tenant
+from parley.models import ApiKey, Membership, Tenant, WebhookDelivery, WebhookEndpoint
 
 
 def roles_of(user: AbstractBaseUser | AnonymousUser) -> list[tuple[int, str]]:
@@ -59,6 +59,30 @@ def members_of(*, tenant: Tenant) -> QuerySet[Membership]:
 def api_keys_of(*, tenant: Tenant) -> QuerySet[ApiKey]:
     """The tenant's API keys, revoked ones too, newest first, with who made and revoked them."""
     return ApiKey.objects.for_tenant(tenant).select_related("created_by", "revoked_by")
+
+
+def webhook_endpoints_of(*, tenant: Tenant) -> QuerySet[WebhookEndpoint]:
+    """The tenant's webhook endpoints, inactive ones too, newest first."""
+    endpoints: QuerySet[WebhookEndpoint] = WebhookEndpoint.objects.for_tenant(tenant)
+    return endpoints.order_by("-created_at", "-pk")
+
+
+def webhook_deliveries_of(
+    *, tenant: Tenant, status: str = "", endpoint: WebhookEndpoint | None = None
+) -> QuerySet[WebhookDelivery]:
+    """The tenant's webhook deliveries, newest first, with their endpoints; only those in ``status``
+    and to ``endpoint`` when given. Without what only a delivery's own page shows (its body, attempt
+    log and response excerpt), which can be large."""
+    deliveries: QuerySet[WebhookDelivery] = WebhookDelivery.objects.for_tenant(tenant)
+    if status:
+        deliveries = deliveries.filter(status=status)
+    if endpoint is not None:
+        deliveries = deliveries.filter(endpoint=endpoint)
+    return (
+        deliveries.select_related("endpoint")
+        .defer("payload", "attempt_log", "last_response")
+        .order_by("-created_at", "-pk")
+    )
 
 
 def accounts_by_login(login: str) -> list[User]:

@@ -83,6 +83,8 @@ PAGES = {
     "members, operator": Sweep("olga", lambda s: "/t/acme/members/", "vera"),
     "members, owner": Sweep("owen", lambda s: "/t/acme/members/", "Add an existing account"),
     "API keys": Sweep("owen", lambda s: "/t/acme/api-keys/", "Host backend"),
+    "webhooks": Sweep("olga", lambda s: "/t/acme/webhooks/", "Add an endpoint"),
+    "webhook deliveries": Sweep("olga", lambda s: "/t/acme/webhooks/deliveries/", "No deliveries yet."),
     "inbox, viewer": Sweep("vera", lambda s: "/t/acme/", "viewers cannot answer"),
     "run, viewer": Sweep(
         "vera", lambda s: f"/t/acme/runs/{s.waiting_run.pk}/", "Waiting for the agent's party"

@@ -20,13 +20,14 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 
 from a2a_gateway.auth import inbound_key_create
 from a2a_gateway.models import GroundingDocument, InboundKey
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from negotiations.models import Negotiation
-from parley import services
-from parley.models import ApiKey, Event, Membership, Tenant
+from parley import services, webhooks
+from parley.models import ApiKey, Event, Membership, Tenant, WebhookDelivery, WebhookEndpoint
 from tests.agents.pages import waiting_question
 from tests.conftest import PASSWORD
 from tests.parley.tenancy import member
@@ -42,6 +43,7 @@ EVERY_MEMBER = frozenset({OWNER, OPERATOR, PRINCIPAL, VIEWER})
 OPERATORS = frozenset({OWNER, OPERATOR})
 THE_PARTY = OPERATORS | {PRINCIPAL}
 OWNERS = frozenset({OWNER})
+READERS = OPERATORS | {VIEWER}  # the webhook pages: everyone but a party reads them
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class World:
     endpoint: ModelEndpoint
     document: GroundingDocument
     inbound_key: InboundKey
+    webhook: WebhookEndpoint
+    delivery: WebhookDelivery
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,28 @@ PAGES = [
     Page("tenant:api-keys", "post", OWNERS, data=lambda w: {"name": "ci", "scopes": ["read"]}),
     Page("tenant:api-key-revoke", "get", OWNERS, pk=lambda w: w.key.pk),
     Page("tenant:api-key-revoke", "post", OWNERS, pk=lambda w: w.key.pk, ok=302),
+    Page("tenant:webhooks", "get", READERS),
+    Page(
+        "tenant:webhooks",
+        "post",
+        OPERATORS,
+        data=lambda w: {"url": "http://127.0.0.1:9/new", "events": ["run.finished"]},
+    ),
+    Page(
+        "tenant:webhook-active",
+        "post",
+        OPERATORS,
+        pk=lambda w: w.webhook.pk,
+        data=lambda w: {"active": "false"},
+        ok=302,
+    ),
+    Page("tenant:webhook-rotate", "get", OPERATORS, pk=lambda w: w.webhook.pk),
+    Page("tenant:webhook-rotate", "post", OPERATORS, pk=lambda w: w.webhook.pk),
+    Page("tenant:webhook-delete", "get", OPERATORS, pk=lambda w: w.webhook.pk),
+    Page("tenant:webhook-delete", "post", OPERATORS, pk=lambda w: w.webhook.pk, ok=302),
+    Page("tenant:webhook-deliveries", "get", READERS),
+    Page("tenant:webhook-delivery", "get", READERS, pk=lambda w: w.delivery.pk),
+    Page("tenant:webhook-resend", "post", OPERATORS, pk=lambda w: w.delivery.pk, ok=302),
 ]
 
 
@@ -213,7 +239,7 @@ def page_id(page: Page) -> str:
 def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, prefix: str) -> World:
     """An agent of ``party`` with a run waiting on a question, one waiting on an approval, a
     negotiation, a grounding document and an inbound key; a spare member, an account that is no
-    member, an API key, a tool and a model endpoint."""
+    member, an API key, a tool, a model endpoint, and a webhook endpoint with a delivery."""
     agent = Agent.objects.create(
         tenant=tenant, slug=f"{prefix}-agent", name=f"{prefix} agent", principal=party, terms="amount"
     )
@@ -231,6 +257,12 @@ def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, pre
     )
     spare = member(tenant, f"{prefix}-spare", Membership.Role.VIEWER)
     key, _ = services.api_key_create(tenant=tenant, name=f"{prefix} key", scopes=["read"], user=owner)  # type: ignore[arg-type]
+    webhook = webhooks.webhook_endpoint_create(
+        tenant=tenant, url=f"http://127.0.0.1:9/{prefix}", events=["run.finished"]
+    )
+    delivery = WebhookDelivery.objects.create(
+        tenant=tenant, endpoint=webhook, event_type="run.finished", window_opened_at=timezone.now()
+    )
     return World(
         tenant=tenant,
         agent=agent,
@@ -247,6 +279,8 @@ def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, pre
         ),
         document=GroundingDocument.objects.create(tenant=tenant, agent=agent, title="About", text="We hire."),
         inbound_key=inbound_key_create(agent=agent, name="Partner")[0],
+        webhook=webhook,
+        delivery=delivery,
     )
 
 
@@ -278,7 +312,7 @@ def stored() -> dict[str, list[dict[str, Any]]]:
     models = (
         *(get_user_model(), Membership, ApiKey, Event),
         *(Agent, Intent, Run, Question, Message, Tool, ModelEndpoint),
-        *(Negotiation, GroundingDocument, InboundKey),
+        *(Negotiation, GroundingDocument, InboundKey, WebhookEndpoint, WebhookDelivery),
     )
     return {m.__name__: list(m.objects.order_by("pk").values()) for m in models}
 
