@@ -82,7 +82,8 @@ class WebhookEndpointWithSecretSerializer(WebhookEndpointSerializer):
         extra_kwargs = {
             "secret": {
                 "help_text": "`whsec_` + base64 of 32 random bytes; shown only now. Verify deliveries "
-                "with it."
+                "with it. Null when the answer is the replay of an Idempotency-Key.",
+                "allow_null": True,
             }
         }
 

@@ -409,3 +409,10 @@ def test_reads_need_read_and_every_write_admin(
         )
         endpoint.refresh_from_db()
         assert (endpoint.description, WebhookEndpoint.objects.count()) == ("orders", 1)
+
+
+def test_the_schema_says_the_secret_is_null_on_a_replay(api: APIClient) -> None:
+    schema = api.get("/api/v1/schema", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+
+    secret = schema["components"]["schemas"]["WebhookEndpointWithSecret"]["properties"]["secret"]
+    assert (secret["type"], secret["nullable"]) == ("string", True)
