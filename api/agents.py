@@ -44,11 +44,11 @@ from api.configuration import (
     JSONObjectListField,
     JSONStringListField,
     MemberField,
-    TenantRowField,
     TermGuardSerializer,
     TermGuardsField,
     messages_of,
 )
+from api.fields import TenantRowField
 from api.schema import ERROR_SCHEMA
 
 

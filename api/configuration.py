@@ -28,6 +28,7 @@ from agents import configuration
 from agents.config_forms import tenant_members
 from agents.models import Agent, Intent, ModelEndpoint, Tool
 from api.base import TenantViewSet
+from api.fields import TenantRowField, of_tenant
 from parley.models import ApiKey
 
 # --- Fields -----------------------------------------------------------------------------------------
@@ -96,22 +97,6 @@ class FlatListField(serializers.ListField):
         return result
 
 
-class TenantRowField(serializers.PrimaryKeyRelatedField):
-    """A row of the API key's tenant by its id (``queryset`` names the model and serves the schema):
-    another tenant's id is refused as no such row, a 400 at this field, never that tenant's row."""
-
-    def __init__(self, *, queryset: QuerySet[Any], **kwargs: Any) -> None:
-        meta = queryset.model._meta
-        if meta.pk is not None and meta.pk.get_internal_type() == "UUIDField":
-            kwargs["pk_field"] = serializers.UUIDField()  # a malformed id is a 400, not Django's error
-        missing = f"This tenant has no {meta.verbose_name} with the id {{pk_value}}."
-        super().__init__(queryset=queryset, error_messages={"does_not_exist": missing}, **kwargs)
-
-    def get_queryset(self) -> QuerySet[Any]:
-        assert self.queryset is not None
-        return self.queryset.model.objects.for_tenant(self.context["view"].tenant)
-
-
 class MemberField(serializers.SlugRelatedField):
     """A member of the API key's tenant, by username; null for nobody. A user of another tenant (or
     none) is refused at this field."""
@@ -128,11 +113,6 @@ class MemberField(serializers.SlugRelatedField):
 
     def get_queryset(self) -> QuerySet[Any]:
         return tenant_members(self.context["view"].tenant)
-
-
-def tenant_agents(request: Any) -> QuerySet[Agent]:
-    """The key's tenant's agents: what a filter by agent may name."""
-    return Agent.objects.for_tenant(request.user.tenant)
 
 
 class ConfigurationViewSet(TenantViewSet):
@@ -195,7 +175,7 @@ class IntentUpdateSerializer(IntentSerializer):
 
 
 class IntentFilter(django_filters.FilterSet):
-    agent = django_filters.ModelChoiceFilter(queryset=tenant_agents, help_text="the id of their agent")
+    agent = django_filters.ModelChoiceFilter(queryset=of_tenant(Agent), help_text="the id of their agent")
     external_id = django_filters.CharFilter(help_text="the host's id for it")
 
     class Meta:
@@ -426,7 +406,7 @@ class GroundingDocumentUpdateSerializer(GroundingDocumentSerializer):
 
 
 class GroundingDocumentFilter(django_filters.FilterSet):
-    agent = django_filters.ModelChoiceFilter(queryset=tenant_agents, help_text="the id of their agent")
+    agent = django_filters.ModelChoiceFilter(queryset=of_tenant(Agent), help_text="the id of their agent")
 
     class Meta:
         model = GroundingDocument

@@ -18,23 +18,12 @@ from rest_framework import mixins, serializers
 from a2a_gateway.models import IntakeRequest
 from agents.models import Agent, Intent
 from api.base import TenantViewSet
+from api.fields import of_tenant
 from negotiations import selectors
 from negotiations.models import Negotiation, Settlement, Turn
 
 # Longest counterparty name or URL part the filter searches for, as on the dashboard's board.
 MAX_COUNTERPARTY = 200
-
-
-def tenant_agents(request: Any) -> QuerySet[Agent]:
-    return Agent.objects.for_tenant(request.user.tenant)
-
-
-def tenant_intents(request: Any) -> QuerySet[Intent]:
-    return Intent.objects.for_tenant(request.user.tenant)
-
-
-def tenant_negotiations(request: Any) -> QuerySet[Negotiation]:
-    return Negotiation.objects.for_tenant(request.user.tenant)
 
 
 class SettlementSerializer(serializers.ModelSerializer[Settlement]):
@@ -152,9 +141,9 @@ class NegotiationFilter(django_filters.FilterSet):
     """The dashboard board's filters (:func:`negotiations.selectors.board`)."""
 
     status = django_filters.ChoiceFilter(choices=Negotiation.Status.choices, help_text="In this status.")
-    agent = django_filters.ModelChoiceFilter(queryset=tenant_agents, help_text="Of this agent (its id).")
+    agent = django_filters.ModelChoiceFilter(queryset=of_tenant(Agent), help_text="Of this agent (its id).")
     intent = django_filters.ModelChoiceFilter(
-        queryset=tenant_intents, help_text="Under this intent (its id)."
+        queryset=of_tenant(Intent), help_text="Under this intent (its id)."
     )
     counterparty = django_filters.CharFilter(
         method="filter_counterparty",
@@ -197,11 +186,11 @@ class NegotiationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenan
 
 class SettlementFilter(django_filters.FilterSet):
     agent = django_filters.ModelChoiceFilter(
-        field_name="negotiation__agent", queryset=tenant_agents, help_text="Of this agent (its id)."
+        field_name="negotiation__agent", queryset=of_tenant(Agent), help_text="Of this agent (its id)."
     )
     outcome = django_filters.ChoiceFilter(choices=Settlement.Outcome.choices, help_text="With this outcome.")
     negotiation = django_filters.ModelChoiceFilter(
-        queryset=tenant_negotiations, help_text="Of this negotiation (its id)."
+        queryset=of_tenant(Negotiation), help_text="Of this negotiation (its id)."
     )
 
     class Meta:
@@ -249,7 +238,7 @@ class IntakeRequestSerializer(serializers.ModelSerializer[IntakeRequest]):
 
 class IntakeRequestFilter(django_filters.FilterSet):
     agent = django_filters.ModelChoiceFilter(
-        queryset=tenant_agents, help_text="Left with this agent (its id)."
+        queryset=of_tenant(Agent), help_text="Left with this agent (its id)."
     )
 
     class Meta:

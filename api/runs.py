@@ -27,32 +27,8 @@ from agents.selectors import ToolCallShown
 from api.base import TenantViewSet
 from api.configuration import JSONObjectField
 from api.errors import Conflict
+from api.fields import TenantRowField, of_tenant
 from parley.models import Event
-
-
-def tenant_agents(request: Any) -> QuerySet[Agent]:
-    return Agent.objects.for_tenant(request.user.tenant)
-
-
-def tenant_intents(request: Any) -> QuerySet[Intent]:
-    return Intent.objects.for_tenant(request.user.tenant)
-
-
-def tenant_runs(request: Any) -> QuerySet[Run]:
-    return Run.objects.for_tenant(request.user.tenant)
-
-
-class TenantRelatedField(serializers.PrimaryKeyRelatedField):
-    """A row of the request's tenant by its UUID: another tenant's id does not exist here, so it is a
-    400 at this field and never that tenant's row. ``queryset`` names the model (and serves the schema)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(pk_field=serializers.UUIDField(), **kwargs)
-
-    def get_queryset(self) -> QuerySet[Any]:
-        assert self.queryset is not None
-        return self.queryset.model.objects.for_tenant(self.context["view"].tenant)
-
 
 # Runs.
 
@@ -61,12 +37,12 @@ class RunStartSerializer(serializers.Serializer[Any]):
     """What ``POST /runs`` takes: exactly one of ``intent`` and ``statement``. A task or limit the
     agent cannot use is refused by the service that starts runs, as a 400 at the field it names."""
 
-    agent = TenantRelatedField(
+    agent = TenantRowField(
         queryset=Agent.objects.all(),
         help_text="The id of the agent to run.",
         error_messages={"does_not_exist": "This tenant has no agent with this id."},
     )
-    intent = TenantRelatedField(
+    intent = TenantRowField(
         queryset=Intent.objects.all(),
         required=False,
         allow_null=True,
@@ -267,9 +243,11 @@ class RunDetailSerializer(RunSerializer):
 
 
 class RunFilter(django_filters.FilterSet):
-    agent = django_filters.ModelChoiceFilter(queryset=tenant_agents, help_text="Runs of this agent (its id).")
+    agent = django_filters.ModelChoiceFilter(
+        queryset=of_tenant(Agent), help_text="Runs of this agent (its id)."
+    )
     intent = django_filters.ModelChoiceFilter(
-        queryset=tenant_intents, help_text="Runs on this intent (its id)."
+        queryset=of_tenant(Intent), help_text="Runs on this intent (its id)."
     )
     status = django_filters.ChoiceFilter(choices=Run.Status.choices, help_text="Runs in this status.")
 
@@ -463,9 +441,9 @@ class QuestionFilter(django_filters.FilterSet):
         "Without it, all.",
     )
     agent = django_filters.ModelChoiceFilter(
-        field_name="run__agent", queryset=tenant_agents, help_text="Those of this agent's runs (its id)."
+        field_name="run__agent", queryset=of_tenant(Agent), help_text="Those of this agent's runs (its id)."
     )
-    run = django_filters.ModelChoiceFilter(queryset=tenant_runs, help_text="Those of this run (its id).")
+    run = django_filters.ModelChoiceFilter(queryset=of_tenant(Run), help_text="Those of this run (its id).")
 
     class Meta:
         model = Question

@@ -20,6 +20,7 @@ from rest_framework.response import Response
 
 from api.base import TenantViewSet
 from api.errors import Conflict
+from api.fields import of_tenant
 from parley import webhooks
 from parley.models import ApiKey, WebhookDelivery, WebhookEndpoint, WebhookEventType
 
@@ -29,10 +30,6 @@ SIGNING = (
     '`webhook-signature` (`v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`, keyed with the '
     "base64-decoded part of the secret after `whsec_`)."
 )
-
-
-def tenant_endpoints(request: Any) -> QuerySet[WebhookEndpoint]:
-    return WebhookEndpoint.objects.for_tenant(request.user.tenant)
 
 
 class EventTypesField(serializers.ListField):
@@ -166,7 +163,7 @@ class WebhookDeliveryDetailSerializer(WebhookDeliverySerializer):
 
 class WebhookDeliveryFilter(django_filters.FilterSet):
     endpoint = django_filters.ModelChoiceFilter(
-        queryset=tenant_endpoints, help_text="Deliveries to this endpoint (its id)."
+        queryset=of_tenant(WebhookEndpoint), help_text="Deliveries to this endpoint (its id)."
     )
     status = django_filters.ChoiceFilter(
         choices=WebhookDelivery.Status.choices, help_text="Deliveries in this status."
