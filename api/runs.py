@@ -322,18 +322,27 @@ QUESTION_STATUS_MATCH = {
 
 def question_status(question: Question) -> str:
     """The :class:`QuestionStatus` of ``question`` (its run loaded)."""
-    if question.answered_at is not None:
+    if not question.is_open:
         return QuestionStatus.ANSWERED
     return QuestionStatus.OPEN if question.run.status in Run.ACTIVE else QuestionStatus.CLOSED
 
 
-class QuestionSerializer(serializers.ModelSerializer[Question]):
-    """A question a run asked the party (an ``ask_user`` call, or a host tool that ``suspends``, whose
-    ``arguments`` it shows); the ``answer`` becomes the tool call's result."""
+class AskedSerializer(serializers.ModelSerializer[Question]):
+    """What questions and approvals share: the run's agent and intent, and where it stands."""
 
     agent = serializers.UUIDField(source="run.agent_id", read_only=True)
     intent = serializers.UUIDField(source="run.intent_id", read_only=True)
     status = serializers.SerializerMethodField()
+
+    @extend_schema_field(serializers.ChoiceField(choices=QuestionStatus.choices))
+    def get_status(self, question: Question) -> str:
+        return question_status(question)
+
+
+class QuestionSerializer(AskedSerializer):
+    """A question a run asked the party (an ``ask_user`` call, or a host tool that ``suspends``, whose
+    ``arguments`` it shows); the ``answer`` becomes the tool call's result."""
+
     answered_by = serializers.CharField(
         source="answered_by.username",
         allow_null=True,
@@ -361,21 +370,14 @@ class QuestionSerializer(serializers.ModelSerializer[Question]):
         ]
         read_only_fields = fields
 
-    @extend_schema_field(serializers.ChoiceField(choices=QuestionStatus.choices))
-    def get_status(self, question: Question) -> str:
-        return question_status(question)
-
 
 DECISIONS = [("approved", "approved"), ("rejected", "rejected")]
 
 
-class ApprovalSerializer(serializers.ModelSerializer[Question]):
+class ApprovalSerializer(AskedSerializer):
     """A tool call (of a ``requires_approval`` tool) waiting for the party's approval: approving runs
     ``tool_name`` with ``arguments``; rejecting gives the model ``rejected: <reason>``."""
 
-    agent = serializers.UUIDField(source="run.agent_id", read_only=True)
-    intent = serializers.UUIDField(source="run.intent_id", read_only=True)
-    status = serializers.SerializerMethodField()
     decision = serializers.SerializerMethodField()
     reason = serializers.CharField(source="answer", read_only=True)
     decided_by = serializers.CharField(
@@ -405,10 +407,6 @@ class ApprovalSerializer(serializers.ModelSerializer[Question]):
             "updated_at",
         ]
         read_only_fields = fields
-
-    @extend_schema_field(serializers.ChoiceField(choices=QuestionStatus.choices))
-    def get_status(self, question: Question) -> str:
-        return question_status(question)
 
     @extend_schema_field(serializers.ChoiceField(choices=DECISIONS, allow_null=True))
     def get_decision(self, question: Question) -> str | None:
