@@ -51,15 +51,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from a2a_gateway import caps, cors
+from a2a_gateway import agent_exchange, caps, cors
 from a2a_gateway.auth import API_KEY_HEADER, Unauthenticated, authenticate
 from a2a_gateway.cards import capability_card, card_document
-from a2a_gateway.errors import rpc_error
+from a2a_gateway.errors import Refused, rpc_error
 from a2a_gateway.executor import (
     FINISHED,
     FOR_VISITOR,
     NegotiationExecutor,
-    Refused,
     admit,
     cancel_negotiation,
     finished,
@@ -69,6 +68,7 @@ from a2a_gateway.push import DjangoPushConfigStore, PushSender, url_allowed
 from a2a_gateway.signing import jwks_endpoint
 from a2a_gateway.store import DjangoTaskStore, call_agent
 from agents.models import Agent
+from exchange.wire import PREPARATION_PATH
 
 _AGENT_PATH = re.compile(r"^/a2a/(?P<tenant>[^/]+)/(?P<agent>[^/]+)(?:/.*)?$")
 # States in which a task waits for its caller to send again.
@@ -141,9 +141,13 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
                 # the task's queue dispatcher pending (logged on collection).
                 raise finished(stored.id, stored.status.state, wire_0_3=wire_0_3)
             if params is not None:
-                context.state[FOR_VISITOR] = await admit(
-                    call_agent(context), params.message, task_id, wire_0_3=wire_0_3
-                )
+                reference = await agent_exchange.gate(context, params.message, wire_0_3=wire_0_3)
+                if reference is not None:
+                    context.state[agent_exchange.FOR_EXCHANGE] = reference
+                else:
+                    context.state[FOR_VISITOR] = await admit(
+                        call_agent(context), params.message, task_id, wire_0_3=wire_0_3
+                    )
         except Refused as refusal:
             refuse(context, refusal)
             raise
@@ -159,7 +163,8 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
             if push.url and not await url_allowed(push.url):
                 raise InvalidParamsError(message="Invalid push notification URL")
             try:
-                await caps.turn_admit(context, built.context_id or "")
+                if agent_exchange.FOR_EXCHANGE not in context.state:
+                    await caps.turn_admit(context, built.context_id or "")
             except Refused as refusal:
                 refuse(context, refusal)
                 raise
@@ -443,6 +448,7 @@ def build_app(executor: AgentExecutor | None = None) -> ASGIApp:
         Route("/a2a/{tenant}/{agent}/.well-known/agent-card.json", card_endpoint, methods=["GET"]),
         Route("/a2a/{tenant}/{agent}/.well-known/agent.json", card_endpoint, methods=["GET"]),
         Route("/a2a/{tenant}/{agent}/.well-known/jwks.json", jwks_endpoint, methods=["GET"]),
+        Route(f"/a2a/{{tenant}}/{{agent}}{PREPARATION_PATH}", agent_exchange.preparation, methods=["POST"]),
         Route("/a2a/{tenant}/{agent}/.well-known/agent-card.json", cors.card_preflight, methods=["OPTIONS"]),
         Route("/a2a/{tenant}/{agent}/.well-known/agent.json", cors.card_preflight, methods=["OPTIONS"]),
         Route("/a2a/{tenant}/{agent}", cors.preflight("POST", otherwise=rpc_needs_post), methods=["OPTIONS"]),

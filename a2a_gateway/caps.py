@@ -44,7 +44,7 @@ refusing every counterparty would be worse than not counting for a while.
 
 An admitted turn's slot is the executor's to release when the turn's work
 ends (the answer contract, :mod:`a2a_gateway.executor`): its release is left in
-the call context's state under :data:`a2a_gateway.executor.TURN_RELEASE`. The
+the call context's state under :data:`TURN_RELEASE`. The
 gateway's edge releases one no executor took over when the request ends
 (:func:`slot_release_unclaimed`).
 """
@@ -76,7 +76,7 @@ from django.utils import timezone
 from google.protobuf.json_format import MessageToDict
 from redis.exceptions import RedisError
 
-from a2a_gateway.executor import BUSY_CODE, TURN_RELEASE, Refused
+from a2a_gateway.errors import BUSY_CODE, Refused
 from a2a_gateway.models import InboundContext, ModelUsage
 from a2a_gateway.store import call_agent, owner_of
 from agents.models import Agent, Run
@@ -91,6 +91,9 @@ BUSY_RETRY_AFTER = 2
 SLOT_GRACE = 60.0
 # Where the edge (its ASGI scope state) keeps the call context's state of an admitted message.
 CALL_STATE = "call_state"
+# Where admission (turn_admit) leaves, in the call context's state, the release of the concurrency
+# slot the turn holds: whoever pops it (the executor, or slot_release_unclaimed) gives the slot back.
+TURN_RELEASE = "turn_release"
 BUSY = "This agent is answering as many messages as it can at once; try again in a moment."
 
 _SLOT_ACQUIRE = """
@@ -246,8 +249,26 @@ async def message_screen(context: ServerCallContext, message: Message) -> None:
             this agent takes at most <limit>." (:func:`input_chars`).
     """
     agent = call_agent(context)
+    await rate_check(agent, owner_of(context))
+    size = input_chars(message)
+    if size > agent.max_input_chars:
+        raise InvalidParamsError(
+            message=f"The message has {size} characters of text and data; "
+            f"this agent takes at most {agent.max_input_chars}."
+        )
+
+
+async def rate_check(agent: Agent, owner: str) -> None:
+    """Count one request of the caller partition ``owner`` (:func:`a2a_gateway.store.owner_for`)
+    against ``agent``'s ``rate_limit``: its messages and its Agent Exchange preparations share it.
+
+    Raises:
+        Refused: 429/-32010 with ``Retry-After`` — "Too many messages: this agent takes
+            at most <n> a minute from each caller. Try again in <s> s." (a window other
+            than 60 s is named in seconds).
+    """
     window = float(settings.A2A_RATE_LIMIT_WINDOW)
-    wait = await _hit(f"a2a:rate:{owner_of(context)}", agent.rate_limit, window)
+    wait = await _hit(f"a2a:rate:{owner}", agent.rate_limit, window)
     if wait > 0:
         per = "a minute" if window == 60 else f"per {window:g} s"
         retry = max(1, math.ceil(wait))
@@ -257,12 +278,6 @@ async def message_screen(context: ServerCallContext, message: Message) -> None:
             code=BUSY_CODE,
             status=HTTP_TOO_MANY_REQUESTS,
             headers={"Retry-After": str(retry)},
-        )
-    size = input_chars(message)
-    if size > agent.max_input_chars:
-        raise InvalidParamsError(
-            message=f"The message has {size} characters of text and data; "
-            f"this agent takes at most {agent.max_input_chars}."
         )
 
 
@@ -285,7 +300,7 @@ async def turn_admit(context: ServerCallContext, context_id: str) -> None:
     tenant's budget, a concurrency slot, then the context's turns, counted here.
 
     The slot's release is left in the call context's state under
-    :data:`a2a_gateway.executor.TURN_RELEASE`, and that state in the edge's under
+    :data:`TURN_RELEASE`, and that state in the edge's under
     :data:`CALL_STATE` (:func:`slot_release_unclaimed`).
 
     Raises:

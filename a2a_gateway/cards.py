@@ -53,6 +53,9 @@ from google.protobuf.struct_pb2 import Struct
 from a2a_gateway import representative, signing
 from agents import tools
 from agents.models import Agent
+from exchange import wire
+from exchange.models import ExchangeProfile
+from exchange.services import profile_of
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=ProtobufMessage)
@@ -162,6 +165,9 @@ def derived_card(agent: Agent, *, host_name: str | None = None) -> AgentCard:
     )
     if agent.party_id:
         card.capabilities.extensions.append(party_extension(agent))
+    profile = profile_of(agent)
+    if profile is not None:
+        card.capabilities.extensions.append(exchange_extension(url, profile))
     if (declared := _SCHEMES.get(agent.inbound_auth)) is not None:
         name, scheme = declared
         card.security_schemes[name].CopyFrom(scheme)
@@ -177,6 +183,30 @@ def party_extension(agent: Agent) -> AgentExtension:
         uri=PARTY_EXTENSION,
         description="The party this agent acts for: params.partyId is its DID, profile URL or account id.",
         required=False,
+        params=params,
+    )
+
+
+def exchange_extension(url: str, profile: ExchangeProfile) -> AgentExtension:
+    """Agent Exchange (docs/agent-exchange.md): required on an agent dedicated to it, optional on a
+    shared one; ``params.preparation`` names the same-origin endpoint that takes complete requests."""
+    params = Struct()
+    params.update(
+        {
+            "preparation": {
+                "endpoint": f"{url.rstrip('/')}{wire.PREPARATION_PATH}",
+                "mediaType": wire.PREPARATION_MEDIA_TYPE,
+                "method": "POST",
+            }
+        }
+    )
+    return AgentExtension(
+        uri=wire.EXTENSION_URI,
+        description=(
+            "Agent Exchange: delegated requests prepared out of A2A and referred to by their digest; "
+            "the result is a redacted receipt."
+        ),
+        required=profile.mode == ExchangeProfile.Mode.REQUIRED,
         params=params,
     )
 

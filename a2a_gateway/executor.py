@@ -51,7 +51,9 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from a2a_gateway import representative
+from a2a_gateway import agent_exchange, representative
+from a2a_gateway.caps import TURN_RELEASE
+from a2a_gateway.errors import BUSY_CODE, Refused
 from a2a_gateway.models import A2ATask
 from a2a_gateway.store import call_agent, id_problem, owner_of
 from agents.models import Agent
@@ -66,18 +68,13 @@ BUSY = (
     "This agent already has an unfinished negotiation of its own about the same thing; "
     "try again once it has settled."
 )
-BUSY_CODE = -32010
 # index-wire-protocol.md §1: an Index server refuses a message to a finished task with 409/-32002.
 FINISHED_CODE = -32002
-HTTP_CONFLICT = 409
 OUTCOME_ARTIFACT_ID = "negotiator:negotiation-outcome"
 # The turn's answer (its message's parts), one artifact per task, replaced each turn.
 REPLY_ARTIFACT_ID = "negotiator:reply"
 # The answer to a turn that runs out of time when the agent's own text is blank.
 TRY_AGAIN = str(Agent._meta.get_field("try_again_text").default)
-# Where admission (a2a_gateway.caps.turn_admit) leaves, in the call context's state, the release
-# of the concurrency slot the turn holds: whoever pops it gives the slot back.
-TURN_RELEASE = "turn_release"
 # Where the gateway leaves admit's verdict, in the call context's state: the message is a visitor's.
 FOR_VISITOR = "for_visitor"
 _STATES = {
@@ -95,22 +92,6 @@ FINISHED = frozenset(
         TaskState.TASK_STATE_REJECTED,
     }
 )
-
-
-class Refused(A2AError):
-    """A refusal with its own HTTP ``status`` and JSON-RPC ``code``, which the gateway's edge answers.
-
-    Left to the SDK, it would be HTTP 200 with -32603 and the same message. ``headers`` go
-    with the answer (``Retry-After`` on the caps' refusals, :mod:`a2a_gateway.caps`).
-    """
-
-    def __init__(
-        self, message: str, *, code: int, status: int = HTTP_CONFLICT, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(message=message)
-        self.code = code
-        self.status = status
-        self.headers = headers or {}
 
 
 def finished(task_id: str, state: int, *, wire_0_3: bool) -> A2AError:
@@ -217,7 +198,11 @@ class NegotiationExecutor(AgentExecutor):
         """Answer the move; -32603 :data:`COULD_NOT_ANSWER` if it cannot (see the module)."""
         agent = call_agent(context.call_context)
         async with _refusals(agent, context.task_id):
-            await _answer(agent, context, event_queue)
+            reference = context.call_context.state.get(agent_exchange.FOR_EXCHANGE)
+            if reference is not None:
+                await agent_exchange.answer(agent, context, event_queue, reference)
+            else:
+                await _answer(agent, context, event_queue)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         if not context.task_id or not context.context_id:

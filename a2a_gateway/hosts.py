@@ -11,6 +11,7 @@ on ``<host_name>``                        served as
 ``/.well-known/agent-card.json``          ``/a2a/<tenant>/<agent>/.well-known/agent-card.json``
 ``/.well-known/agent.json`` (A2A 0.3)     ``/a2a/<tenant>/<agent>/.well-known/agent.json``
 ``/.well-known/jwks.json``                ``/a2a/<tenant>/<agent>/.well-known/jwks.json``
+``/agent-exchange/preparation``           ``/a2a/<tenant>/<agent>/agent-exchange/preparation``
 ========================================  ==========================================
 
 Any other path there is a 404: an agent's host never reaches Django (the
@@ -40,6 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from a2a_gateway.errors import rpc_error
 from a2a_gateway.signing import JWKS_PATH
 from agents.models import Agent
+from exchange.wire import PREPARATION_PATH
 
 CACHE_SECONDS = 5.0
 # The key in the request's ASGI state that carries the host name a request came to.
@@ -49,6 +51,7 @@ _SUFFIXES = {
     "/.well-known/agent-card.json": "/.well-known/agent-card.json",
     "/.well-known/agent.json": "/.well-known/agent.json",
     JWKS_PATH: JWKS_PATH,
+    PREPARATION_PATH: PREPARATION_PATH,
 }
 
 _table: dict[str, tuple[str, str]] = {}

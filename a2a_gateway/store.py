@@ -52,7 +52,13 @@ def owner_of(context: ServerCallContext) -> str:
     one and another caller's task id is "not found". A context built in process
     without a user (tests) has ``<agent id>|``, which no HTTP caller can reach.
     """
-    return f"{call_agent(context).pk}|{context.user.user_name}"
+    return owner_for(call_agent(context), context.user.user_name)
+
+
+def owner_for(agent: Agent, caller: str) -> str:
+    """The partition of ``caller`` (a :class:`a2a_gateway.auth.Caller`'s name) at ``agent``: see
+    :func:`owner_of`."""
+    return f"{agent.pk}|{caller}"
 
 
 class DjangoTaskStore(TaskStore):

@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "parley",
     "agents",
     "negotiations",
+    "exchange",
     "a2a_gateway",
     "api",
 ]

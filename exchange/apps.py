@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ExchangeConfig(AppConfig):
+    name = "exchange"
+    verbose_name = "Agent Exchange"

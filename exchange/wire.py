@@ -1,0 +1,163 @@
+"""Agent Exchange on the wire: the extension, the request, its reference and the receipt.
+
+Agent Exchange carries a delegated request that must not travel in the clear
+(docs/agent-exchange.md has the whole profile). The complete request — the
+delegation token, a standing mandate, protected values such as mailbox
+credentials or account references — goes once, over HTTPS, to the
+recipient's preparation endpoint (or a channel the host trusts); A2A then
+carries only its **reference**: ``sha256:`` and the unpadded base64url
+SHA-256 digest of the request's canonical JSON (RFC 8785). Either side
+derives it alone, so a client can check that a preparation endpoint stored
+exactly what it sent, and a task history holds nothing that could be replayed
+elsewhere.
+
+Everything here is pure: no database, no network.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+import rfc8785
+from a2a.types import Message
+from google.protobuf.json_format import MessageToDict
+
+from agents.host_operations import validate_arguments
+from agents.tools import ToolError
+
+# The profile's URI: what a card advertises in capabilities.extensions and a client activates with the
+# A2A-Extensions service parameter. Ours, since our reference is a digest (see docs/agent-exchange.md).
+EXTENSION_URI = "urn:parley:extension:agent-exchange:v1"
+PREPARATION_MEDIA_TYPE = "application/vnd.absolutejs.agent-exchange-preparation+json"
+REFERENCE_MEDIA_TYPE = "application/vnd.absolutejs.agent-exchange-reference+json"
+RECEIPT_MEDIA_TYPE = "application/vnd.absolutejs.agent-exchange-receipt+json"
+# Served under the agent's A2A URL: /a2a/<tenant>/<agent>/agent-exchange/preparation.
+PREPARATION_PATH = "/agent-exchange/preparation"
+RECEIPT_ARTIFACT_ID = "agent-exchange:receipt"
+PROCESSING_MODE = "tool-confined"
+# Bounds of a receipt, so that a peer cannot hand us (or a task store) an unbounded one.
+MAX_RECEIPT_BYTES = 2048
+_REFERENCE_PATTERN = r"^sha256:[A-Za-z0-9_-]{43}$"
+
+REQUEST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["exchangeId", "recipient", "purpose", "instruction", "expiresAt", "delegation"],
+    "properties": {
+        "exchangeId": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"},
+        "recipient": {"type": "string", "minLength": 1, "maxLength": 500},
+        "purpose": {"type": "string", "minLength": 1, "maxLength": 500},
+        "instruction": {"type": "string", "minLength": 1, "maxLength": 20000},
+        "expiresAt": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
+        "delegation": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["accessToken"],
+            "properties": {"accessToken": {"type": "string", "minLength": 1, "maxLength": 8192}},
+        },
+        "mandate": {"type": "string", "minLength": 1, "maxLength": 8192},
+        "protected": {"type": "object", "maxProperties": 32},
+    },
+}
+RECEIPT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": [
+        "exchangeId",
+        "reference",
+        "status",
+        "completedAt",
+        "processingMode",
+        "modelObservedSecret",
+    ],
+    "properties": {
+        "exchangeId": REQUEST_SCHEMA["properties"]["exchangeId"],
+        "reference": {"type": "string", "pattern": _REFERENCE_PATTERN},
+        "status": {"const": "submitted"},
+        "completedAt": {"type": "integer", "minimum": 1, "maximum": 2**53 - 1},
+        "processingMode": {"const": PROCESSING_MODE},
+        "modelObservedSecret": {"const": False},
+        "mandateId": {"type": "string", "minLength": 1, "maxLength": 200},
+        "usesRemaining": {"type": "integer", "minimum": 0},
+    },
+}
+REFERENCE_DATA_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["reference"],
+    "properties": {"reference": {"type": "string", "pattern": _REFERENCE_PATTERN}},
+}
+
+
+class WireError(ValueError):
+    """Input that is not what the profile allows; the message names the field and the rule."""
+
+
+def reference_of(request: dict[str, Any]) -> str:
+    """The reference of ``request``: ``sha256:<43 base64url characters>`` over its RFC 8785 JSON.
+
+    Raises :class:`WireError` when ``request`` is not a valid request (:func:`check_request`) or
+    has no canonical form (a number outside IEEE 754 doubles' exact integers, RFC 8785 §3.2.2.3).
+    """
+    check_request(request)
+    try:
+        canonical = rfc8785.dumps(request)
+    except rfc8785.CanonicalizationError as exc:
+        raise WireError(f"request: has no canonical JSON form ({exc})") from None
+    digest = hashlib.sha256(canonical).digest()
+    return "sha256:" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def check_request(request: Any) -> dict[str, Any]:
+    """``request`` if it is an Agent Exchange request (:data:`REQUEST_SCHEMA`); else :class:`WireError`
+    naming each field that breaks a rule (``request.delegation.accessToken: …``)."""
+    _check(request, REQUEST_SCHEMA, "request")
+    return request
+
+
+def check_receipt(receipt: Any) -> dict[str, Any]:
+    """``receipt`` if it is a receipt (:data:`RECEIPT_SCHEMA`) of at most :data:`MAX_RECEIPT_BYTES`
+    bytes; else :class:`WireError`."""
+    _check(receipt, RECEIPT_SCHEMA, "receipt")
+    if len(rfc8785.dumps(receipt)) > MAX_RECEIPT_BYTES:
+        raise WireError(f"receipt: longer than {MAX_RECEIPT_BYTES} bytes")
+    return receipt
+
+
+def check_reference_data(data: Any) -> str:
+    """The reference a message's reference part carries (``{"reference": "sha256:…"}``, nothing
+    else); :class:`WireError` when the part holds anything else."""
+    _check(data, REFERENCE_DATA_SCHEMA, "reference")
+    return str(data["reference"])
+
+
+def exchange_part(message: Message) -> Any | None:
+    """The data of ``message``'s reference part when it is an Agent Exchange message, else None.
+
+    A message is one when it lists :data:`EXTENSION_URI` in ``extensions``; it then has exactly
+    one data part, of media type :data:`REFERENCE_MEDIA_TYPE` or none (the 0.3 wire carries no
+    media type on data parts). Raises :class:`WireError` when it has another shape.
+    """
+    if EXTENSION_URI not in message.extensions:
+        return None
+    data = [part for part in message.parts if part.HasField("data")]
+    if len(data) != 1 or data[0].media_type not in ("", REFERENCE_MEDIA_TYPE):
+        raise WireError(f"message: an Agent Exchange message has one data part, of {REFERENCE_MEDIA_TYPE}")
+    return MessageToDict(data[0])["data"]
+
+
+def claims_exchange(message: Message) -> bool:
+    """Whether ``message`` presents itself as an Agent Exchange message, in its ``extensions`` or by
+    a part of media type :data:`REFERENCE_MEDIA_TYPE`."""
+    return EXTENSION_URI in message.extensions or any(
+        part.media_type == REFERENCE_MEDIA_TYPE for part in message.parts
+    )
+
+
+def _check(value: Any, schema: dict[str, Any], name: str) -> None:
+    try:
+        validate_arguments(schema=schema, arguments=value, root=name)
+    except ToolError as exc:
+        raise WireError(str(exc)) from None
