@@ -14,4 +14,6 @@ urlpatterns = [
     path("documents/<int:pk>/delete/", views.GroundingDocumentDeleteView.as_view(), name="document-delete"),
     path("agents/<uuid:pk>/inbound-keys/", views.InboundKeysView.as_view(), name="keys"),
     path("inbound-keys/<int:pk>/revoke/", views.InboundKeyRevokeView.as_view(), name="key-revoke"),
+    path("agents/<uuid:pk>/agent-exchange/", views.ExchangeProfileView.as_view(), name="exchange"),
+    path("agents/<uuid:pk>/agent-exchange/off/", views.ExchangeProfileOffView.as_view(), name="exchange-off"),
 ]

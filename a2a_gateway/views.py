@@ -3,8 +3,9 @@
 * the requests visitors left with the intake tool;
 * for an agent's operators (:data:`agents.selectors.OPERATE`; anyone else gets a 403, another
   tenant's agent, document or key is a 404): its AgentCard as counterparties fetch it, its
-  grounding documents, and its inbound keys (a new key is shown once, on the response that
-  issues it).
+  grounding documents, its inbound keys (a new key is shown once, on the response that
+  issues it), and its Agent Exchange profile with the requests prepared for it (never the
+  requests themselves: they hold tokens).
 """
 
 from __future__ import annotations
@@ -14,24 +15,31 @@ from functools import cached_property
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.urls import reverse
+from django.utils import timezone
 from django.views import View
 from django.views.generic import ListView, TemplateView, UpdateView
 
 from a2a_gateway import cards, representative
 from a2a_gateway.auth import inbound_key_create, inbound_key_revoke
-from a2a_gateway.forms import GroundingDocumentForm, InboundKeyForm
+from a2a_gateway.forms import ExchangeProfileForm, GroundingDocumentForm, InboundKeyForm
 from a2a_gateway.models import GroundingDocument, InboundKey, IntakeRequest
 from agents.models import Agent
 from agents.selectors import OPERATE
+from exchange import services as exchange_services
+from exchange import wire
+from exchange.models import PreparedExchange
 from parley.views import TenantMixin
+from parley.webhook_views import errors_at_fields
 
 # Where a card is served under its endpoint (A2A 1.0; A2A 0.3 clients fetch /.well-known/agent.json).
 CARD_PATH = "/.well-known/agent-card.json"
+# Prepared Agent Exchange requests the profile page lists, newest first.
+PREPARED_SHOWN = 50
 
 
 class IntakeRequestListView(TenantMixin, ListView):
@@ -211,3 +219,63 @@ class InboundKeyRevokeView(TenantMixin, View):
         key = inbound_key_revoke(key=get_object_or_404(keys, pk=kwargs["pk"]))
         messages.success(request, f"Revoked the key {key.prefix} of {key.name}: it no longer works.")
         return redirect("a2a_gateway:keys", tenant=self.tenant.slug, pk=key.agent_id)
+
+
+class ExchangeProfileView(AgentPageMixin, TemplateView):
+    """The agent's Agent Exchange profile (docs/agent-exchange.md): whether it is on, its settings,
+    where callers prepare requests, and the :data:`PREPARED_SHOWN` requests prepared last (id,
+    caller, when, the run each started; never the request, which holds the delegation token and
+    protected values until it runs). POST the settings to turn it on or change it."""
+
+    template_name = "a2a_gateway/exchange.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        profile = exchange_services.profile_of(self.agent)
+        context.setdefault("form", ExchangeProfileForm(profile=profile))
+        # Only the columns shown: the request (tokens, protected values) never leaves the database here.
+        prepared = (
+            PreparedExchange.objects.for_tenant(self.tenant)
+            .filter(agent=self.agent)
+            .only("exchange_id", "caller", "created_at", "expires_at", "executed_at", "run_id")
+            .order_by("-created_at", "-pk")
+        )
+        context.update(
+            profile=profile,
+            preparation_url=f"{cards.agent_url(self.agent).rstrip('/')}{wire.PREPARATION_PATH}",
+            extension_uri=wire.EXTENSION_URI,
+            prepared=prepared[:PREPARED_SHOWN],
+            prepared_shown=PREPARED_SHOWN,
+            now=timezone.now(),
+        )
+        return context
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        form = ExchangeProfileForm(request.POST)
+        if form.is_valid():
+            try:
+                profile = exchange_services.profile_save(agent=self.agent, values=form.cleaned_data)
+            except ValidationError as exc:
+                errors_at_fields(form, exc)
+            else:
+                messages.success(
+                    request,
+                    f"Saved the Agent Exchange profile of {self.agent.name}: it takes Agent Exchange "
+                    f"requests ({profile.get_mode_display().lower()}).",
+                )
+                return redirect("a2a_gateway:exchange", tenant=self.tenant.slug, pk=self.agent.pk)
+        return self.render_to_response(self.get_context_data(form=form))
+
+
+class ExchangeProfileOffView(AgentPageMixin, View):
+    """POST: the agent stops taking Agent Exchange requests (its profile is deleted; the requests
+    prepared already stay listed but cannot run), then back to its Agent Exchange page."""
+
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        exchange_services.profile_delete(agent=self.agent)
+        messages.success(
+            request, f"Agent Exchange is off for {self.agent.name}: its card no longer lists the extension."
+        )
+        return redirect("a2a_gateway:exchange", tenant=self.tenant.slug, pk=self.agent.pk)

@@ -51,6 +51,8 @@ def check_jwks(jwks: Any) -> None:
     if not isinstance(jwks, dict) or not isinstance(jwks.get("keys"), list) or not jwks["keys"]:
         raise ValidationError('A JSON Web Key Set is an object with a non-empty "keys" list.', code="invalid")
     for index, key in enumerate(jwks["keys"]):
+        if not isinstance(key, dict):
+            raise ValidationError(f"keys[{index}] is not a JSON Web Key (an object).", code="invalid")
         try:
             jwk = jwt.PyJWK(key)
         except (jwt.PyJWKError, jwt.InvalidKeyError, TypeError, ValueError) as exc:

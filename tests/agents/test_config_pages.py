@@ -271,6 +271,7 @@ def test_the_agent_page_links_the_operator_pages(
         "Preview its system message": url("system-message", pk=agent.pk),
         "Grounding documents": reverse("a2a_gateway:documents", kwargs={"tenant": "acme", "pk": agent.pk}),
         "Inbound keys": reverse("a2a_gateway:keys", kwargs={"tenant": "acme", "pk": agent.pk}),
+        "Agent Exchange": reverse("a2a_gateway:exchange", kwargs={"tenant": "acme", "pk": agent.pk}),
     }
     for text, href in links.items():
         assert (f'<a href="{href}">{text}</a>' in html) is operates, text

@@ -73,6 +73,7 @@ PAGES = {
     "card preview": Sweep("olga", agent_page("card/"), "AgentCard of Tomas's agent"),
     "grounding documents": Sweep("olga", agent_page("documents/"), "About Acme Robotics"),
     "inbound keys": Sweep("olga", agent_page("inbound-keys/"), "CFO Guild"),
+    "agent exchange": Sweep("olga", agent_page("agent-exchange/"), "Agent Exchange is off"),
     "tools": Sweep("olga", lambda s: "/t/acme/tools/", "place_order"),
     "tool editor": Sweep("olga", lambda s: f"/t/acme/tools/{s.tool.pk}/edit/", "place_order"),
     "new tool": Sweep("olga", lambda s: "/t/acme/tools/new/", "New tool"),

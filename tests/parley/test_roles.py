@@ -11,6 +11,7 @@ it has one.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,11 +26,13 @@ from django.utils import timezone
 from a2a_gateway.auth import inbound_key_create
 from a2a_gateway.models import GroundingDocument, InboundKey
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
+from exchange.models import ExchangeProfile, PreparedExchange
 from negotiations.models import Negotiation
 from parley import services, webhooks
 from parley.models import ApiKey, Event, Membership, Tenant, WebhookDelivery, WebhookEndpoint
 from tests.agents.pages import waiting_question
 from tests.conftest import PASSWORD
+from tests.exchange.issuer import ISSUER, Issuer
 from tests.parley.tenancy import member
 
 OWNER = "owner"
@@ -44,6 +47,7 @@ OPERATORS = frozenset({OWNER, OPERATOR})
 THE_PARTY = OPERATORS | {PRINCIPAL}
 OWNERS = frozenset({OWNER})
 READERS = OPERATORS | {VIEWER}  # the webhook pages: everyone but a party reads them
+JWKS = Issuer().jwks  # the keys of every world's Agent Exchange profile
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,16 @@ PAGES = [
     Page("a2a_gateway:keys", "get", OPERATORS, pk=lambda w: w.agent.pk),
     Page("a2a_gateway:keys", "post", OPERATORS, pk=lambda w: w.agent.pk, data=lambda w: {"name": "Globex"}),
     Page("a2a_gateway:key-revoke", "post", OPERATORS, pk=lambda w: w.inbound_key.pk, ok=302),
+    Page("a2a_gateway:exchange", "get", OPERATORS, pk=lambda w: w.agent.pk),
+    Page(
+        "a2a_gateway:exchange",
+        "post",
+        OPERATORS,
+        pk=lambda w: w.agent.pk,
+        data=lambda w: {"mode": "required", "issuer": ISSUER, "scope": "bookings", "jwks": json.dumps(JWKS)},
+        ok=302,
+    ),
+    Page("a2a_gateway:exchange-off", "post", OPERATORS, pk=lambda w: w.agent.pk, ok=302),
     # the tenant
     Page("tenant:members", "get", OPERATORS),
     Page(
@@ -238,8 +252,9 @@ def page_id(page: Page) -> str:
 
 def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, prefix: str) -> World:
     """An agent of ``party`` with a run waiting on a question, one waiting on an approval, a
-    negotiation, a grounding document and an inbound key; a spare member, an account that is no
-    member, an API key, a tool, a model endpoint, and a webhook endpoint with a delivery."""
+    negotiation, a grounding document, an inbound key and an Agent Exchange profile; a spare member,
+    an account that is no member, an API key, a tool, a model endpoint, and a webhook endpoint with a
+    delivery."""
     agent = Agent.objects.create(
         tenant=tenant, slug=f"{prefix}-agent", name=f"{prefix} agent", principal=party, terms="amount"
     )
@@ -263,6 +278,7 @@ def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, pre
     delivery = WebhookDelivery.objects.create(
         tenant=tenant, endpoint=webhook, event_type="run.finished", window_opened_at=timezone.now()
     )
+    ExchangeProfile.objects.create(tenant=tenant, agent=agent, issuer=ISSUER, jwks=JWKS)
     return World(
         tenant=tenant,
         agent=agent,
@@ -313,6 +329,7 @@ def stored() -> dict[str, list[dict[str, Any]]]:
         *(get_user_model(), Membership, ApiKey, Event),
         *(Agent, Intent, Run, Question, Message, Tool, ModelEndpoint),
         *(Negotiation, GroundingDocument, InboundKey, WebhookEndpoint, WebhookDelivery),
+        *(ExchangeProfile, PreparedExchange),
     )
     return {m.__name__: list(m.objects.order_by("pk").values()) for m in models}
 
