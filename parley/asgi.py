@@ -1,10 +1,12 @@
-"""The one ASGI application (DESIGN.md §2): Django, the A2A gateway, and the live socket.
+"""The one ASGI application (DESIGN.md §2): Django, the A2A and MCP gateways, and the live socket.
 
-``/a2a/…`` goes to the gateway (a Starlette app on a2a-sdk), and so does every
-request to an agent's own host name; every other HTTP path to Django;
-WebSockets to the dashboard consumer, behind session auth and an Origin check.
-In the embedded default the lifespan starts the in-process Celery worker and
-binds live events to the server's event loop.
+``/a2a/…`` goes to the A2A gateway (a Starlette app on a2a-sdk), and so does
+every request to an agent's own host name; ``/mcp/…`` to the MCP gateway (the
+``mcp`` package's server); every other HTTP path to Django; WebSockets to the
+dashboard consumer, behind session auth and an Origin check. The lifespan runs
+both gateways' (the MCP server's session manager around the A2A gateway's); in
+the embedded default it also starts the in-process Celery worker and binds live
+events to the server's event loop.
 """
 
 import asyncio
@@ -26,20 +28,24 @@ from starlette.types import Receive, Scope, Send  # noqa: E402
 
 from a2a_gateway.app import build_app  # noqa: E402
 from a2a_gateway.hosts import AgentHosts  # noqa: E402
+from mcp_gateway.app import build_app as build_mcp_app  # noqa: E402
 from parley import live, telemetry  # noqa: E402
 from parley.celery import start_embedded_worker  # noqa: E402
 from parley.consumers import LiveConsumer  # noqa: E402
 
 telemetry.setup()
 a2a_app = build_app()
+mcp_app = build_mcp_app()
 
 
 async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
-    """Process start-up: in the embedded default, the in-process worker and the live loop."""
+    """Process start-up: in the embedded default, the in-process worker and the live loop; then the
+    MCP server's session manager, inside which the A2A gateway's lifespan runs to shutdown."""
     if settings.EMBEDDED:
         start_embedded_worker()
         live.bind_server_loop(asyncio.get_running_loop())
-    await a2a_app(scope, receive, send)
+    async with mcp_app.running():
+        await a2a_app(scope, receive, send)
 
 
 application = ProtocolTypeRouter(
@@ -49,6 +55,7 @@ application = ProtocolTypeRouter(
             URLRouter(
                 [
                     re_path(r"^a2a/", a2a_app),  # type: ignore[arg-type]  # Channels routes ASGI apps too
+                    re_path(r"^mcp/", mcp_app),  # type: ignore[arg-type]
                     re_path(r"", ASGIStaticFilesHandler(django_asgi)),  # type: ignore[arg-type]
                 ]
             )
