@@ -12,6 +12,7 @@ from api.configuration import (
     ToolViewSet,
 )
 from api.errors import not_found
+from api.exchanges import ExchangeProfileViewSet, OutboundExchangeViewSet
 from api.negotiations import IntakeRequestViewSet, NegotiationViewSet, SettlementViewSet
 from api.runs import ApprovalViewSet, QuestionViewSet, RunViewSet
 from api.tenant import TenantView
@@ -34,8 +35,16 @@ router.register("intake-requests", IntakeRequestViewSet, basename="intake-reques
 router.register("webhook-endpoints", WebhookEndpointViewSet, basename="webhook-endpoint")
 router.register("webhook-deliveries", WebhookDeliveryViewSet, basename="webhook-delivery")
 
+# Agent Exchange under an agent (api.exchanges): {pk} is the agent's id.
+exchange_profile = ExchangeProfileViewSet.as_view({"get": "retrieve", "put": "update", "delete": "destroy"})
+exchanges = OutboundExchangeViewSet.as_view({"get": "list", "post": "create"})
+exchange = OutboundExchangeViewSet.as_view({"get": "retrieve"})
+
 urlpatterns = [
     path("tenant", TenantView.as_view(), name="tenant"),
+    path("agents/<uuid:pk>/exchange-profile", exchange_profile, name="agent-exchange-profile"),
+    path("agents/<uuid:pk>/exchanges", exchanges, name="agent-exchange-list"),
+    path("agents/<uuid:pk>/exchanges/<int:exchange_pk>", exchange, name="agent-exchange-detail"),
     path("schema", SpectacularAPIView.as_view(), name="schema"),
     path("docs", SpectacularRedocView.as_view(url_name="api:schema"), name="docs"),
     path("", include(router.urls)),

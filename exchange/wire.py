@@ -39,6 +39,8 @@ RECEIPT_ARTIFACT_ID = "agent-exchange:receipt"
 PROCESSING_MODE = "tool-confined"
 # Bounds of a receipt, so that a peer cannot hand us (or a task store) an unbounded one.
 MAX_RECEIPT_BYTES = 2048
+# The largest integer an IEEE 754 double holds exactly (I-JSON, RFC 7493 §2.2).
+MAX_EXACT = 2**53 - 1
 _REFERENCE_PATTERN = r"^sha256:[A-Za-z0-9_-]{43}$"
 
 REQUEST_SCHEMA: dict[str, Any] = {
@@ -111,9 +113,11 @@ def reference_of(request: dict[str, Any]) -> str:
 
 
 def check_request(request: Any) -> dict[str, Any]:
-    """``request`` if it is an Agent Exchange request (:data:`REQUEST_SCHEMA`); else :class:`WireError`
-    naming each field that breaks a rule (``request.delegation.accessToken: …``)."""
+    """``request`` if it is an Agent Exchange request (:data:`REQUEST_SCHEMA`, and no number beyond
+    ±:data:`MAX_EXACT`); else :class:`WireError` naming each field that breaks a rule
+    (``request.delegation.accessToken: …``)."""
     _check(request, REQUEST_SCHEMA, "request")
+    _check_numbers(request, "request")
     return request
 
 
@@ -154,6 +158,26 @@ def claims_exchange(message: Message) -> bool:
     return EXTENSION_URI in message.extensions or any(
         part.media_type == REFERENCE_MEDIA_TYPE for part in message.parts
     )
+
+
+def _check_numbers(value: Any, path: str) -> None:
+    """Raise :class:`exchange.WireError` for a number beyond ±(2**53 - 1) in ``value``.
+
+    Both sides keep the request in a ``jsonb`` column, and Postgres gives back a float such as
+    ``1e16`` as the integer ``10000000000000000``, which has no RFC 8785 form: the request would
+    no longer digest to its reference. Within I-JSON's range (RFC 7493 §2.2) it comes back
+    exactly as it went in.
+    """
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int | float) and abs(value) > MAX_EXACT:
+        raise WireError(f"{path}: {value!r} is beyond ±(2**53 - 1), which JSON cannot carry exactly")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_numbers(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_numbers(item, f"{path}[{index}]")
 
 
 def _check(value: Any, schema: dict[str, Any], name: str) -> None:

@@ -124,7 +124,7 @@ def send_move(
     cannot send our moves elsewhere. ``agent``, ours, sends its credential for ``url``
     (:func:`credential_headers`) with every request; without it none is sent. Raises
     :class:`CounterpartyError`, whose message names a refusal's HTTP status and JSON-RPC code
-    (see :func:`_failure`).
+    (see :func:`failure_reason`).
     """
     seconds = timeout or settings.A2A_SEND_TIMEOUT
     headers = credential_headers(agent=agent, url=url) if agent is not None else {}
@@ -194,7 +194,7 @@ async def _send(
             answer = MessageToDict(task) if task is not None else None
     # What a hostile or broken peer sends can fail anywhere in the SDK's parsing.
     except (A2AError, httpx.HTTPError, ParseError, ValueError, TypeError, KeyError) as exc:
-        raise CounterpartyError(_failure(url, exc)) from exc
+        raise CounterpartyError(failure_reason(url, exc)) from exc
     if answer is None:
         raise CounterpartyError(f"{url} answered with a bare Message, not a Task")
     return Exchange(
@@ -328,7 +328,7 @@ def _before_1_0(version: str) -> bool:
     return version.strip().split(".")[0] in ("", "0")
 
 
-def _failure(url: str, exc: Exception) -> str:
+def failure_reason(url: str, exc: Exception) -> str:
     """What went wrong with one send, in a sentence for the negotiation's record.
 
     A refusal names its JSON-RPC code: "<url> refused the move (HTTP 409, JSON-RPC

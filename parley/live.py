@@ -35,6 +35,8 @@ EVENTS = frozenset(
         "negotiation.turn",
         "negotiation.settled",
         "intake.received",
+        "exchange.completed",
+        "exchange.failed",
     }
 )
 # Pushed to open pages only, never stored: a page that missed them re-renders from the database.

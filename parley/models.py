@@ -162,6 +162,8 @@ class WebhookEventType(models.TextChoices):
     NEGOTIATION_TURN = "negotiation.turn", "negotiation.turn: a move in a negotiation"
     NEGOTIATION_SETTLED = "negotiation.settled", "negotiation.settled: a negotiation reached a verdict"
     INTAKE_RECEIVED = "intake.received", "intake.received: an intake request arrived"
+    EXCHANGE_COMPLETED = "exchange.completed", "exchange.completed: an Agent Exchange request was run"
+    EXCHANGE_FAILED = "exchange.failed", "exchange.failed: an Agent Exchange request could not be sent"
 
 
 def validate_webhook_events(value: Any) -> None:

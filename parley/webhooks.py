@@ -90,6 +90,8 @@ WEBHOOK_TYPES: dict[str, str] = {
     "negotiation.turn": WebhookEventType.NEGOTIATION_TURN,
     "negotiation.settled": WebhookEventType.NEGOTIATION_SETTLED,
     "intake.received": WebhookEventType.INTAKE_RECEIVED,
+    "exchange.completed": WebhookEventType.EXCHANGE_COMPLETED,
+    "exchange.failed": WebhookEventType.EXCHANGE_FAILED,
 }
 
 SECRET_PREFIX = "whsec_"

@@ -19,14 +19,41 @@ from rest_framework.test import APIClient
 
 from a2a_gateway.models import GroundingDocument, IntakeRequest
 from agents.models import Agent, Intent, ModelEndpoint, Question, Run, Tool
+from exchange.models import ExchangeProfile, OutboundExchange
 from negotiations.models import Negotiation, Settlement, Turn
 from parley.models import Event, Tenant, TenantOwnedModel, WebhookDelivery, WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
 
+# A public key for Agent Exchange profiles (EC P-256, no private part).
+PUBLIC_JWKS = {
+    "keys": [
+        {
+            "kty": "EC",
+            "crv": "P-256",
+            "x": "51kvWFY2t2JknOAz3aJPIE_4uDVTwEfhN-Hr9tKaJl8",
+            "y": "nbOq1ITWoDNE2nxCSDPJGd-C3agM2EkuRhoV9ydALCU",
+            "kid": "k1",
+        }
+    ]
+}
+EXCHANGE_REQUEST = {
+    "exchangeId": "ex-taken",
+    "recipient": "https://peer.example/a2a/globex/helpdesk",
+    "purpose": "Taken over",
+    "instruction": "Do it for me.",
+    "expiresAt": 4102444800,
+    "delegation": {"accessToken": "a.b.c"},
+}
+
 # A valid body for each write, so that only the other tenant's id can be why it fails.
 BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/api/v1/agents/{id}"): {"name": "Taken over"},
+    ("PUT", "/api/v1/agents/{id}/exchange-profile"): {"issuer": "https://taken.example", "jwks": PUBLIC_JWKS},
+    ("POST", "/api/v1/agents/{id}/exchanges"): {
+        "url": "https://peer.example/a2a/globex/helpdesk",
+        "request": EXCHANGE_REQUEST,
+    },
     ("PUT", "/api/v1/agents/{id}/term-guards"): [],
     ("POST", "/api/v1/approvals/{id}/approve"): {},
     ("POST", "/api/v1/approvals/{id}/reject"): {"reason": "no"},
@@ -120,6 +147,17 @@ def theirs(tenant: Tenant, agent: Agent, intent: Intent, principal: AbstractUser
         payload={},
         status=WebhookDelivery.Status.FAILED,
         window_opened_at=timezone.now(),
+    )
+    # The agent's Agent Exchange profile and a request it sent: a GET under the agent would show them.
+    ExchangeProfile.objects.create(
+        tenant=tenant, agent=agent, issuer="https://auth.example", jwks=PUBLIC_JWKS
+    )
+    OutboundExchange.objects.create(
+        tenant=tenant,
+        agent=agent,
+        url="https://peer.example/a2a/globex/helpdesk",
+        exchange_id="ex-1",
+        reference="sha256:" + "A" * 43,
     )
     return {
         "agents": str(agent.pk),

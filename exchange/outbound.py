@@ -1,0 +1,149 @@
+"""Agent Exchange on the requester's side, as data: queue a request for sending, record how it went.
+
+:func:`exchange_send_start` validates a request and stores it (complete, tokens included) on an
+:class:`exchange.models.OutboundExchange` row, and the Celery task :func:`exchange.tasks.exchange_send`
+runs :func:`exchange_send` after the commit, which sends it with :func:`exchange.client.send` and
+writes the outcome — the receipt, or why it failed — clearing the request in the same transaction:
+once sent (or given up) the request lives only with the recipient, and the reference stays here.
+
+A send is not retried: the recipient takes each ``exchangeId`` once (a second preparation is a
+replay), so a failed exchange is final and the host sends a new one under a new ``exchangeId``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agents.configuration import is_unique_violation
+from agents.models import Agent
+from exchange import client, wire
+from exchange.models import OutboundExchange
+from parley.live import publish_on_commit
+
+logger = logging.getLogger(__name__)
+
+URL_LENGTH: int = OutboundExchange._meta.get_field("url").max_length or 500
+INTERNAL_ERROR = "An internal error stopped this exchange; the request was not kept."
+
+
+def exchange_send_start(
+    *, agent: Agent, url: str, request: Any, prepared_by_host: bool = False
+) -> OutboundExchange:
+    """Queue ``request`` (an Agent Exchange request, docs/agent-exchange.md) from ``agent`` to the
+    agent at ``url`` and return the QUEUED row; the send runs in a worker after the commit.
+
+    ``prepared_by_host``: the host delivered the request to the recipient through a channel of its
+    own, so no preparation endpoint is called; the request is still needed, for its reference.
+
+    Raises ``django.core.exceptions.ValidationError`` keyed by field, nothing written: ``url`` when
+    it is no http(s) URL of at most 500 characters; ``request`` when it is no valid request
+    (:func:`exchange.wire.reference_of`'s message, ``request.<member>: …``) or its ``exchangeId``
+    was already sent by ``agent``.
+    """
+    problems: dict[str, list[str]] = {}
+    try:
+        URLValidator(schemes=["http", "https"])(url)
+        if len(url) > URL_LENGTH:
+            raise ValidationError(f"Give a URL of at most {URL_LENGTH} characters.")
+    except ValidationError as exc:
+        problems["url"] = exc.messages
+    try:
+        reference = wire.reference_of(request)
+    except wire.WireError as exc:
+        problems["request"] = [str(exc)]
+    if problems:
+        raise ValidationError(problems)
+    try:
+        with transaction.atomic():
+            exchange = OutboundExchange.objects.create(
+                tenant_id=agent.tenant_id,
+                agent=agent,
+                url=url,
+                exchange_id=request["exchangeId"],
+                reference=reference,
+                request=request,
+                prepared_by_host=prepared_by_host,
+            )
+            _send_after_commit(exchange.pk, agent.tenant_id)
+    except IntegrityError as exc:
+        if not is_unique_violation(exc):
+            raise
+        raise ValidationError(
+            {
+                "request": [
+                    f"request.exchangeId: this agent already sent an exchange {request['exchangeId']!r}; "
+                    "give each request its own exchangeId."
+                ]
+            }
+        ) from None
+    return exchange
+
+
+def _send_after_commit(exchange_id: int, tenant_id: int) -> None:
+    from exchange.tasks import exchange_send as exchange_send_task  # the task module imports this one
+
+    transaction.on_commit(lambda: exchange_send_task.delay(exchange_id, tenant_id))
+
+
+def exchange_send(*, exchange_id: int, tenant_id: int) -> None:
+    """Send the QUEUED exchange ``exchange_id`` of ``tenant_id`` (:func:`exchange.client.send`) and
+    record the outcome in one transaction: COMPLETED with the receipt, or FAILED with the reason;
+    ``finished_at`` set and ``request`` cleared either way, and ``exchange.completed`` or
+    ``exchange.failed`` published.
+
+    Quietly does nothing for an exchange that is gone or no longer QUEUED (a task run twice).
+    """
+    exchange = (
+        OutboundExchange.objects.for_tenant(tenant_id).select_related("agent").filter(pk=exchange_id).first()
+    )
+    if exchange is None or exchange.status != OutboundExchange.Status.QUEUED:
+        return
+    receipt: dict[str, Any] | None = None
+    error = ""
+    try:
+        receipt = client.send(exchange)
+    except client.ExchangeFailed as exc:
+        error = str(exc)
+    except Exception:
+        # Whatever broke, the row must end and its request (tokens, protected values) must go:
+        # a QUEUED row would keep them for good. Not retried (see the module docstring).
+        logger.exception("agent exchange %s failed unexpectedly", exchange_id)
+        error = INTERNAL_ERROR
+    _finish(exchange, receipt=receipt, error=error)
+
+
+def _finish(exchange: OutboundExchange, *, receipt: dict[str, Any] | None, error: str) -> None:
+    with transaction.atomic():
+        row = (
+            OutboundExchange.objects.for_tenant(exchange.tenant_id)
+            .select_for_update()
+            .filter(pk=exchange.pk, status=OutboundExchange.Status.QUEUED)
+            .first()
+        )
+        if row is None:
+            return
+        done = receipt is not None
+        row.status = OutboundExchange.Status.COMPLETED if done else OutboundExchange.Status.FAILED
+        row.receipt = receipt
+        row.error = error
+        row.request = None
+        row.finished_at = timezone.now()
+        row.save(update_fields=["status", "receipt", "error", "request", "finished_at", "updated_at"])
+        publish_on_commit(
+            event="exchange.completed" if done else "exchange.failed",
+            tenant_id=row.tenant_id,
+            party_id=exchange.agent.principal_id,
+            payload={
+                "exchange": str(row.pk),
+                "agent": str(row.agent_id),
+                "exchange_id": row.exchange_id,
+                "status": row.status,
+                "reference": row.reference,
+            },
+        )

@@ -1,0 +1,16 @@
+"""Celery interface of Agent Exchange's requester side: load ids, call one service."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from exchange import outbound
+from parley.celery import TaskQueue
+
+
+# On the negotiation queue: like a negotiation's pump, it waits on another agent over A2A. Its limits
+# outlast one send (at most A2A_SEND_TIMEOUT, 180 s by default).
+@shared_task(queue=TaskQueue.NEGOTIATION.value, soft_time_limit=300, time_limit=330)
+def exchange_send(exchange_id: int, tenant_id: int) -> None:
+    """Send one queued Agent Exchange request (see :func:`exchange.outbound.exchange_send`)."""
+    outbound.exchange_send(exchange_id=exchange_id, tenant_id=tenant_id)
