@@ -28,6 +28,7 @@ partitions the caller's tasks (:func:`a2a_gateway.store.owner_of`):
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ from agents.models import Agent
 from parley import keys
 
 API_KEY_HEADER = "X-API-Key"
+# Where a gateway of ours that calls the public endpoint for callers of its own (the MCP gateway)
+# names the one it acts for: "<address> <keyed digest>" (:func:`vouch_for`).
+VOUCHED_CLIENT_HEADER = "X-Parley-Client"
 BEARER = "bearer"
 HTTP_UNAUTHORIZED = 401
 HTTP_BAD_REQUEST = 400
@@ -156,7 +160,8 @@ async def authenticate(agent: Agent, scope: Scope) -> Caller:
 def client_address(scope: Scope) -> str:
     """The address an anonymous caller is told apart by.
 
-    The first of ``settings.A2A_TRUSTED_PROXY_HEADERS`` the request carries, else
+    The address a gateway of ours vouches for (:func:`vouch_for`), else the first of
+    ``settings.A2A_TRUSTED_PROXY_HEADERS`` the request carries, else
     the TCP peer (``scope["client"]``). A list value (``X-Forwarded-For: a, b``)
     gives its last entry, the one the proxy nearest to us appended. List a header
     only if every request reaches us through a proxy that sets it: anyone can
@@ -174,6 +179,9 @@ def client_address(scope: Scope) -> str:
             trusted header, every anonymous caller would share one partition.
     """
     headers = Headers(scope=scope)
+    vouched = _vouched(headers.get(VOUCHED_CLIENT_HEADER, ""))
+    if vouched:
+        return vouched
     for name in settings.A2A_TRUSTED_PROXY_HEADERS:
         value = headers.get(name, "").split(",")[-1].strip()
         if value:
@@ -186,6 +194,21 @@ def client_address(scope: Scope) -> str:
         "call with a key of this agent.",
         status=HTTP_BAD_REQUEST,
     )
+
+
+def vouch_for(address: str) -> str:
+    """The :data:`VOUCHED_CLIENT_HEADER` value by which a gateway of ours (it holds
+    ``KEY_HASH_SECRET``) names ``address`` as the caller it acts for, so that the endpoint tells its
+    anonymous callers apart as it tells apart its own: tasks, and rate limits, per caller."""
+    return f"{address} {keys.keyed_digest(f'vouched-client:{address}')}"
+
+
+def _vouched(value: str) -> str | None:
+    """The address a :data:`VOUCHED_CLIENT_HEADER` value vouches for; None unless its digest holds."""
+    address, _, digest = value.strip().rpartition(" ")
+    if not address or not hmac.compare_digest(vouch_for(address).encode(), f"{address} {digest}".encode()):
+        return None
+    return _normalised(address)
 
 
 def _normalised(address: str) -> str:

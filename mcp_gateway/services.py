@@ -10,15 +10,15 @@ public A2A face would, over HTTP to ``PUBLIC_BASE_URL``:
 * a message goes to the agent's public JSON-RPC endpoint as an A2A 1.0
   ``SendMessage`` (header ``A2A-Version: 1.0``, which a2a-sdk reads to accept
   the 1.0 method names), the A2A Message exactly as the MCP caller gave it, with
-  the credential headers the caller sent (:data:`CREDENTIAL_HEADERS`) and no
-  other credential or identity.
+  the credential headers the caller sent (:data:`CREDENTIAL_HEADERS`) and the
+  caller's own address, vouched for (:func:`caller_headers`), and no other
+  credential or identity.
 
 So the endpoint's inbound auth and caps (rate, size, concurrency, turns per
 context, budget) apply as to any caller, and its refusals come back as they
-are, as :class:`BridgeError`. One consequence: to the endpoint, an anonymous
-caller through the gateway is the gateway's own address, so anonymous MCP
-callers share one caller's tasks and rate limit; a key of the agent gives a
-caller its own (:mod:`a2a_gateway.auth`).
+are, as :class:`BridgeError`. To the endpoint an anonymous MCP caller is its own
+address, as if it had called directly: its own tasks, its own rate limit; a key
+of the agent names it instead (:mod:`a2a_gateway.auth`).
 """
 
 from __future__ import annotations
@@ -33,9 +33,11 @@ import httpx
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0, VERSION_HEADER
 from django.conf import settings
 from django.core.validators import slug_re
+from starlette.datastructures import Headers
+from starlette.types import Scope
 from typing_extensions import TypedDict
 
-from a2a_gateway.auth import API_KEY_HEADER
+from a2a_gateway.auth import API_KEY_HEADER, VOUCHED_CLIENT_HEADER, Unauthenticated, client_address, vouch_for
 from a2a_gateway.cards import agent_url
 from agents.models import Agent
 from parley.http import async_client
@@ -62,10 +64,25 @@ class Bridge(TypedDict):
     endpoint_url: str
 
 
-def credentials_of(headers: Mapping[str, str]) -> dict[str, str]:
-    """The caller's credentials among ``headers`` (an MCP request's; case-insensitive, as Starlette's
-    are): each of :data:`CREDENTIAL_HEADERS` it carries, with its value unchanged."""
-    return {name: headers[name] for name in CREDENTIAL_HEADERS if name in headers}
+def caller_headers(scope: Scope) -> dict[bytes, bytes]:
+    """What the MCP request ``scope`` tells the agent's endpoint about its caller: each of
+    :data:`CREDENTIAL_HEADERS` it carries, its bytes unchanged (a value the endpoint refuses is
+    refused there, in its words), and the caller's address, vouched for
+    (:func:`a2a_gateway.auth.vouch_for`), so that to the endpoint each anonymous MCP caller is
+    itself — its own tasks, its own rate — and not the gateway.
+
+    Raises :class:`BridgeError` when the caller's address is unknown (no TCP peer, no trusted
+    proxy header): anonymous callers could not be told apart."""
+    headers = Headers(scope=scope)
+    forwarded = {
+        name.encode(): headers[name].encode("latin-1") for name in CREDENTIAL_HEADERS if name in headers
+    }
+    try:
+        address = client_address(scope)
+    except Unauthenticated as exc:
+        raise BridgeError(exc.message) from exc
+    forwarded[VOUCHED_CLIENT_HEADER.encode()] = vouch_for(address).encode()
+    return forwarded
 
 
 async def bridges_list(*, tenant: Tenant) -> list[Bridge]:
@@ -120,10 +137,10 @@ async def bridge_card_fetch(*, tenant: Tenant, slug: str) -> dict[str, Any]:
 
 
 async def bridge_ask(
-    *, tenant: Tenant, slug: str, message: Any, credentials: Mapping[str, str]
+    *, tenant: Tenant, slug: str, message: Any, caller: Mapping[bytes, bytes]
 ) -> dict[str, Any]:
     """Send ``message`` (an A2A 1.0 Message as JSON, unchanged) to ``tenant``'s agent ``slug`` as one
-    JSON-RPC ``SendMessage``, presenting ``credentials`` (:func:`credentials_of`), and return the
+    JSON-RPC ``SendMessage`` with the ``caller``'s headers (:func:`caller_headers`), and return the
     JSON-RPC ``result``: ``{"task": {…}}`` (the reply is the last entry of its ``history``) or
     ``{"message": {…}}``.
 
@@ -140,7 +157,11 @@ async def bridge_ask(
     """
     agent = await _agent(tenant, slug)
     body = _send_message_body(message)
-    headers = {**credentials, "Content-Type": "application/json", VERSION_HEADER: PROTOCOL_VERSION_1_0}
+    headers = {
+        **caller,
+        b"Content-Type": b"application/json",
+        VERSION_HEADER.encode(): PROTOCOL_VERSION_1_0.encode(),
+    }
     seconds = settings.A2A_SEND_TIMEOUT
     timeout = httpx.Timeout(seconds, connect=min(seconds, settings.A2A_CARD_TIMEOUT))
     try:

@@ -101,7 +101,7 @@ async def ask_bridge(agent: AgentSlug, message: A2AMessage, ctx: Context) -> dic
             tenant=tenant_of(ctx),
             slug=agent,
             message=message,
-            credentials=services.credentials_of(request_of(ctx).headers),
+            caller=services.caller_headers(request_of(ctx).scope),
         )
     except BridgeError as exc:
         raise ToolError(str(exc)) from exc

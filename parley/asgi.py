@@ -19,12 +19,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "parley.settings.base")
 django_asgi = get_asgi_application()
 
 # Imported after Django is set up: these import models.
+from asgiref.sync import sync_to_async  # noqa: E402
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.db import connections  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
-from starlette.types import Receive, Scope, Send  # noqa: E402
+from starlette.types import ASGIApp, Receive, Scope, Send  # noqa: E402
 
 from a2a_gateway.app import build_app  # noqa: E402
 from a2a_gateway.hosts import AgentHosts  # noqa: E402
@@ -48,16 +50,43 @@ async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
         await a2a_app(scope, receive, send)
 
 
+class MendConnections:
+    """ASGI middleware: before each HTTP request, close a database connection that failed and can no
+    longer be used, so that the next query opens a new one.
+
+    Django does this around its own requests (``close_old_connections`` on ``request_started``);
+    the gateways query through the ORM outside that cycle, on asgiref's one shared thread, whose
+    connection would otherwise stay dead after a Postgres restart or failover until the process
+    restarts. The request that meets the dead connection still fails; the next one succeeds.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await sync_to_async(_close_broken_connections)()
+        await self.app(scope, receive, send)
+
+
+def _close_broken_connections() -> None:
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None and connection.errors_occurred and not connection.is_usable():
+            connection.close()
+
+
 application = ProtocolTypeRouter(
     {
         # An agent's own host name is served as its /a2a/ URL before routing (a2a_gateway.hosts).
-        "http": AgentHosts(
-            URLRouter(
-                [
-                    re_path(r"^a2a/", a2a_app),  # type: ignore[arg-type]  # Channels routes ASGI apps too
-                    re_path(r"^mcp/", mcp_app),  # type: ignore[arg-type]
-                    re_path(r"", ASGIStaticFilesHandler(django_asgi)),  # type: ignore[arg-type]
-                ]
+        "http": MendConnections(
+            AgentHosts(
+                URLRouter(
+                    [
+                        re_path(r"^a2a/", a2a_app),  # type: ignore[arg-type]  # Channels routes ASGI apps too
+                        re_path(r"^mcp/", mcp_app),  # type: ignore[arg-type]
+                        re_path(r"", ASGIStaticFilesHandler(django_asgi)),  # type: ignore[arg-type]
+                    ]
+                )
             )
         ),
         "websocket": AllowedHostsOriginValidator(

@@ -17,7 +17,14 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.types import SendMessageRequest, Task, TaskState
 from django.test import override_settings
 
-from a2a_gateway.auth import Unauthenticated, client_address, inbound_key_create, inbound_key_revoke
+from a2a_gateway.auth import (
+    VOUCHED_CLIENT_HEADER,
+    Unauthenticated,
+    client_address,
+    inbound_key_create,
+    inbound_key_revoke,
+    vouch_for,
+)
 from a2a_gateway.models import A2ATask, InboundKey
 from agents.models import Agent
 from parley.models import Tenant
@@ -342,3 +349,30 @@ def test_an_issued_key_belongs_to_its_agent(seller: Agent, other_tenant: Tenant)
     assert len(row.prefix) == 12
     assert key.startswith(f"{row.prefix}.")
     assert row.revoked_at is None
+
+
+def test_an_address_is_vouched_for_only_with_its_digest(live_stack: LiveStack, seller: Agent) -> None:
+    """A gateway of ours names the caller it acts for in X-Parley-Client (the MCP gateway does); a
+    value without its keyed digest, or with another address's, names nobody: the peer is the caller."""
+    endpoint = endpoint_on(live_stack.url, seller)
+    direct = task_of(call(endpoint, "SendMessage", message(proposal(800))))
+    forged = [
+        "10.9.9.9",
+        "10.9.9.9 " + "0" * 64,
+        "10.9.9.9 " + vouch_for("10.9.9.8").split(" ")[1],
+    ]
+    tasks = [
+        task_of(call(endpoint, "SendMessage", message(proposal(800)), headers={VOUCHED_CLIENT_HEADER: value}))
+        for value in forged
+    ]
+    vouched = task_of(
+        call(
+            endpoint,
+            "SendMessage",
+            message(proposal(800)),
+            headers={VOUCHED_CLIENT_HEADER: vouch_for("10.9.9.9")},
+        )
+    )
+    owners = dict(A2ATask.objects.values_list("task_id", "owner"))
+    assert {owners[task["id"]] for task in tasks} == {owners[direct["id"]]}
+    assert owners[vouched["id"]] != owners[direct["id"]]

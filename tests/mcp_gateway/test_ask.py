@@ -187,9 +187,9 @@ def behind_a_proxy(live_stack: LiveStack) -> Iterator[str]:
         yield origin
 
 
-def test_no_other_header_of_the_mcp_request_reaches_the_agent(behind_a_proxy: str, seller: Agent) -> None:
+def test_the_caller_is_to_the_agent_who_it_is_calling_directly(behind_a_proxy: str, seller: Agent) -> None:
     """An address header the endpoint trusts names the caller when sent directly; sent to the gateway,
-    it is not passed on, and the caller is the gateway's own address."""
+    it names the caller the gateway vouches for, the same one, and not the gateway."""
     endpoint = endpoint_on(behind_a_proxy, seller)
     elsewhere = task_of(
         call(endpoint, "SendMessage", message(proposal(800)), headers={TRUSTED_HEADER: "10.9.9.9"})
@@ -206,7 +206,7 @@ def test_no_other_header_of_the_mcp_request_reaches_the_agent(behind_a_proxy: st
 
     owners = dict(A2ATask.objects.values_list("task_id", "owner"))
     assert owners[elsewhere["id"]] != owners[here["id"]]
-    assert owners[structured(result)["task"]["id"]] == owners[here["id"]]
+    assert owners[structured(result)["task"]["id"]] == owners[elsewhere["id"]]
 
 
 # --- Caps: the endpoint's, as for any caller ------------------------------------------------
