@@ -109,7 +109,7 @@ async def gate(context: ServerCallContext, message: Message, *, wire_0_3: bool) 
     (:func:`exchange.wire.claims_exchange`) without activating the extension in both places —
     the A2A-Extensions header and ``message.extensions`` — and for any message to an agent whose
     card requires the extension that does not; InvalidParamsError (-32602) for an Agent Exchange
-    message whose one data part is not ``{"reference": "sha256:…"}``.
+    message whose one data part is not ``{"reference": "sha256:…"}``, or that names a ``taskId``.
     """
     agent: Agent = context.state["agent"]
     profile = await ExchangeProfile.objects.filter(agent=agent).afirst()
@@ -125,9 +125,15 @@ async def gate(context: ServerCallContext, message: Message, *, wire_0_3: bool) 
         raise ExtensionSupportRequiredError(message=said)
     try:
         data = wire.exchange_part(message)
-        return None if data is None else wire.check_reference_data(data)
+        reference = None if data is None else wire.check_reference_data(data)
     except wire.WireError as exc:
         raise InvalidParamsError(message=str(exc)) from None
+    if reference is not None and message.task_id:
+        # Its task is its own: on another (a negotiation's), the receipt would end that task.
+        raise InvalidParamsError(
+            message="An Agent Exchange message starts a task of its own: send it without taskId."
+        )
+    return reference
 
 
 async def answer(agent: Agent, context: RequestContext, event_queue: EventQueue, reference: str) -> None:

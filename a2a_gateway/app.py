@@ -163,7 +163,10 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
             if push.url and not await url_allowed(push.url):
                 raise InvalidParamsError(message="Invalid push notification URL")
             try:
-                if agent_exchange.FOR_EXCHANGE not in context.state:
+                if agent_exchange.FOR_EXCHANGE in context.state:
+                    # It starts a run, not a turn: the tenant's budget applies, a turn's slot does not.
+                    await caps.budget_check(call_agent(context))
+                else:
                     await caps.turn_admit(context, built.context_id or "")
             except Refused as refusal:
                 refuse(context, refusal)

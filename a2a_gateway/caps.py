@@ -313,7 +313,7 @@ async def turn_admit(context: ServerCallContext, context_id: str) -> None:
     """
     agent = call_agent(context)
     owner = owner_of(context)
-    await _budget_check(agent)
+    await budget_check(agent)
     slot = await _slot_acquire(agent)
     counted = False
     try:
@@ -370,7 +370,9 @@ async def _slot_acquire(agent: Agent) -> Slot | None:
     return Slot(key=key, token=token)
 
 
-async def _budget_check(agent: Agent) -> None:
+async def budget_check(agent: Agent) -> None:
+    """Refuse a message that would start model work once ``agent``'s tenant has spent its model
+    budget for the month: :class:`Refused` 429/-32010 with ``Retry-After`` (see :func:`turn_admit`)."""
     budget = agent.tenant.model_budget
     if budget is None:
         return

@@ -379,7 +379,7 @@ def check_schema(schema: object) -> None:
         ) from None
 
 
-def validate_arguments(*, schema: dict[str, Any], arguments: Any, root: str = "arguments") -> None:
+def validate_arguments(*, schema: dict[str, Any], arguments: Any) -> None:
     """Check a tool call's ``arguments`` against the tool's ``parameters`` JSON Schema.
 
     The validator follows the schema's ``$schema`` (Draft 2020-12 when absent or unknown);
@@ -388,8 +388,7 @@ def validate_arguments(*, schema: dict[str, Any], arguments: Any, root: str = "a
     one line, ordered by path then message, joined by ``"; "``, each ``arguments.<path>: <problem>``
     (e.g. ``arguments.items[0].amount: 'x' is not of type 'number'``); callers add their own
     preamble. It says instead when the schema itself is unusable (invalid, or a ``$ref`` that
-    cannot be resolved). ``arguments`` may be any JSON value (e.g. a run's parsed final answer);
-    ``root`` names it in the problems (``request.delegation: …`` for an Agent Exchange request).
+    cannot be resolved). ``arguments`` may be any JSON value (e.g. a run's parsed final answer).
     """
     cls = _validator_class(schema) or Draft202012Validator
     try:
@@ -403,7 +402,7 @@ def validate_arguments(*, schema: dict[str, Any], arguments: Any, root: str = "a
     if not problems:
         return
     shown = [
-        f"{_path(root, problem.absolute_path)}: {_shorten(problem.message, _PROBLEM_CHARS)}"
+        f"{_path('arguments', problem.absolute_path)}: {_shorten(problem.message, _PROBLEM_CHARS)}"
         for problem in problems[:MAX_PROBLEMS]
     ]
     if len(problems) > MAX_PROBLEMS:

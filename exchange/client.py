@@ -329,7 +329,9 @@ def speaks_0_3(card: AgentCard) -> bool:
 def receipt_of(task: Task, outgoing: _Outgoing, *, legacy: bool) -> dict[str, Any]:
     """The receipt of a COMPLETED ``task`` (see the module docstring for where it is); raises
     :class:`ExchangeFailed` with the status message of a REJECTED or FAILED one, or for any other
-    state, a missing, doubled or invalid receipt, or one for another exchange or reference."""
+    state, a missing, doubled or invalid receipt, one for another exchange or reference, or one
+    whose ``mandateId`` is not the ``jti`` of the mandate our request carried (or names one when
+    it carried none)."""
     url, state = outgoing.url, task.status.state
     if state in (TaskState.TASK_STATE_REJECTED, TaskState.TASK_STATE_FAILED):
         verb = "rejected" if state == TaskState.TASK_STATE_REJECTED else "failed"
@@ -360,6 +362,13 @@ def receipt_of(task: Task, outgoing: _Outgoing, *, legacy: bool) -> dict[str, An
         raise ExchangeFailed(f"{url}: its receipt is not valid ({_bounded(str(exc), MAX_QUOTED)}).") from None
     if receipt["exchangeId"] != outgoing.exchange_id or receipt["reference"] != outgoing.reference:
         raise ExchangeFailed(f"{url}: its receipt is for another exchange or reference than ours.")
+    carried = wire.mandate_id_of(outgoing.request)
+    if receipt.get("mandateId") != carried or ("usesRemaining" in receipt) != (carried is not None):
+        raise ExchangeFailed(
+            f"{url}: its receipt does not account for the mandate our request carried."
+            if carried
+            else f"{url}: its receipt names a mandate our request did not carry."
+        )
     return receipt
 
 

@@ -19,10 +19,13 @@ from typing import Any
 import jwt
 from django.core.exceptions import ValidationError
 
+from exchange.wire import MAX_EXACT
 from negotiations.client import SIGNATURE_ALGORITHMS
 
 # Clock skew allowed between the token's issuer and us, in seconds.
 LEEWAY = 30
+# The JOSE "typ" of a JWT access token (RFC 9068 §2.1; "application/at+jwt" is the same type).
+ACCESS_TOKEN_TYPE = "at+jwt"
 
 
 class DelegationError(Exception):
@@ -64,14 +67,29 @@ def check_jwks(jwks: Any) -> None:
             )
         if any(member in key for member in ("d", "p", "q", "k")):
             raise ValidationError(f"keys[{index}] holds private key material; give the public key only.")
+        if key.get("use", "sig") != "sig":
+            raise ValidationError(
+                f'keys[{index}] is for "use": {key["use"]!r}; these keys must sign ("sig").'
+            )
 
 
-def verify_token(token: str, *, jwks: dict[str, Any], issuer: str, audience: str, scope: str) -> Delegation:
+def verify_token(
+    token: str, *, jwks: dict[str, Any], issuer: str, audience: str | list[str], scope: str
+) -> Delegation:
     """The delegation ``token`` grants, once verified (see the module docstring).
+
+    ``audience``: the ``aud`` it must have, or any of several. Its JOSE header's ``typ`` must be
+    ``at+jwt`` (RFC 9068 §2.1, §4), so that no other JWT the issuer signs passes for one.
 
     Raises :class:`DelegationError` naming the first check that failed ("The delegation token's
     audience is not this agent.", "… has expired.", "… lacks the scope 'agent-exchange'.", …).
     """
+    try:
+        typ = str(jwt.get_unverified_header(token).get("typ", ""))
+    except jwt.PyJWTError:
+        raise DelegationError("The delegation token is not a valid signed token.") from None
+    if typ.lower().removeprefix("application/") != ACCESS_TOKEN_TYPE:
+        raise DelegationError(f"The delegation token is not typed {ACCESS_TOKEN_TYPE} (RFC 9068).")
     claims = _decode(token, "delegation token", jwks=jwks, issuer=issuer, audience=audience)
     granted = claims.get("scope", "")
     scopes = frozenset(granted.split()) if isinstance(granted, str) else frozenset()
@@ -81,7 +99,7 @@ def verify_token(token: str, *, jwks: dict[str, Any], issuer: str, audience: str
 
 
 def verify_mandate(
-    mandate: str, *, jwks: dict[str, Any], issuer: str, audience: str, subject: str
+    mandate: str, *, jwks: dict[str, Any], issuer: str, audience: str | list[str], subject: str
 ) -> Mandate:
     """The standing ``mandate``, once verified; it must be granted by ``subject`` (the token's).
 
@@ -91,8 +109,8 @@ def verify_mandate(
     if claims["sub"] != subject:
         raise DelegationError("The mandate was granted by someone other than the delegation token's subject.")
     uses = claims.get("maxUses")
-    if not isinstance(uses, int) or isinstance(uses, bool) or uses < 1:
-        raise DelegationError("The mandate's maxUses is not a positive integer.")
+    if not isinstance(uses, int) or isinstance(uses, bool) or not 1 <= uses <= MAX_EXACT:
+        raise DelegationError(f"The mandate's maxUses is not an integer from 1 to {MAX_EXACT}.")
     mandate_id = claims["jti"]
     if not isinstance(mandate_id, str) or not 0 < len(mandate_id) <= 200:
         raise DelegationError("The mandate's jti is not an id of 1 to 200 characters.")
@@ -100,7 +118,13 @@ def verify_mandate(
 
 
 def _decode(
-    token: str, what: str, *, jwks: dict[str, Any], issuer: str, audience: str, also: list[str] | None = None
+    token: str,
+    what: str,
+    *,
+    jwks: dict[str, Any],
+    issuer: str,
+    audience: str | list[str],
+    also: list[str] | None = None,
 ) -> dict[str, Any]:
     try:
         header = jwt.get_unverified_header(token)
@@ -135,11 +159,13 @@ def _decode(
 
 def _key(jwks: dict[str, Any], kid: Any, what: str) -> jwt.PyJWK:
     keys = [key for key in jwks.get("keys", []) if kid is None or key.get("kid") == kid]
-    if len(keys) != 1:
+    if not keys:
+        raise DelegationError(f"No key of this agent's key set signed the {what}.")
+    if len(keys) > 1:
         raise DelegationError(
-            f"No key of this agent's key set signed the {what}."
-            if not keys
-            else f"The {what} names no key id (kid) and the key set holds several keys."
+            f"The {what} names no key id (kid) and the key set holds several keys."
+            if kid is None
+            else f"The {what}'s key id (kid) names several keys of this agent's key set."
         )
     jwk = jwt.PyJWK(keys[0])
     if jwk.algorithm_name not in SIGNATURE_ALGORITHMS:

@@ -46,7 +46,7 @@ class PreparedExchange(TenantOwnedModel):
 
     ``caller`` is the preparing caller's partition name (``key:<prefix>``): only that caller's
     A2A message may execute it. An ``exchange_id`` is prepared once per agent (a replay is
-    refused). ``request`` is None once executed.
+    refused). ``request`` is None once executed or refused for good (``refusal`` then says why).
     """
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="prepared_exchanges")
@@ -58,6 +58,7 @@ class PreparedExchange(TenantOwnedModel):
     executed_at = models.DateTimeField(null=True, blank=True)
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     receipt = models.JSONField(null=True, blank=True)
+    refusal = models.TextField(blank=True, help_text="why it was refused for good; its request is deleted")
 
     class Meta:
         constraints = [

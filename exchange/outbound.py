@@ -24,6 +24,7 @@ from agents.configuration import is_unique_violation
 from agents.models import Agent
 from exchange import client, wire
 from exchange.models import OutboundExchange
+from negotiations.client import canonical_url
 from parley.live import publish_on_commit
 
 logger = logging.getLogger(__name__)
@@ -43,8 +44,9 @@ def exchange_send_start(
 
     Raises ``django.core.exceptions.ValidationError`` keyed by field, nothing written: ``url`` when
     it is no http(s) URL of at most 500 characters; ``request`` when it is no valid request
-    (:func:`exchange.wire.reference_of`'s message, ``request.<member>: …``) or its ``exchangeId``
-    was already sent by ``agent``.
+    (:func:`exchange.wire.reference_of`'s message, ``request.<member>: …``), names another
+    recipient than ``url`` (its complete request would go to an agent it is not for), or its
+    ``exchangeId`` was already sent by ``agent``.
     """
     problems: dict[str, list[str]] = {}
     try:
@@ -55,6 +57,11 @@ def exchange_send_start(
         problems["url"] = exc.messages
     try:
         reference = wire.reference_of(request)
+        if "url" not in problems and canonical_url(request["recipient"]) != canonical_url(url):
+            raise wire.WireError(
+                f"request.recipient: names {request['recipient']!r}, but the exchange goes to {url!r}; "
+                "a request goes only to the agent it names"
+            )
     except wire.WireError as exc:
         problems["request"] = [str(exc)]
     if problems:
@@ -109,7 +116,8 @@ def exchange_send(*, exchange_id: int, tenant_id: int) -> None:
     try:
         receipt = client.send(exchange)
     except client.ExchangeFailed as exc:
-        error = str(exc)
+        # The recipient's words may echo a protected value back at us.
+        error = wire.redacted(str(exc), exchange.request)
     except Exception:
         # Whatever broke, the row must end and its request (tokens, protected values) must go:
         # a QUEUED row would keep them for good. Not retried (see the module docstring).

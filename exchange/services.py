@@ -27,6 +27,7 @@ HTTP_UNAUTHORIZED = 401
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 UNAUTHENTICATED = "Agent Exchange needs an authenticated caller: present this agent's key."
+EXPIRED = "The request has expired."
 
 
 class ExchangeRefused(Exception):
@@ -150,47 +151,83 @@ def execute(*, agent: Agent, caller: str, reference: str, endpoint: Endpoint) ->
     executed gives its receipt again and starts nothing.
 
     Raises :class:`ExchangeRefused` naming why (no such reference for this caller, expired, a
-    delegation or mandate that does not hold, a mandate used up, a run that cannot start).
+    delegation or mandate that does not hold, a mandate used up, a run that cannot start). A
+    refusal of a stored request is final: the request is deleted, and the same refusal answers
+    the reference from then on.
     """
     profile = _profile_or_refuse(agent)
-    with transaction.atomic():
-        prepared = (
-            PreparedExchange.objects.for_tenant(agent.tenant_id)
-            .select_for_update()
-            .filter(agent=agent, reference=reference, caller=caller)
-            .first()
-        )
-        if prepared is None:
-            raise ExchangeRefused(
-                "No request was prepared under this reference for you.", status=HTTP_NOT_FOUND
+    prepared_id = None
+    try:
+        with transaction.atomic():
+            prepared = (
+                PreparedExchange.objects.for_tenant(agent.tenant_id)
+                .select_for_update()
+                .filter(agent=agent, reference=reference, caller=caller)
+                .first()
             )
-        if prepared.executed_at is not None:
-            return dict(prepared.receipt or {})
-        request = prepared.request or {}
-        if prepared.expires_at <= timezone.now():
-            raise ExchangeRefused("The request has expired.")
-        mandate = _verify(profile, request, endpoint)
-        receipt: dict[str, Any] = {
-            "exchangeId": prepared.exchange_id,
-            "reference": reference,
-            "status": "submitted",
-            "completedAt": int(time.time() * 1000),
-            "processingMode": wire.PROCESSING_MODE,
-            "modelObservedSecret": False,
-        }
-        if mandate is not None:
-            receipt.update(mandateId=mandate.mandate_id, usesRemaining=_use(agent, mandate))
-        try:
-            run = run_start(agent=agent, statement=request["purpose"], task=request["instruction"])
-        except RunError as exc:
-            raise ExchangeRefused(f"The request could not be run: {exc}") from None
-        wire.check_receipt(receipt)
-        prepared.request = None
-        prepared.executed_at = timezone.now()
-        prepared.run = run
-        prepared.receipt = receipt
-        prepared.save(update_fields=["request", "executed_at", "run", "receipt", "updated_at"])
+            if prepared is None:
+                raise ExchangeRefused(
+                    "No request was prepared under this reference for you.", status=HTTP_NOT_FOUND
+                )
+            if prepared.executed_at is not None:
+                return dict(prepared.receipt or {})
+            if prepared.refusal:
+                raise ExchangeRefused(prepared.refusal)
+            prepared_id = prepared.pk
+            return _run(agent, profile, prepared, endpoint)
+    except ExchangeRefused as refusal:
+        if prepared_id is not None:
+            _refuse(prepared_id, refusal.message)
+        raise
+
+
+def prepared_expire() -> int:
+    """Delete the requests whose time ran out before they ran (keeping the rows, refused), so that
+    no token or protected value outlives its request; returns how many. Run by beat."""
+    return (
+        PreparedExchange.objects.filter(executed_at=None, refusal="", expires_at__lte=timezone.now())
+        .exclude(request=None)
+        .update(request=None, refusal=EXPIRED, updated_at=timezone.now())
+    )
+
+
+def _run(
+    agent: Agent, profile: ExchangeProfile, prepared: PreparedExchange, endpoint: Endpoint
+) -> dict[str, Any]:
+    """Verify the stored ``prepared`` request, start its run and record the receipt (in the caller's
+    transaction, the row locked)."""
+    request = prepared.request or {}
+    if prepared.expires_at <= timezone.now():
+        raise ExchangeRefused(EXPIRED)
+    mandate = _verify(profile, request, endpoint)
+    receipt: dict[str, Any] = {
+        "exchangeId": prepared.exchange_id,
+        "reference": prepared.reference,
+        "status": "submitted",
+        "completedAt": int(time.time() * 1000),
+        "processingMode": wire.PROCESSING_MODE,
+        "modelObservedSecret": False,
+    }
+    if mandate is not None:
+        receipt.update(mandateId=mandate.mandate_id, usesRemaining=_use(agent, mandate))
+    try:
+        run = run_start(agent=agent, statement=request["purpose"], task=request["instruction"])
+    except RunError as exc:
+        raise ExchangeRefused(f"The request could not be run: {exc}") from None
+    wire.check_receipt(receipt)
+    prepared.request = None
+    prepared.executed_at = timezone.now()
+    prepared.run = run
+    prepared.receipt = receipt
+    prepared.save(update_fields=["request", "executed_at", "run", "receipt", "updated_at"])
     return receipt
+
+
+def _refuse(prepared_id: int, reason: str) -> None:
+    """Refuse the stored request ``prepared_id`` for good: delete the request, keep ``reason``."""
+    PreparedExchange.objects.filter(pk=prepared_id, executed_at=None).update(
+        request=None, refusal=reason, updated_at=timezone.now()
+    )
 
 
 def _profile_or_refuse(agent: Agent) -> ExchangeProfile:
@@ -204,8 +241,10 @@ def _verify(
     profile: ExchangeProfile, request: dict[str, Any], endpoint: Endpoint
 ) -> delegation.Mandate | None:
     """The request's delegation token and mandate (if any), verified; the verified mandate."""
-    audience = profile.audience or endpoint.audience
-    keys = {"jwks": profile.jwks, "issuer": profile.issuer, "audience": audience}
+    # Without an audience of its own, a token may name the A2A URL the caller reached or the agent's
+    # own: both are this agent (a card on the agent's host name names the first).
+    audience = [profile.audience] if profile.audience else sorted({endpoint.url, endpoint.audience})
+    keys: dict[str, Any] = {"jwks": profile.jwks, "issuer": profile.issuer, "audience": audience}
     try:
         granted = delegation.verify_token(request["delegation"]["accessToken"], scope=profile.scope, **keys)
         if "mandate" not in request:

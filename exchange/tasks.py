@@ -1,10 +1,10 @@
-"""Celery interface of Agent Exchange's requester side: load ids, call one service."""
+"""Celery interface of Agent Exchange: load ids, call one service."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from exchange import outbound
+from exchange import outbound, services
 from parley.celery import TaskQueue
 
 
@@ -14,3 +14,9 @@ from parley.celery import TaskQueue
 def exchange_send(exchange_id: int, tenant_id: int) -> None:
     """Send one queued Agent Exchange request (see :func:`exchange.outbound.exchange_send`)."""
     outbound.exchange_send(exchange_id=exchange_id, tenant_id=tenant_id)
+
+
+@shared_task
+def prepared_expire() -> int:
+    """Delete prepared requests whose time ran out (see :func:`exchange.services.prepared_expire`)."""
+    return services.prepared_expire()

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Iterable
 from typing import Any
 
+import jwt
 import rfc8785
 from a2a.types import Message
 from google.protobuf.json_format import MessageToDict
-
-from agents.host_operations import validate_arguments
-from agents.tools import ToolError
+from jsonschema import Draft202012Validator, ValidationError
 
 # The profile's URI: what a card advertises in capabilities.extensions and a client activates with the
 # A2A-Extensions service parameter. Ours, since our reference is a digest (see docs/agent-exchange.md).
@@ -41,6 +41,12 @@ PROCESSING_MODE = "tool-confined"
 MAX_RECEIPT_BYTES = 2048
 # The largest integer an IEEE 754 double holds exactly (I-JSON, RFC 7493 §2.2).
 MAX_EXACT = 2**53 - 1
+# Characters a protected value needs to be redacted from a peer's words (:func:`redacted`).
+MIN_REDACTED = 4
+# 9999-12-31T23:59:59Z, the last second a date can name.
+LAST_SECOND = 253402300799
+# Text that is more than white space.
+_SAID = r"\S"
 _REFERENCE_PATTERN = r"^sha256:[A-Za-z0-9_-]{43}$"
 
 REQUEST_SCHEMA: dict[str, Any] = {
@@ -50,9 +56,9 @@ REQUEST_SCHEMA: dict[str, Any] = {
     "properties": {
         "exchangeId": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"},
         "recipient": {"type": "string", "minLength": 1, "maxLength": 500},
-        "purpose": {"type": "string", "minLength": 1, "maxLength": 500},
-        "instruction": {"type": "string", "minLength": 1, "maxLength": 20000},
-        "expiresAt": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
+        "purpose": {"type": "string", "pattern": _SAID, "maxLength": 500},
+        "instruction": {"type": "string", "pattern": _SAID, "maxLength": 20000},
+        "expiresAt": {"type": "integer", "minimum": 0, "maximum": LAST_SECOND},
         "delegation": {
             "type": "object",
             "additionalProperties": False,
@@ -78,11 +84,11 @@ RECEIPT_SCHEMA: dict[str, Any] = {
         "exchangeId": REQUEST_SCHEMA["properties"]["exchangeId"],
         "reference": {"type": "string", "pattern": _REFERENCE_PATTERN},
         "status": {"const": "submitted"},
-        "completedAt": {"type": "integer", "minimum": 1, "maximum": 2**53 - 1},
+        "completedAt": {"type": "integer", "minimum": 1, "maximum": MAX_EXACT},
         "processingMode": {"const": PROCESSING_MODE},
         "modelObservedSecret": {"const": False},
         "mandateId": {"type": "string", "minLength": 1, "maxLength": 200},
-        "usesRemaining": {"type": "integer", "minimum": 0},
+        "usesRemaining": {"type": "integer", "minimum": 0, "maximum": MAX_EXACT},
     },
 }
 REFERENCE_DATA_SCHEMA: dict[str, Any] = {
@@ -106,8 +112,8 @@ def reference_of(request: dict[str, Any]) -> str:
     check_request(request)
     try:
         canonical = rfc8785.dumps(request)
-    except rfc8785.CanonicalizationError as exc:
-        raise WireError(f"request: has no canonical JSON form ({exc})") from None
+    except rfc8785.CanonicalizationError:
+        raise WireError("request: has no canonical JSON form (RFC 8785)") from None
     digest = hashlib.sha256(canonical).digest()
     return "sha256:" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
@@ -125,6 +131,7 @@ def check_receipt(receipt: Any) -> dict[str, Any]:
     """``receipt`` if it is a receipt (:data:`RECEIPT_SCHEMA`) of at most :data:`MAX_RECEIPT_BYTES`
     bytes; else :class:`WireError`."""
     _check(receipt, RECEIPT_SCHEMA, "receipt")
+    _check_numbers(receipt, "receipt")
     if len(rfc8785.dumps(receipt)) > MAX_RECEIPT_BYTES:
         raise WireError(f"receipt: longer than {MAX_RECEIPT_BYTES} bytes")
     return receipt
@@ -160,6 +167,41 @@ def claims_exchange(message: Message) -> bool:
     )
 
 
+def mandate_id_of(request: Any) -> str | None:
+    """The id (``jti``) of the standing mandate ``request`` carries, read without verifying it (the
+    recipient verifies it); None when it carries none, or one whose payload names no string ``jti``."""
+    mandate = request.get("mandate") if isinstance(request, dict) else None
+    if not isinstance(mandate, str):
+        return None
+    try:
+        jti = jwt.decode(mandate, options={"verify_signature": False}).get("jti")
+    except jwt.PyJWTError:
+        return None
+    return jti if isinstance(jti, str) else None
+
+
+def redacted(text: str, request: Any) -> str:
+    """``text`` (a peer's words about ``request``) with every secret of the request replaced by
+    ``[redacted]``: the delegation token, the mandate, and each string or number of ``protected``
+    of at least :data:`MIN_REDACTED` characters (a shorter one would blot out ordinary words)."""
+    if not isinstance(request, dict):
+        return text
+    secrets = [request.get("mandate"), (request.get("delegation") or {}).get("accessToken")]
+    secrets += _leaves(request.get("protected"))
+    shown = {str(secret) for secret in secrets if secret is not None}
+    for secret in sorted((s for s in shown if len(s) >= MIN_REDACTED), key=len, reverse=True):
+        text = text.replace(secret, "[redacted]")
+    return text
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [] if isinstance(value, bool) or value is None else [value]
+
+
 def _check_numbers(value: Any, path: str) -> None:
     """Raise :class:`exchange.WireError` for a number beyond ±(2**53 - 1) in ``value``.
 
@@ -171,7 +213,7 @@ def _check_numbers(value: Any, path: str) -> None:
     if isinstance(value, bool):
         return
     if isinstance(value, int | float) and abs(value) > MAX_EXACT:
-        raise WireError(f"{path}: {value!r} is beyond ±(2**53 - 1), which JSON cannot carry exactly")
+        raise WireError(f"{path}: a number beyond ±(2**53 - 1), which JSON cannot carry exactly")
     if isinstance(value, dict):
         for key, item in value.items():
             _check_numbers(item, f"{path}.{key}")
@@ -181,7 +223,33 @@ def _check_numbers(value: Any, path: str) -> None:
 
 
 def _check(value: Any, schema: dict[str, Any], name: str) -> None:
-    try:
-        validate_arguments(schema=schema, arguments=value, root=name)
-    except ToolError as exc:
-        raise WireError(str(exc)) from None
+    """Raise :class:`WireError` listing where ``value`` breaks ``schema`` and which rule, never what
+    it holds there: a request's values are tokens and protected values, and errors are shown,
+    stored (an idempotent answer) and logged."""
+    problems = sorted(
+        Draft202012Validator(schema).iter_errors(value), key=lambda p: list(map(str, p.absolute_path))
+    )
+    if problems:
+        raise WireError("; ".join(f"{_where(name, p.absolute_path)}: {_rule(p)}" for p in problems))
+
+
+def _where(name: str, path: Iterable[str | int]) -> str:
+    return name + "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in path)
+
+
+def _rule(problem: ValidationError) -> str:
+    """The rule ``problem`` breaks, in words that name the schema's terms only."""
+    rule, bound = problem.validator, problem.validator_value
+    if rule in ("required", "additionalProperties"):
+        return str(problem.message)  # names properties, not values
+    said = {
+        "type": f"must be of type {bound}",
+        "pattern": "is empty or not in the expected form" if bound == _SAID else f"must match {bound}",
+        "minLength": f"must be at least {bound} characters",
+        "maxLength": f"must be at most {bound} characters",
+        "minimum": f"must be at least {bound}",
+        "maximum": f"must be at most {bound}",
+        "maxProperties": f"must have at most {bound} members",
+        "const": f"must be {bound!r}",
+    }
+    return said.get(str(rule), f"breaks the rule {rule}")

@@ -137,6 +137,8 @@ CELERY_BEAT_SCHEDULE = {
     "expire-idempotency-keys": {"task": "api.tasks.idempotency_keys_expire", "schedule": 3600.0},
     # Webhook deliveries whose scheduled attempt never ran (a lost broker message) are sent again.
     "webhooks-overdue": {"task": "parley.tasks.webhook_deliveries_overdue", "schedule": 300.0},
+    # Agent Exchange requests that expired unrun: their tokens and protected values are deleted.
+    "expire-prepared-exchanges": {"task": "exchange.tasks.prepared_expire", "schedule": 300.0},
 }
 # Threads in the embedded worker: one agent step plus a negotiation per target at once.
 PARLEY_EMBEDDED_WORKER_THREADS = env.int("PARLEY_EMBEDDED_WORKER_THREADS", default=8)

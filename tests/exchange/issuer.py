@@ -31,12 +31,12 @@ class Issuer:
         public = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(self.key.public_key()))
         return {"keys": [{**public, "kid": self.kid, "use": "sig", "alg": "ES256"}]}
 
-    def sign(self, claims: dict[str, Any]) -> str:
-        return jwt.encode(claims, self.key, algorithm="ES256", headers={"kid": self.kid})
+    def sign(self, claims: dict[str, Any], *, typ: str = "JWT") -> str:
+        return jwt.encode(claims, self.key, algorithm="ES256", headers={"kid": self.kid, "typ": typ})
 
     def token(self, audience: str, **claims: Any) -> str:
-        """A delegation token for ``audience``: subject ``party:tomas``, the scope, an hour to live;
-        ``claims`` override or (as None) remove any of them."""
+        """A delegation token (typed ``at+jwt``, RFC 9068) for ``audience``: subject ``party:tomas``,
+        the scope, an hour to live; ``claims`` override or (as None) remove any of them."""
         now = int(time.time())
         base = {
             "iss": ISSUER,
@@ -46,7 +46,7 @@ class Issuer:
             "iat": now,
             "exp": now + 3600,
         }
-        return self.sign({k: v for k, v in {**base, **claims}.items() if v is not None})
+        return self.sign({k: v for k, v in {**base, **claims}.items() if v is not None}, typ="at+jwt")
 
     def mandate(self, audience: str, *, max_uses: int = 2, **claims: Any) -> str:
         """A standing mandate of ``max_uses`` exchanges with ``audience``, granted by ``party:tomas``."""

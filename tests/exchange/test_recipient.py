@@ -409,3 +409,20 @@ def test_preparations_count_against_the_callers_rate_with_its_messages(
     assert int(second.headers["retry-after"]) >= 1
     assert "Too many messages" in second.json()["error"]["message"]
     assert PreparedExchange.objects.count() == 1
+
+
+def test_a_request_that_expires_unrun_is_deleted_and_refused_from_then_on(
+    recipient: Endpoint, issuer: Issuer, key: str
+) -> None:
+    _, reference = prepared(recipient, issuer, key)
+    PreparedExchange.objects.update(expires_at="2000-01-01T00:00:00Z")
+
+    assert services.prepared_expire() == 1
+
+    row = PreparedExchange.objects.get()
+    assert (row.request, row.refusal) == (None, services.EXPIRED)
+    task = send(recipient, exchange_message(reference), key=key)
+    assert task.status.state == TaskState.TASK_STATE_REJECTED
+    assert task.status.message.parts[0].text == services.EXPIRED
+    assert services.prepared_expire() == 0
+    assert not Run.objects.exists()
