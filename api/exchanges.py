@@ -199,8 +199,8 @@ class OutboundExchangeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, 
         description="Queues `request` for the agent at `url` and answers 202 with it `queued`; a worker "
         "then prepares it with the recipient (unless `prepared_by_host`) and sends its reference over "
         "A2A. Read it again for the outcome (or receive the `exchange.completed` / `exchange.failed` "
-        "events). A request that is not valid, or whose `exchangeId` this agent already sent, is a "
-        "400 at `request`.",
+        "events). A request that is not valid, names another `recipient` than `url`, or whose "
+        "`exchangeId` this agent already sent, is a 400 at `request`.",
     )
     def create(self, request: Request, pk: Any = None) -> Response:
         agent = self.agent()

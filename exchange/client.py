@@ -51,6 +51,7 @@ from exchange.models import OutboundExchange
 from negotiations.client import (
     JSONRPC,
     CounterpartyError,
+    before_1_0,
     canonical_url,
     credential_headers,
     failure_reason,
@@ -320,9 +321,8 @@ async def _deliver(http: httpx.AsyncClient, card: AgentCard, outgoing: _Outgoing
 def speaks_0_3(card: AgentCard) -> bool:
     """Whether the SDK's client speaks A2A 0.3 to ``card`` (as read by
     :func:`negotiations.client.read_card`): it does when no JSON-RPC interface is 1.0 or later."""
-    return not any(
-        i.protocol_binding == JSONRPC and i.protocol_version.split(".")[0] not in ("", "0")
-        for i in card.supported_interfaces
+    return all(
+        before_1_0(i.protocol_version) for i in card.supported_interfaces if i.protocol_binding == JSONRPC
     )
 
 

@@ -248,7 +248,7 @@ async def read_card(http: httpx.AsyncClient, url: str) -> AgentCard:
         AgentInterface(
             url=i.url,
             protocol_binding=i.protocol_binding,
-            protocol_version="0.3" if _before_1_0(i.protocol_version) else i.protocol_version,
+            protocol_version="0.3" if before_1_0(i.protocol_version) else i.protocol_version,
             tenant=i.tenant,
         )
         for i in card.supported_interfaces
@@ -320,7 +320,7 @@ async def _key_set(http: httpx.AsyncClient, jku: str) -> list[Any]:
     return keys
 
 
-def _before_1_0(version: str) -> bool:
+def before_1_0(version: str) -> bool:
     """Whether a protocolVersion ("", "0.2.5", "0.3.0") means the 0.x dialect, ``message/send``.
 
     The SDK would speak 1.0 to an empty version and to anything before 0.3.
