@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/negotiate.py
 	$(BIN)/python bench/steps.py
 	$(BIN)/python bench/gateway.py
+	$(BIN)/python bench/exchange.py
 	$(BIN)/python bench/live.py
 
 clean:
