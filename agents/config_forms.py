@@ -100,7 +100,8 @@ class PrettyJSONField(forms.JSONField):
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, InvalidJSONInput):
             return value
-        return json.dumps(value, indent=2, ensure_ascii=False)
+        # A new row's form has no initial value: show the empty one, which saves as it stands.
+        return json.dumps(self.empty() if value is None else value, indent=2, ensure_ascii=False)
 
 
 class MemberChoiceField(forms.ModelChoiceField):

@@ -1,12 +1,14 @@
 """The tenant's configuration through the API, but for the agents themselves (:mod:`api.agents`):
-intents, tools, model endpoints and grounding documents; and the serializer fields both share.
+intents, tools, model endpoints, grounding documents and counterparty credentials; and the
+serializer fields both share.
 
-``/api/v1/intents``, ``/api/v1/tools``, ``/api/v1/model-endpoints`` and
-``/api/v1/grounding-documents``. GETs need the ``read`` scope, every write ``admin``. Writes go
-through :mod:`agents.configuration` and :mod:`a2a_gateway.documents`, which judge them as the
+``/api/v1/intents``, ``/api/v1/tools``, ``/api/v1/model-endpoints``,
+``/api/v1/grounding-documents`` and ``/api/v1/counterparty-credentials``. GETs need the ``read``
+scope, every write ``admin``. Writes go through :mod:`agents.configuration`,
+:mod:`a2a_gateway.documents` and :mod:`negotiations.credentials`, which judge them as the
 dashboard's forms do: a refused write is a 400 naming the field, and writes nothing. Secrets
 (a tool's ``secret``, an endpoint's ``api_key``) are write-only: responses say only whether one
-is set.
+is set; a counterparty credential's ``secret`` is not shown at all.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from agents.config_forms import tenant_members
 from agents.models import Agent, Intent, ModelEndpoint, Tool
 from api.base import TenantViewSet
 from api.fields import TenantRowField, of_tenant
+from negotiations import credentials
+from negotiations.models import CounterpartyCredential
 from parley.models import ApiKey
 
 # --- Fields -----------------------------------------------------------------------------------------
@@ -448,4 +452,67 @@ class GroundingDocumentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
 
     def destroy(self, request: Request, pk: Any = None) -> Response:
         documents.grounding_document_delete(document=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- Counterparty credentials -----------------------------------------------------------------------
+
+
+class CounterpartyCredentialSerializer(serializers.ModelSerializer[CounterpartyCredential]):
+    """What an agent presents when it calls a counterparty whose URL starts with ``url_prefix``
+    (negotiations and Agent Exchange alike; the longest prefix wins, an agent's own over the
+    tenant's). The secret is taken, never shown."""
+
+    agent = TenantRowField(
+        queryset=Agent.objects.all(),
+        allow_null=True,
+        required=False,
+        help_text="the id of the agent that presents it; null: every agent of the tenant",
+    )
+
+    class Meta:
+        model = CounterpartyCredential
+        fields = ["id", "agent", "url_prefix", "scheme", "header", "secret", "created_at", "updated_at"]
+        read_only_fields = ["id", "created_at", "updated_at"]
+        extra_kwargs = {
+            "url_prefix": {"help_text": "the counterparty URLs it is for, e.g. its A2A URL"},
+            "scheme": {"help_text": "`bearer`: Authorization: Bearer <secret>; `api_key`: <header>"},
+            "header": {"help_text": "the header an `api_key` secret goes in"},
+            "secret": {"write_only": True, "help_text": "the key or token the counterparty issued"},
+        }
+
+
+class CounterpartyCredentialFilter(django_filters.FilterSet):
+    agent = django_filters.ModelChoiceFilter(queryset=of_tenant(Agent), help_text="the id of their agent")
+
+    class Meta:
+        model = CounterpartyCredential
+        fields = ["agent"]
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List counterparty credentials"),
+    retrieve=extend_schema(summary="Read a counterparty credential"),
+    create=extend_schema(summary="Add a credential an agent presents to a counterparty"),
+    partial_update=extend_schema(summary="Change a counterparty credential"),
+    destroy=extend_schema(summary="Delete a counterparty credential", responses={204: None}),
+)
+class CounterpartyCredentialViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ConfigurationViewSet):
+    """The credentials the tenant's agents present to counterparties (the keys other platforms issued)."""
+
+    model = CounterpartyCredential
+    queryset = CounterpartyCredential.objects.none()
+    serializer_class = CounterpartyCredentialSerializer
+    filterset_class = CounterpartyCredentialFilter
+
+    def create(self, request: Request) -> Response:
+        created = credentials.credential_create(tenant=self.tenant, values=self.valid())
+        return self.answer(created, status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, pk: Any = None) -> Response:
+        values = self.valid(partial=True)
+        return self.answer(credentials.credential_update(credential=self.get_object(), values=values))
+
+    def destroy(self, request: Request, pk: Any = None) -> Response:
+        credentials.credential_delete(credential=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)

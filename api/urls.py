@@ -6,6 +6,7 @@ from rest_framework.routers import SimpleRouter
 
 from api.agents import AgentViewSet
 from api.configuration import (
+    CounterpartyCredentialViewSet,
     GroundingDocumentViewSet,
     IntentViewSet,
     ModelEndpointViewSet,
@@ -26,6 +27,7 @@ router.register("intents", IntentViewSet, basename="intent")
 router.register("tools", ToolViewSet, basename="tool")
 router.register("model-endpoints", ModelEndpointViewSet, basename="model-endpoint")
 router.register("grounding-documents", GroundingDocumentViewSet, basename="grounding-document")
+router.register("counterparty-credentials", CounterpartyCredentialViewSet, basename="counterparty-credential")
 router.register("runs", RunViewSet, basename="run")
 router.register("questions", QuestionViewSet, basename="question")
 router.register("approvals", ApprovalViewSet, basename="approval")

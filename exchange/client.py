@@ -195,7 +195,10 @@ def check_endpoint(endpoint: Any, url: str) -> None:
     if _origin(endpoint) != _origin(url):
         raise ExchangeFailed(f"{what} is on another origin than the agent; it is refused.")
     if scheme == "http" and not (settings.WEBHOOKS_ALLOW_HTTP and _is_loopback(host)):
-        raise ExchangeFailed(f"{what} is not https: the request would travel in the clear.")
+        raise ExchangeFailed(
+            f"{what} is not https: the request would travel in the clear (WEBHOOKS_ALLOW_HTTP allows http "
+            "to a loopback address, for local development)."
+        )
 
 
 def _origin(url: str) -> tuple[str, str]:

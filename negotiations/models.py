@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import uuid
+from urllib.parse import urlsplit
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from agents.models import Agent, Intent, Run
@@ -129,6 +132,23 @@ class Settlement(TenantOwnedModel):
     disputed = models.JSONField(null=True, blank=True)
 
 
+# RFC 9110 §5.1: a field name is a token.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_LINE_BREAK = re.compile(r"[\r\n]")
+# Headers our client writes itself: a credential in one would be dropped or break the request.
+_OWN_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "a2a-version",
+        "a2a-extensions",
+    }
+)
+
+
 class CounterpartyCredential(TenantOwnedModel):
     """What our client presents when it calls a counterparty whose URL starts with ``url_prefix``.
 
@@ -150,3 +170,28 @@ class CounterpartyCredential(TenantOwnedModel):
 
     def __str__(self) -> str:
         return self.url_prefix
+
+    def clean(self) -> None:
+        """Refuse what cannot be sent or would go astray: a URL prefix that is not http(s), a header
+        name that is not an HTTP token (or is one the client sets itself), a secret that cannot be a
+        header value (a line break, a character outside Latin-1), or an agent of another tenant."""
+        errors: dict[str, str] = {}
+        if urlsplit(self.url_prefix).scheme.lower() not in ("http", "https"):
+            errors["url_prefix"] = "Give an http or https URL."
+        if self.scheme == self.Scheme.API_KEY:
+            if not _HEADER_NAME.fullmatch(self.header or ""):
+                errors["header"] = "Give an HTTP header name: letters, digits and -, no spaces."
+            elif self.header.lower() in _OWN_HEADERS:
+                errors["header"] = f"{self.header} is a header the client sets itself; name another."
+        if _LINE_BREAK.search(self.secret) or not self.secret.isprintable():
+            errors["secret"] = "A secret is sent as a header value: no line breaks or control characters."
+        else:
+            try:
+                self.secret.encode("latin-1")
+            except UnicodeEncodeError:
+                errors["secret"] = "A secret is sent as a header value: Latin-1 characters only."
+        agent = self.agent if self.agent_id is not None else None
+        if agent is not None and agent.tenant_id != self.tenant_id:
+            errors["agent"] = "That agent belongs to another tenant."
+        if errors:
+            raise ValidationError(errors)

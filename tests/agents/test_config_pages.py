@@ -9,6 +9,7 @@ is a 404; a refused save names the field and changes nothing.
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from html.parser import HTMLParser
 from typing import Any
@@ -971,3 +972,21 @@ def test_the_currency_of_an_endpoint_an_agent_uses_with_another_cannot_change(
         "Choose other models for them first."
     ]
     assert snapshot(backup) == before
+
+
+def test_the_new_agent_form_saves_its_json_fields_as_they_are_shown(ops: Client) -> None:
+    """Each JSON field of a new agent shows its empty value, never ``null``, which the form itself
+    would refuse on saving."""
+    html = ops.get(url("agent-create")).content.decode()
+    fields = ["term_guards", "guardrails", "card_skills", "card_fields", "cors_origins"]
+    shown = {
+        name: re.search(rf'<textarea name="{name}"[^>]*>\s*(.*?)</textarea>', html, re.S) for name in fields
+    }
+    assert all(match is not None for match in shown.values()), shown
+    assert {name: match.group(1).strip() for name, match in shown.items() if match} == {
+        "term_guards": "[]",
+        "guardrails": "[]",
+        "card_skills": "[]",
+        "card_fields": "{}",
+        "cors_origins": "[]",
+    }

@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 from a2a_gateway.models import GroundingDocument, IntakeRequest
 from agents.models import Agent, Intent, ModelEndpoint, Question, Run, Tool
 from exchange.models import ExchangeProfile, OutboundExchange
-from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.models import CounterpartyCredential, Negotiation, Settlement, Turn
 from parley.models import Event, Tenant, TenantOwnedModel, WebhookDelivery, WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
@@ -57,6 +57,7 @@ BODIES: dict[tuple[str, str], Any] = {
     ("PUT", "/api/v1/agents/{id}/term-guards"): [],
     ("POST", "/api/v1/approvals/{id}/approve"): {},
     ("POST", "/api/v1/approvals/{id}/reject"): {"reason": "no"},
+    ("PATCH", "/api/v1/counterparty-credentials/{id}"): {"secret": "taken"},
     ("PATCH", "/api/v1/grounding-documents/{id}"): {"title": "Taken over"},
     ("PATCH", "/api/v1/intents/{id}"): {"external_id": "taken"},
     ("PATCH", "/api/v1/model-endpoints/{id}"): {"name": "taken"},
@@ -131,6 +132,9 @@ def theirs(tenant: Tenant, agent: Agent, intent: Intent, principal: AbstractUser
         basis=Settlement.Basis.REFERENCE,
         terms={"amount": 900},
     )
+    credential = CounterpartyCredential.objects.create(
+        tenant=tenant, agent=agent, url_prefix="https://peer.example/a2a", secret="s3cret"
+    )
     intake = IntakeRequest.objects.create(tenant=tenant, agent=agent, caller="anon", summary="Call me.")
     hook = WebhookEndpoint.objects.create(
         tenant=tenant,
@@ -165,6 +169,7 @@ def theirs(tenant: Tenant, agent: Agent, intent: Intent, principal: AbstractUser
         "tools": str(tool.pk),
         "model-endpoints": str(endpoint.pk),
         "grounding-documents": str(document.pk),
+        "counterparty-credentials": str(credential.pk),
         "runs": str(run.pk),
         "questions": str(question.pk),
         "approvals": str(approval.pk),
