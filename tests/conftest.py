@@ -27,7 +27,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from agents.models import Agent, Intent, ModelEndpoint
+from agents.models import Agent, Intent, ModelEndpoint, Run
 from parley import devstack, live
 from parley.models import Membership, Tenant
 from tests.chat_server import ChatServer
@@ -51,6 +51,16 @@ def wait_until(predicate, *, timeout: float = 30.0, interval: float = 0.1, what:
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+def runs_settle(timeout: float = 30.0) -> None:
+    """Wait until no run is stepping: the live worker's step would otherwise race the flush that
+    ends a transactional test (Postgres may then find the TRUNCATE and the step deadlocked)."""
+    wait_until(
+        lambda: not Run.objects.filter(status__in=Run.STEPPING).exists(),
+        timeout=timeout,
+        what="the runs the test started to stop stepping",
+    )
 
 
 @dataclass

@@ -10,7 +10,7 @@ from a2a.types import AgentCard
 from agents import services
 from agents.models import Agent, Intent
 from tests.a2a_gateway.conftest import Endpoint, run
-from tests.conftest import LiveStack
+from tests.conftest import LiveStack, runs_settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,6 +98,7 @@ def test_scoping_the_agent_to_an_intent_leaves_its_card_byte_identical(
     scoped = run(lambda http: http.get(seller_endpoint.card_url)).content
 
     assert scoped == unscoped
+    runs_settle()
 
 
 CARD_PATHS = ["/.well-known/agent-card.json", "/.well-known/agent.json"]

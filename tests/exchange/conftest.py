@@ -12,11 +12,21 @@ from agents.models import Agent
 from exchange import outbound
 from exchange.models import OutboundExchange
 from negotiations.models import CounterpartyCredential
+from tests.conftest import runs_settle
 from tests.exchange.issuer import Issuer, request_for
 from tests.exchange.servers import Behaviour, Recipient, Sink
 
 # The key our agent presents to the recipient (its CounterpartyCredential's secret).
 KEY = "pk_test.recipient-key-for-acme"
+
+
+@pytest.fixture(autouse=True)
+def runs_settled(request: pytest.FixtureRequest) -> Iterator[None]:
+    """On the live stack, an executed exchange starts a run the worker steps: the test ends once
+    it has stopped (:func:`tests.conftest.runs_settle`)."""
+    yield
+    if "live_stack" in request.fixturenames:
+        runs_settle()
 
 
 @pytest.fixture

@@ -355,7 +355,9 @@ def test_an_exchange_does_not_run_past_the_tenants_model_budget(
     agent.tenant.model_budget = Decimal("1.00")
     agent.tenant.save()
     intent = Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Earlier work.")
-    Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, cost=Decimal("1.00"))
+    Run.objects.create(
+        tenant=agent.tenant, agent=agent, intent=intent, cost=Decimal("1.00"), status=Run.Status.DONE
+    )
     _, reference = prepared(recipient, issuer, key)
 
     send_reference(recipient, reference, caller_key=key)
