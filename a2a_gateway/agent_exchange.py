@@ -112,7 +112,7 @@ async def gate(context: ServerCallContext, message: Message, *, wire_0_3: bool) 
     message whose one data part is not ``{"reference": "sha256:…"}``, or that names a ``taskId``.
     """
     agent: Agent = context.state["agent"]
-    profile = await ExchangeProfile.objects.filter(agent=agent).afirst()
+    profile = await ExchangeProfile.objects.for_tenant(agent.tenant_id).filter(agent=agent).afirst()
     required = profile is not None and profile.mode == ExchangeProfile.Mode.REQUIRED
     activated = (
         wire.EXTENSION_URI in context.requested_extensions and wire.EXTENSION_URI in message.extensions

@@ -42,6 +42,7 @@ from a2a.types import (
     SecurityScheme,
     StringList,
 )
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.proto_utils import validate_proto_required_fields
 from django.conf import settings
@@ -111,6 +112,12 @@ def endpoint_url(agent: Agent, *, host_name: str | None = None) -> str:
         return agent_url(agent)
     scheme = settings.PUBLIC_BASE_URL.partition("://")[0]
     return f"{scheme}://{host_name}/"
+
+
+def card_url(endpoint: str) -> str:
+    """Where the card of the agent at ``endpoint`` (its JSON-RPC URL) is served (A2A 1.0's
+    well-known path; A2A 0.3 clients fetch ``/.well-known/agent.json``, served too)."""
+    return f"{endpoint.rstrip('/')}{AGENT_CARD_WELL_KNOWN_PATH}"
 
 
 def jwks_url(endpoint: str) -> str:

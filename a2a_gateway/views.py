@@ -36,8 +36,6 @@ from exchange.models import PreparedExchange
 from parley.views import TenantMixin
 from parley.webhook_views import errors_at_fields
 
-# Where a card is served under its endpoint (A2A 1.0; A2A 0.3 clients fetch /.well-known/agent.json).
-CARD_PATH = "/.well-known/agent-card.json"
 # Prepared Agent Exchange requests the profile page lists, newest first.
 PREPARED_SHOWN = 50
 
@@ -85,11 +83,6 @@ class AgentPageMixin(TenantMixin):
         return context
 
 
-def card_url(endpoint: str) -> str:
-    """Where the card of the agent at ``endpoint`` (its JSON-RPC URL) is served."""
-    return f"{endpoint.rstrip('/')}{CARD_PATH}"
-
-
 def card_text(agent: Agent, *, host_name: str | None = None) -> str:
     """The card exactly as the gateway serves it (:func:`a2a_gateway.app.card_endpoint`), indented:
     ``json.dumps(json.loads(text))`` gives the served bytes (but for a signed card's signatures,
@@ -107,12 +100,13 @@ class CardPreviewView(AgentPageMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         agent = self.agent
         text = card_text(agent)
-        context.update(card_url=card_url(cards.agent_url(agent)), card_json=text)
+        context.update(card_url=cards.card_url(cards.agent_url(agent)), card_json=text)
         context["signed"] = "signatures" in json.loads(text)
         if agent.host_name:
             endpoint = cards.endpoint_url(agent, host_name=agent.host_name)
             context.update(
-                host_card_url=card_url(endpoint), host_card_json=card_text(agent, host_name=agent.host_name)
+                host_card_url=cards.card_url(endpoint),
+                host_card_json=card_text(agent, host_name=agent.host_name),
             )
         return context
 

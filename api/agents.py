@@ -30,7 +30,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from a2a_gateway import cards
-from a2a_gateway.views import card_url
 from agents import configuration, selectors
 from agents.config_forms import END_STATES, ActionForm, tenant_members
 from agents.forms import SystemMessagePreviewForm
@@ -161,7 +160,7 @@ class AgentSerializer(serializers.ModelSerializer[Agent]):
         return cards.agent_url(agent)
 
     def get_card_url(self, agent: Agent) -> str:
-        return card_url(cards.agent_url(agent))
+        return cards.card_url(cards.agent_url(agent))
 
     def validate_host_name(self, host_name: str | None) -> str | None:
         return host_name or None  # "" is none: two agents without one must not clash on it
@@ -199,9 +198,12 @@ def card_preview(agent: Agent) -> dict[str, Any]:
     hosted = None
     if agent.host_name:
         endpoint = cards.endpoint_url(agent, host_name=agent.host_name)
-        hosted = {"url": card_url(endpoint), "card": cards.card_document(agent, host_name=agent.host_name)}
+        hosted = {
+            "url": cards.card_url(endpoint),
+            "card": cards.card_document(agent, host_name=agent.host_name),
+        }
     return {
-        "url": card_url(cards.agent_url(agent)),
+        "url": cards.card_url(cards.agent_url(agent)),
         "signed": "signatures" in card,
         "card": card,
         "host_name": hosted,

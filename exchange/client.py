@@ -52,9 +52,9 @@ from negotiations.client import (
     JSONRPC,
     CounterpartyError,
     before_1_0,
-    canonical_url,
     credential_headers,
     failure_reason,
+    origin_of,
     read_card,
 )
 from parley import strict_json
@@ -192,20 +192,13 @@ def check_endpoint(endpoint: Any, url: str) -> None:
         raise ExchangeFailed(f"{what} carries userinfo.")
     if "?" in endpoint or "#" in endpoint:
         raise ExchangeFailed(f"{what} carries a query or a fragment.")
-    if _origin(endpoint) != _origin(url):
+    if origin_of(endpoint) != origin_of(url):
         raise ExchangeFailed(f"{what} is on another origin than the agent; it is refused.")
     if scheme == "http" and not (settings.WEBHOOKS_ALLOW_HTTP and _is_loopback(host)):
         raise ExchangeFailed(
             f"{what} is not https: the request would travel in the clear (WEBHOOKS_ALLOW_HTTP allows http "
             "to a loopback address, for local development)."
         )
-
-
-def _origin(url: str) -> tuple[str, str]:
-    """Scheme and host[:port] of ``url`` as :func:`negotiations.client.canonical_url` writes them
-    (lower case, default port dropped), so ``https://A.example:443`` is ``https://a.example``."""
-    parts = urlsplit(canonical_url(url))
-    return parts.scheme, parts.netloc
 
 
 def _is_loopback(host: str) -> bool:

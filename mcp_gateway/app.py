@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import re
 from contextlib import AbstractAsyncContextManager
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.validators import slug_re
@@ -42,6 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from a2a_gateway.errors import rpc_error
 from mcp_gateway.tools import TENANT, build_server
+from negotiations.client import origin_of
 from parley.models import Tenant
 
 MCP_PATH = "/mcp/{tenant}"
@@ -98,8 +98,7 @@ class Gateway:
 
 def _own_origin(origin: str) -> bool:
     """Whether ``origin`` (an Origin header) is ``PUBLIC_BASE_URL``'s."""
-    ours = urlsplit(settings.PUBLIC_BASE_URL)
-    return origin.strip().lower() == f"{ours.scheme}://{ours.netloc}".lower()
+    return origin_of(origin.strip()) == origin_of(settings.PUBLIC_BASE_URL)
 
 
 def build_app() -> Gateway:

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
-from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0, VERSION_HEADER
+from a2a.utils.constants import PROTOCOL_VERSION_1_0, VERSION_HEADER
 from django.conf import settings
 from django.core.validators import slug_re
 from starlette.datastructures import Headers
@@ -38,7 +38,7 @@ from starlette.types import Scope
 from typing_extensions import TypedDict
 
 from a2a_gateway.auth import API_KEY_HEADER, VOUCHED_CLIENT_HEADER, Unauthenticated, client_address, vouch_for
-from a2a_gateway.cards import agent_url
+from a2a_gateway.cards import agent_url, card_url
 from agents.models import Agent
 from parley.http import async_client
 from parley.models import Tenant
@@ -94,16 +94,11 @@ async def bridges_list(*, tenant: Tenant) -> list[Bridge]:
             slug=agent.slug,
             name=agent.name,
             description=agent.description,
-            card_url=card_url(agent),
+            card_url=card_url(agent_url(agent)),
             endpoint_url=agent_url(agent),
         )
         async for agent in agents
     ]
-
-
-def card_url(agent: Agent) -> str:
-    """Where ``agent``'s AgentCard is served (``agent.tenant`` loaded: it names the URL)."""
-    return f"{agent_url(agent)}{AGENT_CARD_WELL_KNOWN_PATH}"
 
 
 async def bridge_card_fetch(*, tenant: Tenant, slug: str) -> dict[str, Any]:
@@ -115,7 +110,7 @@ async def bridge_card_fetch(*, tenant: Tenant, slug: str) -> dict[str, Any]:
             be fetched (no answer in time, a connection error, not HTTP 200, not a JSON object).
     """
     agent = await _agent(tenant, slug)
-    url = card_url(agent)
+    url = card_url(agent_url(agent))
     seconds = settings.A2A_CARD_TIMEOUT
     failed = f"The card of agent {agent.slug!r} could not be fetched from {url}"
     try:

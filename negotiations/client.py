@@ -102,9 +102,11 @@ def _unescape_unreserved(match: re.Match[str]) -> str:
     return char if char in _UNRESERVED else match.group().upper()
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url)
-    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
+def origin_of(url: str) -> tuple[str, str]:
+    """The origin of ``url`` (RFC 6454): scheme and host[:port] as :func:`canonical_url` writes them
+    (lower case, the default port dropped), so ``https://A.example:443`` is ``https://a.example``."""
+    parts = urlsplit(canonical_url(url))
+    return parts.scheme, parts.netloc
 
 
 def send_move(
@@ -241,7 +243,7 @@ async def read_card(http: httpx.AsyncClient, url: str) -> AgentCard:
         card = AgentCard(name=name if isinstance(name, str) else "")
     if card.signatures:
         await verify_card(http, card, card_url=card_url)
-    elsewhere = [i.url for i in card.supported_interfaces if i.url and _origin(i.url) != _origin(url)]
+    elsewhere = [i.url for i in card.supported_interfaces if i.url and origin_of(i.url) != origin_of(url)]
     if elsewhere:
         raise CounterpartyError(f"{url}: its card points to another origin ({elsewhere[0]})")
     usable = [
@@ -278,7 +280,7 @@ async def verify_card(http: httpx.AsyncClient, card: AgentCard, *, card_url: str
         jku = _protected_header(signature.protected).get("jku")
         if not isinstance(jku, str) or not jku:
             continue
-        if _origin(jku) != _origin(card_url):
+        if origin_of(jku) != origin_of(card_url):
             raise CounterpartyError(f"{card_url}: its card's signing keys are on another origin ({jku})")
         if jku not in key_sets:
             if len(key_sets) == MAX_KEY_SETS:
