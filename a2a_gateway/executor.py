@@ -36,8 +36,10 @@ more messages (index-wire-protocol.md §1, server step 4).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -48,6 +50,7 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types import Message, Role, Task, TaskState
 from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, UnsupportedOperationError
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import connections
 from google.protobuf.json_format import MessageToDict, ParseDict
 
@@ -226,9 +229,7 @@ async def _answer(agent: Agent, context: RequestContext, event_queue: EventQueue
         await event_queue.enqueue_event(new_task_from_user_message(context.message))
     updater = TaskUpdater(event_queue, context.task_id, context.context_id)
     await updater.start_work()
-    # A thread of its own, not asgiref's one thread that every ORM call of the gateway waits for:
-    # a CancelTask is then answered while the turn runs.
-    turn = sync_to_async(_turn, thread_sensitive=False)(
+    turn = _in_turn_thread(_turn)(
         agent=agent, task_id=context.task_id, context_id=context.context_id, prior=prior, incoming=incoming
     )
     reply = await _answered_in_time(agent, context, updater, turn)
@@ -280,7 +281,7 @@ async def _answer_visitor(
         await event_queue.enqueue_event(new_task_from_user_message(message))
     updater = TaskUpdater(event_queue, task_id, context_id)
     await updater.start_work()
-    turn = sync_to_async(_visitor_turn, thread_sensitive=False)(
+    turn = _in_turn_thread(_visitor_turn)(
         agent=agent,
         text=get_message_text(message),
         caller=owner_of(context.call_context),
@@ -300,7 +301,7 @@ def _visitor_turn(
     *, agent: Agent, text: str, caller: str, context_id: str, task_id: str
 ) -> representative.Reply | None:
     """:func:`a2a_gateway.representative.visitor_turn`; None if the task was canceled while it ran.
-    Runs in a thread of its own, whose database connection it closes."""
+    Runs in a thread of :func:`turn_pool`, whose database connection it closes."""
     try:
         reply = representative.visitor_turn(
             agent=agent, text=text, caller=caller, context_id=context_id, task_id=task_id
@@ -311,6 +312,26 @@ def _visitor_turn(
         return reply
     finally:
         connections.close_all()
+
+
+@functools.cache
+def turn_pool() -> ThreadPoolExecutor:
+    """This process's threads for turns, ``settings.A2A_TURN_THREADS`` of them (made on first use).
+
+    A turn is mostly waiting on its model (seconds to minutes), so it gets a thread of its
+    own, and enough of them that turns at once do not wait for each other: not asgiref's one
+    thread that every ORM call of the gateway waits for (a CancelTask is answered while the
+    turn runs), nor asyncio's default executor, which has min(32, cores + 4) threads — 6 on
+    two cores, where the seventh turn at once waited a whole model call for a thread. A turn
+    that finds every thread taken waits for one, on its ``turn_timeout``.
+    """
+    return ThreadPoolExecutor(max_workers=settings.A2A_TURN_THREADS, thread_name_prefix="turn")
+
+
+def _in_turn_thread(work: Callable[..., R]) -> Callable[..., Awaitable[R]]:
+    """``work`` as a coroutine function run in :func:`turn_pool`; ``work`` closes its thread's
+    database connection before it returns (threads outlive turns)."""
+    return sync_to_async(work, thread_sensitive=False, executor=turn_pool())
 
 
 async def _answered_in_time(
@@ -391,7 +412,7 @@ def _turn(
     The turn cannot be interrupted. Once it has committed, a cancel that came
     meanwhile is applied to its negotiation here (:func:`cancel_negotiation`
     applies it too, after cancelling: whichever comes second sees the turn
-    committed). Runs in a thread of its own, whose database connection it closes.
+    committed). Runs in a thread of :func:`turn_pool`, whose database connection it closes.
     """
     try:
         reply = services.inbound_turn(

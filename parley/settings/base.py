@@ -144,6 +144,9 @@ CELERY_BEAT_SCHEDULE = {
 PARLEY_EMBEDDED_WORKER_THREADS = env.int("PARLEY_EMBEDDED_WORKER_THREADS", default=8)
 
 # A2A public endpoint.
+# Threads of a web process that run inbound turns (a2a_gateway.executor.turn_pool): that many turns
+# wait on their models at once. Each holds a database connection while it runs.
+A2A_TURN_THREADS = env.int("A2A_TURN_THREADS", default=32)
 A2A_MAX_BODY_BYTES = env.int("A2A_MAX_BODY_BYTES", default=64 * 1024)
 # Seconds our client waits for a counterparty's answer to one move (seed default: 180 s).
 A2A_SEND_TIMEOUT = env.float("A2A_SEND_TIMEOUT", default=180.0)
