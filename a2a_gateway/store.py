@@ -8,13 +8,17 @@ agent can never read another's Tasks, whatever id it is given.
 from __future__ import annotations
 
 from datetime import UTC
+from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskStore
 from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.task import decode_page_token, encode_page_token
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
+from django.utils import timezone
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a_gateway.models import ID_LENGTH, A2ATask
@@ -65,23 +69,21 @@ class DjangoTaskStore(TaskStore):
     """Tasks as protobuf JSON in :class:`a2a_gateway.models.A2ATask`, owner-scoped."""
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
+        """Store ``task`` in the caller's partition (:func:`_task_write`).
+
+        Raises IntegrityError for a task id another partition holds (ids are unique over all).
+        """
         agent = call_agent(context)
         timestamp = (
             task.status.timestamp.ToDatetime(tzinfo=UTC) if task.status.HasField("timestamp") else None
         )
-        # The filter scopes the lookup; what a new row gets is the kwargs and defaults alone.
-        await _tasks(context).aupdate_or_create(
-            task_id=task.id,
-            owner=owner_of(context),
-            defaults={
-                "tenant_id": agent.tenant_id,
-                "agent": agent,
-                "context_id": task.context_id,
-                "state": TaskState.Name(task.status.state),
-                "status_timestamp": timestamp,
-                "data": MessageToDict(task),
-            },
-        )
+        fields = {
+            "context_id": task.context_id,
+            "state": TaskState.Name(task.status.state),
+            "status_timestamp": timestamp,
+            "data": MessageToDict(task),
+        }
+        await sync_to_async(_task_write)(agent, owner_of(context), task.id, fields)
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         if id_problem(task_id):
@@ -128,6 +130,27 @@ def _page_start(token: str) -> int:
     if not 0 <= start <= MAX_PAGE_START:
         raise InvalidParamsError(message="pageToken is not one this endpoint issued")
     return start
+
+
+def _task_write(agent: Agent, owner: str, task_id: str, fields: dict[str, Any]) -> None:
+    """Write ``fields`` of the task ``task_id`` in ``owner``'s partition at ``agent``, creating it if new.
+
+    The SDK saves a task at every event of a turn (five or more), so a stored one takes one
+    conditional UPDATE, scoped to the partition: no row lock, since a save replaces the whole
+    task and reads nothing. A new one is an INSERT; losing the race to create it, the UPDATE
+    again. Raises IntegrityError when another partition holds ``task_id``.
+    """
+    rows = A2ATask.objects.for_tenant(agent.tenant_id).filter(owner=owner, task_id=task_id)
+    if rows.update(**fields, updated_at=timezone.now()):
+        return
+    try:
+        with transaction.atomic():
+            A2ATask.objects.create(
+                tenant_id=agent.tenant_id, agent=agent, owner=owner, task_id=task_id, **fields
+            )
+    except IntegrityError:
+        if not rows.update(**fields, updated_at=timezone.now()):
+            raise
 
 
 def _tasks(context: ServerCallContext) -> QuerySet[A2ATask]:

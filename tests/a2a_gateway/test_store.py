@@ -12,7 +12,7 @@ from a2a.helpers import new_task
 from a2a.server.context import ServerCallContext
 from a2a.types import ListTasksRequest, TaskState
 from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import IntegrityError, connections
 
 from a2a_gateway.models import A2ATask
 from a2a_gateway.store import DjangoTaskStore
@@ -58,3 +58,50 @@ def test_status_timestamps_are_stored_and_filtered_as_utc(seller: Agent) -> None
     assert A2ATask.objects.get(task_id="task-utc").status_timestamp == STAMP
     assert since_before == ["task-utc"]
     assert since_after == []
+
+
+def test_a_saved_task_is_replaced_whole_in_its_partition(seller: Agent) -> None:
+    context = ServerCallContext(state={"agent": seller})
+
+    async def scenario() -> None:
+        store = DjangoTaskStore()
+        try:
+            await store.save(new_task("task-1", "ctx-1", TaskState.TASK_STATE_WORKING), context)
+            await store.save(new_task("task-1", "ctx-1", TaskState.TASK_STATE_INPUT_REQUIRED), context)
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    asyncio.run(scenario())
+
+    [row] = A2ATask.objects.all()
+    assert (row.task_id, row.owner, row.agent_id, row.tenant_id) == (
+        "task-1",
+        f"{seller.pk}|",
+        seller.pk,
+        seller.tenant_id,
+    )
+    assert (row.context_id, row.state) == ("ctx-1", "TASK_STATE_INPUT_REQUIRED")
+    assert row.data["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+
+def test_a_task_id_another_partition_holds_is_refused_and_left_as_it_was(seller: Agent, agent: Agent) -> None:
+    mine, theirs = ServerCallContext(state={"agent": seller}), ServerCallContext(state={"agent": agent})
+
+    async def scenario() -> None:
+        store = DjangoTaskStore()
+        try:
+            await store.save(new_task("task-1", "ctx-1", TaskState.TASK_STATE_WORKING), mine)
+            with pytest.raises(IntegrityError):
+                await store.save(new_task("task-1", "ctx-2", TaskState.TASK_STATE_COMPLETED), theirs)
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    asyncio.run(scenario())
+
+    [row] = A2ATask.objects.all()
+    assert (row.owner, row.tenant_id, row.context_id, row.state) == (
+        f"{seller.pk}|",
+        seller.tenant_id,
+        "ctx-1",
+        "TASK_STATE_WORKING",
+    )
