@@ -33,8 +33,9 @@ from a2a.server.tasks.push_notification_config_store import normalize_push_notif
 from a2a.server.tasks.push_notification_sender import PushNotificationEvent
 from a2a.types import TaskPushNotificationConfig
 from a2a.utils.errors import InvalidParamsError
+from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import QuerySet
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a_gateway.models import A2ATask, PushConfig
@@ -193,11 +194,7 @@ class DjangoPushConfigStore(PushNotificationConfigStore):
 
     async def get_info_for_dispatch(self, task_id: str) -> list[TaskPushNotificationConfig]:
         """Every config of the task whose owner (and tenant) is the task's own: the ones to deliver to."""
-        of_the_task = A2ATask.objects.filter(
-            task_id=task_id, owner=OuterRef("owner"), tenant_id=OuterRef("tenant_id")
-        )
-        rows = PushConfig.objects.filter(Exists(of_the_task), task_id=task_id).order_by("created_at")
-        return [_parse(row) async for row in rows]
+        return await sync_to_async(_dispatch_configs)(task_id)
 
     async def delete_info(
         self, task_id: str, context: ServerCallContext, config_id: str | None = None
@@ -214,6 +211,20 @@ class DjangoPushConfigStore(PushNotificationConfigStore):
 def _configs(context: ServerCallContext) -> QuerySet[PushConfig]:
     """The push configs of this call's owner, within the agent's tenant."""
     return PushConfig.objects.for_tenant(call_agent(context).tenant_id).filter(owner=owner_of(context))
+
+
+def _dispatch_configs(task_id: str) -> list[TaskPushNotificationConfig]:
+    """:meth:`DjangoPushConfigStore.get_info_for_dispatch`, for every event of every task.
+
+    Most tasks have no config: one plain query says so. The task's partition is read only
+    when there are some (a config may be stored before its task, or for an id another
+    partition holds, and goes nowhere then).
+    """
+    configs = list(PushConfig.objects.filter(task_id=task_id).order_by("created_at"))
+    if not configs:
+        return []
+    task = A2ATask.objects.filter(task_id=task_id).values_list("owner", "tenant_id").first()
+    return [_parse(c) for c in configs if (c.owner, c.tenant_id) == task]
 
 
 def _parse(row: PushConfig) -> TaskPushNotificationConfig:

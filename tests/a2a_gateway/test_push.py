@@ -27,10 +27,12 @@ from a2a.types import (
     TaskState,
 )
 from a2a.utils.errors import TaskNotFoundError
+from asgiref.sync import sync_to_async
+from django.db import connections
 from google.protobuf.json_format import MessageToDict
 
-from a2a_gateway.models import PushConfig
-from a2a_gateway.push import PublicOnlyTransport, PushURLRefused, vetted_address
+from a2a_gateway.models import A2ATask, PushConfig
+from a2a_gateway.push import DjangoPushConfigStore, PublicOnlyTransport, PushURLRefused, vetted_address
 from agents.models import Agent
 from tests.a2a_gateway.conftest import Endpoint, counts, endpoint_of, proposal, run, user_message
 from tests.a2a_gateway.servers import PushReceiver, on_wire, web_process
@@ -334,3 +336,52 @@ def test_another_agents_task_has_no_push_configs_for_the_caller(
     error = response.json()["error"]
     assert (error["code"], error["message"]) == (-32001, "Task not found")
     assert list(PushConfig.objects.values_list("config_id", flat=True)) == ["c1"]
+
+
+# Which configs an event goes to
+
+
+def test_an_event_goes_to_the_configs_of_the_tasks_own_partition_only(seller: Agent, agent: Agent) -> None:
+    """The task's caller's configs, oldest first; one stored for the same task id under another
+    partition (another caller, another tenant) gets nothing, nor does a config without its task."""
+    A2ATask.objects.create(
+        tenant=seller.tenant,
+        agent=seller,
+        owner="seller|key:a",
+        task_id="t-1",
+        context_id="c",
+        state="s",
+        data={},
+    )
+    for owner, tenant, agent_of, config_id in [
+        ("seller|key:a", seller.tenant, seller, "first"),
+        ("seller|key:b", seller.tenant, seller, "another caller"),
+        ("seller|key:a", agent.tenant, agent, "another tenant"),
+        ("seller|key:a", seller.tenant, seller, "second"),
+    ]:
+        PushConfig.objects.create(
+            tenant=tenant,
+            agent=agent_of,
+            owner=owner,
+            task_id="t-1",
+            config_id=config_id,
+            data={"id": config_id, "taskId": "t-1", "url": f"https://push.example/{config_id}"},
+        )
+    PushConfig.objects.create(
+        tenant=seller.tenant,
+        agent=seller,
+        owner="seller|key:a",
+        task_id="t-2",
+        config_id="x",
+        data={"id": "x"},
+    )
+
+    async def dispatch(task_id: str) -> list[str]:
+        try:
+            return [c.id for c in await DjangoPushConfigStore().get_info_for_dispatch(task_id)]
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    assert asyncio.run(dispatch("t-1")) == ["first", "second"]
+    assert asyncio.run(dispatch("t-2")) == []
+    assert asyncio.run(dispatch("t-3")) == []
