@@ -25,7 +25,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import F, Max
 from django.utils import timezone
 
 from agents import guardrails, history, host_operations, selectors, tools
@@ -336,15 +336,34 @@ def _limit_reached(run: Run) -> tuple[str, str] | None:
     """The (status, reason) a run ends with before its next step, or None to go on."""
     if run.step_count >= run.agent.max_steps:
         return Run.Status.MAX_STEPS, f"Stopped after {run.agent.max_steps} steps."
+    spent = run_budget_spent(run)
+    return (Run.Status.FAILED, spent) if spent else None
+
+
+def run_budget_spent(run: Run) -> str | None:
+    """Why ``run`` may spend no more model work — its deadline passed, its token or cost budget is
+    spent — or None. Steps and the negotiation turns under the run both stop on it."""
     if run.deadline is not None and timezone.now() >= run.deadline:
-        return Run.Status.FAILED, f"The deadline ({run.deadline:%Y-%m-%d %H:%M %Z}) passed."
+        return f"The deadline ({run.deadline:%Y-%m-%d %H:%M %Z}) passed."
     if run.max_tokens is not None and run.input_tokens + run.output_tokens >= run.max_tokens:
-        return Run.Status.FAILED, (
-            f"The token budget of {run.max_tokens} is spent ({run.input_tokens + run.output_tokens} used)."
-        )
+        return f"The token budget of {run.max_tokens} is spent ({run.input_tokens + run.output_tokens} used)."
     if run.max_cost is not None and run.cost >= run.max_cost:
-        return Run.Status.FAILED, f"The cost budget of {run.max_cost} is spent ({run.cost} used)."
+        return f"The cost budget of {run.max_cost} is spent ({run.cost} used)."
     return None
+
+
+def run_usage_add(*, run: Run, input_tokens: int, output_tokens: int, cost: Decimal) -> None:
+    """Add model work done for ``run`` outside its steps (a negotiation turn's decision) to its usage.
+
+    ``cost`` is in the run's model endpoint's currency. An atomic ``F()`` update: the run's
+    own steps take its row lock to add theirs.
+    """
+    Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(
+        input_tokens=F("input_tokens") + input_tokens,
+        output_tokens=F("output_tokens") + output_tokens,
+        cost=F("cost") + cost,
+        updated_at=timezone.now(),
+    )
 
 
 def _call_options(run: Run) -> CallOptions:
