@@ -36,6 +36,7 @@ from agents.llm import (
     Retry,
     ToolCall,
     ToolSpec,
+    json_kind,
 )
 from parley.http import client as http_client
 
@@ -178,9 +179,9 @@ class ChatCompletionsModel:
             message = data["choices"][0]["message"]
             calls = [
                 ToolCall(
-                    id=call.get("id") or _new_call_id(),
-                    name=call["function"].get("name") or "",
-                    arguments=_arguments(call["function"].get("arguments")),
+                    call.get("id") or _new_call_id(),
+                    call["function"].get("name") or "",
+                    *_arguments(call["function"].get("arguments")),
                 )
                 for call in message.get("tool_calls") or []
             ]
@@ -235,13 +236,16 @@ class ChatCompletionsModel:
                 for position, part in enumerate(delta.get("tool_calls") or []):
                     index = part.get("index")
                     call = calls.setdefault(
-                        index if isinstance(index, int) else position, {"id": "", "name": "", "arguments": ""}
+                        index if isinstance(index, int) else position,
+                        {"id": "", "name": "", "arguments": "", "raw_kind": ""},
                     )
                     function = part.get("function") or {}
                     # Some servers repeat the id and name on every chunk; only the arguments are split.
                     call["id"] = part.get("id") or call["id"]
                     call["name"] = function.get("name") or call["name"]
-                    call["arguments"] += function.get("arguments") or ""
+                    piece, raw_kind = _arguments(function.get("arguments"))
+                    call["arguments"] += piece
+                    call["raw_kind"] = call["raw_kind"] or raw_kind
             except (LookupError, TypeError, AttributeError, ValueError) as exc:
                 raise ModelError(
                     f"{name}: the stream carried a chunk we cannot read: {payload[:80]!r}"
@@ -253,7 +257,7 @@ class ChatCompletionsModel:
             raise ModelError(f"{name}: the answer has no choices")
         answer.content = "".join(content)
         answer.tool_calls = [
-            ToolCall(id=c["id"] or _new_call_id(), name=c["name"], arguments=c["arguments"])
+            ToolCall(c["id"] or _new_call_id(), c["name"], c["arguments"], c["raw_kind"])
             for _, c in sorted(calls.items())
         ]
         return answer
@@ -361,11 +365,12 @@ def _read_usage(answer: _Answer, usage: Any) -> None:
         answer.output_tokens = int(usage.get("completion_tokens") or 0)
 
 
-def _arguments(value: Any) -> str:
-    """A tool call's arguments as the raw text; a server that sends an object gets it re-encoded."""
-    if isinstance(value, str):
-        return value
-    return "" if value is None else json.dumps(value)
+def _arguments(value: Any) -> tuple[str, str]:
+    """A tool call's arguments as sent, as ``(text, raw_kind)`` (see :class:`~agents.llm.ToolCall`):
+    a string (or none) as is; a bare JSON value sent in its place as its JSON text and kind."""
+    if value is None or isinstance(value, str):
+        return value or "", ""
+    return json.dumps(value), json_kind(value)
 
 
 def _new_call_id() -> str:

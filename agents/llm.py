@@ -8,10 +8,13 @@ implementation an agent is configured with.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
+
+from parley import strict_json
 
 if TYPE_CHECKING:
     from agents.models import Agent
@@ -21,14 +24,62 @@ ChatMessage = dict[str, Any]
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One tool call as the model wrote it; ``arguments`` is the raw JSON text."""
+    """One tool call as the model wrote it.
+
+    ``arguments`` is the text the model wrote, JSON or not. A server that sent a JSON value where
+    chat completions put a string gets ``arguments`` as that value's JSON text, so the stored call
+    goes back to the model as valid chat completions, and ``raw_kind`` naming what was sent
+    (``"object"``, ``"array"``, ``"number"``… see :func:`json_kind`); ``""`` for a string.
+    """
 
     id: str
     name: str
     arguments: str
+    raw_kind: str = ""
 
     def as_dict(self) -> dict[str, str]:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """The arguments as a JSON object: they must be a string holding one ("" stands for ``{}``).
+
+        The one rule for every caller of a model, so that arguments breaking it become an error
+        result the model can act on. Raises :class:`BadArguments` saying what they are instead: a
+        bare JSON value sent in place of the string, text that is not JSON as
+        :func:`parley.strict_json.loads` reads it, or JSON that is not an object.
+        """
+        if self.raw_kind:
+            raise BadArguments(
+                f"the arguments of {self.name} must be a string holding a JSON object, and the model "
+                f"sent a bare JSON {self.raw_kind} instead"
+            )
+        try:
+            value = strict_json.loads(self.arguments or "{}")
+        except ValueError as exc:
+            problem = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise BadArguments(f"the arguments of {self.name} are not valid JSON ({problem})") from exc
+        if not isinstance(value, dict):
+            raise BadArguments(
+                f"the arguments of {self.name} must be a JSON object, not a JSON {json_kind(value)}"
+            )
+        return value
+
+
+class BadArguments(ValueError):
+    """A tool call's arguments are not a JSON object; the message names the tool and what they are."""
+
+
+def json_kind(value: Any) -> str:
+    """The JSON name of a decoded value's type: object, array, string, number, boolean or null."""
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    return "null" if value is None else "number"
 
 
 @dataclass(frozen=True)

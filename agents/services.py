@@ -30,7 +30,17 @@ from django.utils import timezone
 
 from agents import guardrails, history, host_operations, selectors, tools
 from agents.instructions import system_message
-from agents.llm import CallOptions, ChatMessage, ModelCancelled, ModelError, ModelReply, Retry, model_for
+from agents.llm import (
+    BadArguments,
+    CallOptions,
+    ChatMessage,
+    ModelCancelled,
+    ModelError,
+    ModelReply,
+    Retry,
+    ToolCall,
+    model_for,
+)
 from agents.models import MAX_DELEGATION_DEPTH, Agent, Intent, Message, Question, Run
 from agents.models import Tool as ToolRow
 from parley import strict_json, telemetry
@@ -417,7 +427,7 @@ def _run_outside_transaction(
     """
     ready = []
     for call in reply.tool_calls:
-        prepared = _prepare(call.name, call.arguments, offered)
+        prepared = _prepare(call, offered)
         if isinstance(prepared, tuple):
             tool, arguments = prepared
             if tool.outside_transaction and not tool.requires_approval:
@@ -522,7 +532,7 @@ def _run_tools(
     for call in reply.tool_calls:
         outcome = early.get(call.id)
         if outcome is None:
-            prepared = _prepare(call.name, call.arguments, offered)
+            prepared = _prepare(call, offered)
             if isinstance(prepared, tools.Result):
                 outcome = prepared
             elif prepared[0].requires_approval:
@@ -573,18 +583,18 @@ def _problem(exc: Exception) -> str:
 
 
 def _prepare(
-    name: str, raw_arguments: str, offered: dict[str, tools.Tool]
+    call: ToolCall, offered: dict[str, tools.Tool]
 ) -> tuple[tools.Tool, dict[str, Any]] | tools.Result:
-    """The tool and its parsed, schema-checked arguments, or the error result the model sees."""
+    """The tool and its parsed (:meth:`ToolCall.parsed_arguments`), schema-checked arguments, or
+    the error result the model sees."""
+    name = call.name
     tool = offered.get(name)
     if tool is None:
         return tools.Result(f"Error: unknown tool {name!r}; the tools offered are {', '.join(offered)}.")
     try:
-        arguments = _parse_json(raw_arguments or "{}")
-    except ValueError as exc:
-        return tools.Result(f"Error: the arguments of {name} are not valid JSON ({_problem(exc)}).")
-    if not isinstance(arguments, dict):
-        return tools.Result(f"Error: the arguments of {name} must be a JSON object.")
+        arguments = call.parsed_arguments()
+    except BadArguments as exc:
+        return tools.Result(f"Error: {exc}.")
     try:
         host_operations.validate_arguments(schema=tool.spec.parameters, arguments=arguments)
     except tools.ToolError as exc:

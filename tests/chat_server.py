@@ -39,7 +39,7 @@ class Reply:
     """
 
     content: str = ""
-    tool_calls: tuple[tuple[str, str, str], ...] = ()
+    tool_calls: tuple[tuple[str, str, Any], ...] = ()
     input_tokens: int = 10
     output_tokens: int = 5
     pieces: int = 3
@@ -65,11 +65,13 @@ def text(
 
 
 def tool_calls(
-    *calls: tuple[str, str, str], content: str = "", input_tokens: int = 10, output_tokens: int = 5
+    *calls: tuple[str, str, Any], content: str = "", input_tokens: int = 10, output_tokens: int = 5
 ) -> Reply:
     """An assistant message calling tools, each ``(id, name, arguments)`` (several: parallel calls).
 
-    ``arguments`` is sent as written, valid JSON or not, split over two deltas.
+    ``arguments`` is sent as written, valid JSON or not, split over two deltas; any other value
+    (a dict, a list, a number) is sent as that JSON value in place of the string, in one delta, as
+    some servers do.
     """
     return Reply(content=content, tool_calls=calls, input_tokens=input_tokens, output_tokens=output_tokens)
 
@@ -225,10 +227,8 @@ def _chunks(reply: Reply, body: dict[str, Any]) -> list[dict[str, Any]]:
         deltas.append(
             {"tool_calls": [{"index": index, "id": call_id, "type": "function", "function": {"name": name}}]}
         )
-        deltas += [
-            {"tool_calls": [{"index": index, "function": {"arguments": part}}]}
-            for part in _split(arguments, 2)
-        ]
+        parts = _split(arguments, 2) if isinstance(arguments, str) else [arguments]
+        deltas += [{"tool_calls": [{"index": index, "function": {"arguments": part}}]} for part in parts]
     chunks = [_chunk(body, {"index": 0, "delta": d, "finish_reason": None}) for d in deltas]
     finish = "tool_calls" if reply.tool_calls else "stop"
     chunks.append(_chunk(body, {"index": 0, "delta": {}, "finish_reason": finish}))

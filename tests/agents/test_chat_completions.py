@@ -167,6 +167,60 @@ def test_malformed_tool_call_arguments_are_passed_through_raw(
     assert reply.tool_calls == (ToolCall("call_a", "negotiate", '{"targets": ['),)
 
 
+@pytest.mark.parametrize(
+    ("sent", "arguments", "raw_kind"),
+    [
+        ({"order": "A-17"}, '{"order": "A-17"}', "object"),
+        (["A-17"], '["A-17"]', "array"),
+        (17, "17", "number"),
+        ('["A-17"]', '["A-17"]', ""),
+    ],
+    ids=["object", "array", "number", "string-holding-an-array"],
+)
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "json"])
+def test_arguments_sent_as_a_bare_json_value_are_marked_with_its_kind(
+    tenant: Tenant,
+    agent: Agent,
+    server: ChatServer,
+    sent: Any,
+    arguments: str,
+    raw_kind: str,
+    streamed: bool,
+) -> None:
+    """Chat completions carry arguments as a string; a server that sends the JSON value itself gets
+    its text kept for the record and its kind noted, so the loop can refuse the call."""
+    endpoint(tenant, server)
+    reply = tool_calls(("call_a", "lookup", sent))
+    if not streamed:
+        reply = status(
+            200,
+            body={
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": None,
+                            "tool_calls": [
+                                {
+                                    "id": "call_a",
+                                    "type": "function",
+                                    "function": {"name": "lookup", "arguments": sent},
+                                }
+                            ],
+                        },
+                        "finish_reason": "tool_calls",
+                    }
+                ]
+            },
+        )
+    server.script(reply)
+
+    answer = ask(model(agent, "gpt-x"), Seen())
+
+    assert answer.tool_calls == (ToolCall("call_a", "lookup", arguments, raw_kind),)
+
+
 def test_a_json_answer_is_read_when_the_server_does_not_stream(
     tenant: Tenant, agent: Agent, server: ChatServer
 ) -> None:
