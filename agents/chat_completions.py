@@ -3,10 +3,12 @@
 :class:`ChatCompletionsModel` calls one :class:`~agents.models.ModelEndpoint`:
 it always asks for a stream (SSE), hands each piece of text to
 ``CallOptions.on_delta``, and retries what may pass — timeouts, dropped
-connections, HTTP 429 and 5xx — waiting 1 s, 2 s, 4 s … or what
-``Retry-After`` asks (at most :data:`MAX_RETRY_AFTER` seconds). Any other
-failure ends the call at once. :class:`FallbackChain` tries models in order,
-moving on only when one's tries are spent.
+connections, HTTP 429 and 5xx, and an error object with such a code in a 200
+answer (OpenRouter reports a provider's failure so, in the body or as a stream
+chunk) — waiting 1 s, 2 s, 4 s … or what ``Retry-After`` asks (at most
+:data:`MAX_RETRY_AFTER` seconds). Any other failure ends the call at once.
+:class:`FallbackChain` tries models in order, moving on only when one's tries
+are spent.
 
 The client is synchronous: the agent loop calls it from a Celery worker.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -51,6 +54,11 @@ MAX_RETRY_AFTER = 60.0
 POLL_INTERVAL = 0.2
 # How much of an error body reaches the error message, in characters.
 MAX_ERROR_TEXT = 300
+# Named codes of an error object (``error.code``, or ``error.type`` without one) that may pass as
+# 429 and 5xx may: OpenAI's and OpenRouter's for rate limits and server trouble, Anthropic's overload.
+TRANSIENT_ERROR_CODES = frozenset(
+    {"rate_limit_exceeded", "server_error", "service_unavailable", "overloaded", "overloaded_error"}
+)
 
 
 class ModelUnavailable(ModelError):
@@ -142,7 +150,7 @@ class ChatCompletionsModel:
         url = f"{endpoint.base_url.rstrip('/')}/chat/completions"
         try:
             with http.stream("POST", url, json=body, headers=headers) as response:
-                if response.status_code == 429 or response.status_code >= 500:
+                if _transient(response.status_code):
                     response.read()
                     retry_after = _retry_after(response.headers.get("Retry-After"))
                     raise _Retryable(f"HTTP {response.status_code}", retry_after)
@@ -154,7 +162,7 @@ class ChatCompletionsModel:
                     )
                 if "json" in response.headers.get("Content-Type", ""):
                     response.read()
-                    answer = self._completion(response)
+                    answer = self._completion(response, _retry_after(response.headers.get("Retry-After")))
                     if answer.content and options.on_delta:
                         options.on_delta(answer.content)
                     return answer
@@ -169,11 +177,14 @@ class ChatCompletionsModel:
             # Retrying cannot help: the URL is unusable, or the body is not decodable.
             raise ModelError(f"{endpoint.name}: {type(exc).__name__}: {exc}") from exc
 
-    def _completion(self, response: httpx.Response) -> _Answer:
-        """A non-streamed answer: ``{"choices": [{"message": {...}}], "usage": {...}}``."""
+    def _completion(self, response: httpx.Response, retry_after: float | None) -> _Answer:
+        """A non-streamed answer: ``{"choices": [{"message": {...}}], "usage": {...}}``, or
+        ``{"error": {...}}`` (see :meth:`_reported`; ``retry_after`` is the response's, in seconds)."""
         name = self.endpoint.name
         try:
             data = response.json()
+            if data.get("error"):
+                raise self._reported(data["error"], retry_after)
             if not data.get("choices"):
                 raise ModelError(f"{name}: the answer has no choices")
             message = data["choices"][0]["message"]
@@ -219,9 +230,7 @@ class ChatCompletionsModel:
                 ) from exc
             try:
                 if chunk.get("error"):
-                    error = chunk["error"]
-                    text = error.get("message") if isinstance(error, dict) else error
-                    raise ModelError(f"{name}: the stream reported an error: {self._redact(str(text))}")
+                    raise self._reported(chunk["error"])
                 _read_usage(answer, chunk.get("usage"))
                 if not chunk.get("choices"):
                     continue  # the usage chunk, or a keep-alive
@@ -275,6 +284,28 @@ class ChatCompletionsModel:
             model=endpoint.name,
             cost=cost,
         )
+
+    def _reported(self, error: Any, retry_after: float | None = None) -> _Retryable | ModelError:
+        """What an ``error`` object in a 200 answer (its body, or a chunk of its stream) stands for.
+
+        The object is ``{"code", "message"}``, ``code`` an HTTP status (an int or a numeric string)
+        or a name (``"rate_limit_exceeded"``); ``type`` stands in for a missing code. 429, 5xx and
+        :data:`TRANSIENT_ERROR_CODES` may pass (:class:`_Retryable`, after ``retry_after`` seconds
+        when given); anything else is a :class:`ModelError`. Either names the code and the message,
+        without the API key: ``"the reply reported error 429 (Rate limit exceeded)"``.
+        """
+        code: Any = None
+        message: Any = error
+        if isinstance(error, dict):
+            code = error.get("code") if error.get("code") not in (None, "") else error.get("type")
+            message = error.get("message")
+        text = self._redact(" ".join(str(message or "").split()))[:MAX_ERROR_TEXT]
+        reason = "the reply reported " + (f"error {code}" if code not in (None, "") else "an error")
+        if text:
+            reason += f" ({text})"
+        if _transient(code):
+            return _Retryable(reason, retry_after)
+        return ModelError(f"{self.endpoint.name}: {reason}")
 
     def _check(self, options: CallOptions) -> None:
         if options.cancelled():
@@ -371,6 +402,16 @@ def _arguments(value: Any) -> tuple[str, str]:
     if value is None or isinstance(value, str):
         return value or "", ""
     return json.dumps(value), json_kind(value)
+
+
+def _transient(code: Any) -> bool:
+    """Whether a failure with ``code`` may pass: an HTTP status (an int, or digits) of 429 or 5xx,
+    or one of :data:`TRANSIENT_ERROR_CODES`."""
+    if isinstance(code, str) and re.fullmatch(r"\d{3}", code.strip()):
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code == 429 or 500 <= code <= 599
+    return isinstance(code, str) and code.strip().lower() in TRANSIENT_ERROR_CODES
 
 
 def _new_call_id() -> str:

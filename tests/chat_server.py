@@ -3,9 +3,10 @@
 :class:`ChatServer` serves ``POST /v1/chat/completions`` on 127.0.0.1 from a daemon thread, so the
 client under test is the production one, over a real socket. Each request takes the next scripted
 :class:`Reply` (:meth:`ChatServer.script`), or asks the ``responder`` once the script is spent.
-Replies are built with :func:`text`, :func:`tool_calls`, :func:`status`, :func:`hang`,
-:func:`drop`, :func:`malformed` and :func:`sse`. A completion is streamed as SSE (HTTP/1.1 chunked, as real
-servers do) when the request says ``"stream": true``, and answered as one JSON body otherwise.
+Replies are built with :func:`text`, :func:`tool_calls`, :func:`status`, :func:`error_body`,
+:func:`error_chunk`, :func:`hang`, :func:`drop`, :func:`malformed` and :func:`sse`. A
+completion is streamed as SSE (HTTP/1.1 chunked, as real servers do) when the request says
+``"stream": true``, and answered as one JSON body otherwise.
 
     with ChatServer() as server:
         server.script(status(429, headers={"Retry-After": "1"}), text("Hello"))
@@ -33,9 +34,10 @@ class Reply:
 
     A completion (``content``, ``tool_calls`` as ``(id, name, arguments)``, usage in tokens),
     streamed in ``pieces`` of text with ``chunk_delay`` seconds between chunks; or, when ``body``
-    is set, that body as is with ``status`` and ``headers``. ``delay`` is seconds before
-    answering; ``drop_after`` closes the connection after that many streamed chunks (0: before
-    any answer).
+    is set, that body as is with ``status`` and ``headers``. ``error``, an error object, is
+    streamed as a chunk after the text (and ends the stream), or is the whole body unstreamed.
+    ``delay`` is seconds before answering; ``drop_after`` closes the connection after that many
+    streamed chunks (0: before any answer).
     """
 
     content: str = ""
@@ -47,6 +49,7 @@ class Reply:
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes | None = None
+    error: Mapping[str, Any] | None = None
     delay: float = 0.0
     drop_after: int | None = None
 
@@ -83,6 +86,18 @@ def status(code: int, *, headers: Mapping[str, str] | None = None, body: Any = N
         body = {"error": {"message": HTTPStatus(code).phrase}}
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     return Reply(status=code, headers={"Content-Type": "application/json", **(headers or {})}, body=raw)
+
+
+def error_body(code: Any, message: str, *, headers: Mapping[str, str] | None = None, **fields: Any) -> Reply:
+    """A 200 JSON answer whose body is ``{"error": {"code", "message", **fields}}``, as OpenRouter
+    reports a provider's failure once it accepted the request; ``code`` as given (an int, digits, a name)."""
+    return status(200, headers=headers, body={"error": {"code": code, "message": message, **fields}})
+
+
+def error_chunk(code: Any, message: str, *, content: str = "") -> Reply:
+    """A 200 stream of ``content`` that ends with an error chunk ``{"error": {"code", "message"}}``
+    and ``finish_reason`` "error", as OpenRouter reports a failure mid-stream (unstreamed: the body)."""
+    return Reply(content=content, error={"code": code, "message": message})
 
 
 def hang(seconds: float, then: Reply | None = None) -> Reply:
@@ -183,6 +198,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(reply)
             elif body.get("stream"):
                 self._stream(reply, body, chat)
+            elif reply.error is not None:
+                self._send(replace(reply, body=json.dumps({"error": reply.error}).encode()))
             else:
                 self._send(replace(reply, body=json.dumps(_completion(reply, body)).encode()))
         except (BrokenPipeError, ConnectionResetError):
@@ -223,6 +240,10 @@ def _chunks(reply: Reply, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The ``chat.completion.chunk`` objects of a streamed ``reply``."""
     deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
     deltas += [{"content": piece} for piece in _split(reply.content, reply.pieces)]
+    if reply.error is not None:
+        chunks = [_chunk(body, {"index": 0, "delta": d, "finish_reason": None}) for d in deltas]
+        failed = {"index": 0, "delta": {"content": ""}, "finish_reason": "error"}
+        return [*chunks, {**_chunk(body, failed), "error": dict(reply.error)}]
     for index, (call_id, name, arguments) in enumerate(reply.tool_calls):
         deltas.append(
             {"tool_calls": [{"index": index, "id": call_id, "type": "function", "function": {"name": name}}]}

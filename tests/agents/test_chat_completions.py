@@ -22,7 +22,19 @@ from agents.llm import (
 )
 from agents.models import Agent, ModelEndpoint
 from parley.models import Tenant
-from tests.chat_server import ChatServer, Reply, drop, hang, malformed, sse, status, text, tool_calls
+from tests.chat_server import (
+    ChatServer,
+    Reply,
+    drop,
+    error_body,
+    error_chunk,
+    hang,
+    malformed,
+    sse,
+    status,
+    text,
+    tool_calls,
+)
 
 KEY = "sk-test-0123456789abcdef"
 MESSAGES = [{"role": "system", "content": "You act for Tomas."}, {"role": "user", "content": "Hello."}]
@@ -335,6 +347,123 @@ def test_401_fails_at_once_without_the_api_key_in_the_error(
         ask(model(agent, "gpt-x", "backup"), seen)
 
     assert str(error.value) == "gpt-x: HTTP 401: Incorrect API key provided: [api key]."
+    assert (len(server.requests), seen.retries, seen.fallbacks) == (1, [], [])
+
+
+NOW = {"Retry-After": "0"}
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason"),
+    [
+        (
+            error_body(429, "Rate limit exceeded", headers=NOW),
+            "the reply reported error 429 (Rate limit exceeded)",
+        ),
+        (
+            error_body("503", "No provider available", headers=NOW),
+            "the reply reported error 503 (No provider available)",
+        ),
+        (
+            error_body("rate_limit_exceeded", "Slow down", headers=NOW),
+            "the reply reported error rate_limit_exceeded (Slow down)",
+        ),
+        (
+            status(200, headers=NOW, body={"error": {"type": "server_error", "message": "Try later"}}),
+            "the reply reported error server_error (Try later)",
+        ),
+        (
+            error_chunk(502, "Provider disconnected", content="Half an ans"),
+            "the reply reported error 502 (Provider disconnected)",
+        ),
+        (
+            error_chunk("server_error", "Upstream died"),
+            "the reply reported error server_error (Upstream died)",
+        ),
+    ],
+    ids=[
+        "body-429",
+        "body-503-as-digits",
+        "body-named-code",
+        "body-type-for-code",
+        "chunk-502",
+        "chunk-named-code",
+    ],
+)
+def test_an_error_object_in_a_200_answer_with_a_passing_code_is_retried(
+    tenant: Tenant, agent: Agent, server: ChatServer, failure: Reply, reason: str
+) -> None:
+    endpoint(tenant, server)
+    server.script(failure, text("At last."))
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x"), seen)
+
+    assert reply.content == "At last."
+    assert [(r.attempt, r.reason) for r in seen.retries] == [(1, reason)]
+    assert len(server.requests) == 2
+
+
+def test_an_error_object_with_a_passing_code_falls_back_once_the_tries_are_spent(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server, attempts=2)
+    endpoint(tenant, server, name="backup")
+    busy = error_body(429, "Rate limit exceeded", headers=NOW)
+    server.script(busy, busy, text("From the backup."))
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x", "backup"), seen)
+
+    assert (reply.content, reply.model) == ("From the backup.", "backup")
+    assert seen.fallbacks == [
+        ("gpt-x", "backup", "the reply reported error 429 (Rate limit exceeded) after 2 tries")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("failure", "message"),
+    [
+        (
+            error_body(400, f"Invalid model for key {KEY}"),
+            "gpt-x: the reply reported error 400 (Invalid model for key [api key])",
+        ),
+        (
+            error_body("402", "Insufficient credits"),
+            "gpt-x: the reply reported error 402 (Insufficient credits)",
+        ),
+        (
+            error_body("context_length_exceeded", "Too long"),
+            "gpt-x: the reply reported error context_length_exceeded (Too long)",
+        ),
+        (
+            error_chunk(403, "Flagged by moderation", content="I will"),
+            "gpt-x: the reply reported error 403 (Flagged by moderation)",
+        ),
+        (sse('data: {"error": "boom"}'), "gpt-x: the reply reported an error (boom)"),
+        (status(200, body={"error": {"code": 400}}), "gpt-x: the reply reported error 400"),
+    ],
+    ids=[
+        "body-400",
+        "body-402-as-digits",
+        "body-named-code",
+        "chunk-403",
+        "chunk-without-code",
+        "body-without-message",
+    ],
+)
+def test_an_error_object_with_any_other_code_fails_at_once_naming_it(
+    tenant: Tenant, agent: Agent, server: ChatServer, failure: Reply, message: str
+) -> None:
+    endpoint(tenant, server)
+    endpoint(tenant, server, name="backup")
+    server.script(failure)
+    seen = Seen()
+
+    with pytest.raises(ModelError) as error:
+        ask(model(agent, "gpt-x", "backup"), seen)
+
+    assert str(error.value) == message
     assert (len(server.requests), seen.retries, seen.fallbacks) == (1, [], [])
 
 
