@@ -3,9 +3,11 @@
 :class:`ChatCompletionsModel` calls one :class:`~agents.models.ModelEndpoint`:
 it always asks for a stream (SSE), hands each piece of text to
 ``CallOptions.on_delta``, and retries what may pass — timeouts, dropped
-connections, HTTP 429 and 5xx, and an error object with such a code in a 200
+connections, HTTP 429 and 5xx, an error object with such a code in a 200
 answer (OpenRouter reports a provider's failure so, in the body or as a stream
-chunk) — waiting 1 s, 2 s, 4 s … or what ``Retry-After`` asks (at most
+chunk), and a reply that cannot be acted on: one cut off at the length limit
+(its tool calls and text are incomplete) or one with neither text nor tool
+calls — waiting 1 s, 2 s, 4 s … or what ``Retry-After`` asks (at most
 :data:`MAX_RETRY_AFTER` seconds). Any other failure ends the call at once.
 :class:`FallbackChain` tries models in order, moving on only when one's tries
 are spent.
@@ -91,6 +93,7 @@ class _Answer:
     tool_calls: list[ToolCall] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
+    finish_reason: str = ""
 
 
 class ChatCompletionsModel:
@@ -114,7 +117,8 @@ class ChatCompletionsModel:
         endpoint's currency. After a :class:`~agents.llm.Retry` the deltas start over.
 
         Raises :class:`ModelCancelled` once ``options.cancelled()`` is True (never retried),
-        :class:`ModelUnavailable` when every try failed in a way that may pass, and
+        :class:`ModelUnavailable` when every try failed in a way that may pass (a reply cut off
+        at the length limit, or with neither text nor tool calls, is such a failed try), and
         :class:`ModelError` at once for anything else (another 4xx, a malformed reply).
         """
         options = options or CallOptions()
@@ -163,10 +167,11 @@ class ChatCompletionsModel:
                 if "json" in response.headers.get("Content-Type", ""):
                     response.read()
                     answer = self._completion(response, _retry_after(response.headers.get("Retry-After")))
+                    _check_usable(answer)
                     if answer.content and options.on_delta:
                         options.on_delta(answer.content)
                     return answer
-                return self._stream(response, deadline, options)
+                return _check_usable(self._stream(response, deadline, options))
         except httpx.TimeoutException as exc:
             raise _Retryable("timed out") from exc
         except httpx.ConnectError as exc:
@@ -187,7 +192,8 @@ class ChatCompletionsModel:
                 raise self._reported(data["error"], retry_after)
             if not data.get("choices"):
                 raise ModelError(f"{name}: the answer has no choices")
-            message = data["choices"][0]["message"]
+            choice = data["choices"][0]
+            message = choice["message"]
             calls = [
                 ToolCall(
                     call.get("id") or _new_call_id(),
@@ -196,7 +202,11 @@ class ChatCompletionsModel:
                 )
                 for call in message.get("tool_calls") or []
             ]
-            answer = _Answer(content=message.get("content") or "", tool_calls=calls)
+            answer = _Answer(
+                content=message.get("content") or "",
+                tool_calls=calls,
+                finish_reason=choice.get("finish_reason") or "",
+            )
             _read_usage(answer, data.get("usage"))
         except (ValueError, LookupError, TypeError, AttributeError) as exc:
             raise ModelError(f"{name}: the answer is not a chat completion we can read") from exc
@@ -236,7 +246,8 @@ class ChatCompletionsModel:
                     continue  # the usage chunk, or a keep-alive
                 saw_choice = True
                 choice = chunk["choices"][0]
-                finished = finished or bool(choice.get("finish_reason"))
+                answer.finish_reason = choice.get("finish_reason") or answer.finish_reason
+                finished = finished or bool(answer.finish_reason)
                 delta = choice.get("delta") or {}
                 if piece := delta.get("content"):
                     content.append(piece)
@@ -388,6 +399,16 @@ def _request_body(
             "json_schema": {"name": "output", "schema": response_format},
         }
     return body
+
+
+def _check_usable(answer: _Answer) -> _Answer:
+    """``answer``, when it can be acted on; raises :class:`_Retryable` for one cut off at the length
+    limit (its tool calls and text are incomplete) or one with neither text nor tool calls."""
+    if answer.finish_reason == "length":
+        raise _Retryable("the reply was cut off at the length limit")
+    if not answer.content.strip() and not answer.tool_calls:
+        raise _Retryable("the model answered nothing")
+    return answer
 
 
 def _read_usage(answer: _Answer, usage: Any) -> None:

@@ -4,9 +4,9 @@
 client under test is the production one, over a real socket. Each request takes the next scripted
 :class:`Reply` (:meth:`ChatServer.script`), or asks the ``responder`` once the script is spent.
 Replies are built with :func:`text`, :func:`tool_calls`, :func:`status`, :func:`error_body`,
-:func:`error_chunk`, :func:`hang`, :func:`drop`, :func:`malformed` and :func:`sse`. A
-completion is streamed as SSE (HTTP/1.1 chunked, as real servers do) when the request says
-``"stream": true``, and answered as one JSON body otherwise.
+:func:`error_chunk`, :func:`hang`, :func:`drop`, :func:`malformed`, :func:`sse` and
+:func:`unstreamed`. A completion is streamed as SSE (HTTP/1.1 chunked, as real servers do) when
+the request says ``"stream": true``, and answered as one JSON body otherwise.
 
     with ChatServer() as server:
         server.script(status(429, headers={"Retry-After": "1"}), text("Hello"))
@@ -32,8 +32,9 @@ from typing import Any, Self, cast
 class Reply:
     """One scripted answer.
 
-    A completion (``content``, ``tool_calls`` as ``(id, name, arguments)``, usage in tokens),
-    streamed in ``pieces`` of text with ``chunk_delay`` seconds between chunks; or, when ``body``
+    A completion (``content``, ``tool_calls`` as ``(id, name, arguments)``, usage in tokens,
+    ``finish_reason``, by default "tool_calls" or "stop"), streamed in ``pieces`` of text with
+    ``chunk_delay`` seconds between chunks unless ``unstreamed``; or, when ``body``
     is set, that body as is with ``status`` and ``headers``. ``error``, an error object, is
     streamed as a chunk after the text (and ends the stream), or is the whole body unstreamed.
     ``delay`` is seconds before answering; ``drop_after`` closes the connection after that many
@@ -44,8 +45,10 @@ class Reply:
     tool_calls: tuple[tuple[str, str, Any], ...] = ()
     input_tokens: int = 10
     output_tokens: int = 5
+    finish_reason: str = ""
     pieces: int = 3
     chunk_delay: float = 0.0
+    unstreamed: bool = False
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes | None = None
@@ -55,20 +58,32 @@ class Reply:
 
 
 def text(
-    content: str, *, input_tokens: int = 10, output_tokens: int = 5, pieces: int = 3, chunk_delay: float = 0.0
+    content: str,
+    *,
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    pieces: int = 3,
+    chunk_delay: float = 0.0,
+    finish_reason: str = "",
 ) -> Reply:
-    """An assistant message of ``content``, streamed in ``pieces`` deltas."""
+    """An assistant message of ``content`` (may be empty), streamed in ``pieces`` deltas;
+    ``finish_reason="length"`` for one cut off at the length limit."""
     return Reply(
         content=content,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         pieces=pieces,
         chunk_delay=chunk_delay,
+        finish_reason=finish_reason,
     )
 
 
 def tool_calls(
-    *calls: tuple[str, str, Any], content: str = "", input_tokens: int = 10, output_tokens: int = 5
+    *calls: tuple[str, str, Any],
+    content: str = "",
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    finish_reason: str = "",
 ) -> Reply:
     """An assistant message calling tools, each ``(id, name, arguments)`` (several: parallel calls).
 
@@ -76,7 +91,18 @@ def tool_calls(
     (a dict, a list, a number) is sent as that JSON value in place of the string, in one delta, as
     some servers do.
     """
-    return Reply(content=content, tool_calls=calls, input_tokens=input_tokens, output_tokens=output_tokens)
+    return Reply(
+        content=content,
+        tool_calls=calls,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        finish_reason=finish_reason,
+    )
+
+
+def unstreamed(reply: Reply) -> Reply:
+    """``reply`` answered as one JSON body even to a request that asks for a stream, as some servers do."""
+    return replace(reply, unstreamed=True)
 
 
 def status(code: int, *, headers: Mapping[str, str] | None = None, body: Any = None) -> Reply:
@@ -196,7 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
             elif reply.body is not None:
                 self._send(reply)
-            elif body.get("stream"):
+            elif body.get("stream") and not reply.unstreamed:
                 self._stream(reply, body, chat)
             elif reply.error is not None:
                 self._send(replace(reply, body=json.dumps({"error": reply.error}).encode()))
@@ -251,8 +277,7 @@ def _chunks(reply: Reply, body: dict[str, Any]) -> list[dict[str, Any]]:
         parts = _split(arguments, 2) if isinstance(arguments, str) else [arguments]
         deltas += [{"tool_calls": [{"index": index, "function": {"arguments": part}}]} for part in parts]
     chunks = [_chunk(body, {"index": 0, "delta": d, "finish_reason": None}) for d in deltas]
-    finish = "tool_calls" if reply.tool_calls else "stop"
-    chunks.append(_chunk(body, {"index": 0, "delta": {}, "finish_reason": finish}))
+    chunks.append(_chunk(body, {"index": 0, "delta": {}, "finish_reason": _finish_reason(reply)}))
     if (body.get("stream_options") or {}).get("include_usage"):
         chunks.append({**_chunk(body), "usage": _usage(reply)})
     return chunks
@@ -279,11 +304,13 @@ def _completion(reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         "id": "chatcmpl-test",
         "object": "chat.completion",
         "model": body["model"],
-        "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(reply)}],
         "usage": _usage(reply),
     }
+
+
+def _finish_reason(reply: Reply) -> str:
+    return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
 
 
 def _usage(reply: Reply) -> dict[str, int]:

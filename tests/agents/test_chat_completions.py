@@ -34,6 +34,7 @@ from tests.chat_server import (
     status,
     text,
     tool_calls,
+    unstreamed,
 )
 
 KEY = "sk-test-0123456789abcdef"
@@ -204,28 +205,7 @@ def test_arguments_sent_as_a_bare_json_value_are_marked_with_its_kind(
     endpoint(tenant, server)
     reply = tool_calls(("call_a", "lookup", sent))
     if not streamed:
-        reply = status(
-            200,
-            body={
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {
-                            "role": "assistant",
-                            "content": None,
-                            "tool_calls": [
-                                {
-                                    "id": "call_a",
-                                    "type": "function",
-                                    "function": {"name": "lookup", "arguments": sent},
-                                }
-                            ],
-                        },
-                        "finish_reason": "tool_calls",
-                    }
-                ]
-            },
-        )
+        reply = unstreamed(reply)
     server.script(reply)
 
     answer = ask(model(agent, "gpt-x"), Seen())
@@ -279,6 +259,53 @@ def test_sse_comments_are_skipped_and_a_stream_cut_short_is_retried(
 
     assert reply.content == "Hi"
     assert seen.retries == [Retry(model="gpt-x", attempt=1, wait=1.0, reason="connection dropped")]
+
+
+CUT_OFF = "the reply was cut off at the length limit"
+NOTHING = "the model answered nothing"
+
+
+@pytest.mark.parametrize(
+    ("refused", "reason"),
+    [
+        (text("Here is half a sen", finish_reason="length"), CUT_OFF),
+        (tool_calls(("call_a", "lookup", '{"order": "A-'), finish_reason="length"), CUT_OFF),
+        (unstreamed(text("Here is half", finish_reason="length")), CUT_OFF),
+        (text(""), NOTHING),
+        (text(" \n "), NOTHING),
+        (unstreamed(text("")), NOTHING),
+    ],
+    ids=["text-cut", "tool-call-cut", "json-cut", "empty", "blank", "json-empty"],
+)
+def test_a_reply_that_cannot_be_acted_on_is_a_failed_try(
+    tenant: Tenant, agent: Agent, server: ChatServer, refused: Reply, reason: str
+) -> None:
+    """A reply cut off at the length limit (incomplete text and tool calls), or with neither text nor
+    tool calls, is never the answer: the try is retried, as one that may pass."""
+    endpoint(tenant, server)
+    server.script(refused, text("Whole."))
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x"), seen)
+
+    assert (reply.content, reply.tool_calls) == ("Whole.", ())
+    assert [(r.attempt, r.reason) for r in seen.retries] == [(1, reason)]
+
+
+def test_replies_cut_off_on_every_model_fail_the_call_naming_it(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server, attempts=2)
+    endpoint(tenant, server, name="backup", attempts=1)
+    cut = tool_calls(("call_a", "lookup", '{"order": "A-'), finish_reason="length")
+    server.script(cut, cut, cut)
+    seen = Seen()
+
+    with pytest.raises(ModelError) as error:
+        ask(model(agent, "gpt-x", "backup"), seen)
+
+    assert str(error.value) == f"gpt-x: {CUT_OFF} after 2 tries; then backup: {CUT_OFF} after 1 try"
+    assert seen.fallbacks == [("gpt-x", "backup", f"{CUT_OFF} after 2 tries")]
 
 
 def test_429_waits_as_long_as_retry_after_asks(tenant: Tenant, agent: Agent, server: ChatServer) -> None:

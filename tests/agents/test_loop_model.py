@@ -142,6 +142,53 @@ def test_a_non_retryable_model_error_fails_the_run_with_its_reason(
 
 
 @pytest.mark.django_db
+def test_a_reply_cut_off_at_the_length_limit_never_runs_its_tools_and_fails_the_step_naming_it(
+    llm_agent: Agent, intent: Intent, lookup: Tool, host: HostServer, chat: ChatServer
+) -> None:
+    llm_agent.tools.add(lookup)
+    cut = tool_calls(("c1", "lookup", '{"order": "A-17"}'), content="Looking it up", finish_reason="length")
+    chat.script(cut, cut)
+
+    run = step(services.run_start(agent=llm_agent, intent=intent, task="Where is A-17?"))
+
+    assert (run.status, run.end_reason, run.output) == (
+        Run.Status.FAILED,
+        "house-model: the reply was cut off at the length limit after 2 tries",
+        "",
+    )
+    assert host.received == []
+    assert not Message.objects.filter(run=run, role=Message.Role.ASSISTANT).exists()
+    assert not Question.objects.filter(run=run).exists()
+
+
+@pytest.mark.django_db
+def test_a_reply_of_nothing_is_not_a_final_answer_and_is_asked_again(
+    llm_agent: Agent, intent: Intent, chat: ChatServer
+) -> None:
+    chat.script(text(""), text("Monday."))
+
+    run = step(services.run_start(agent=llm_agent, intent=intent, task="When?"))
+
+    assert (run.status, run.output) == (Run.Status.DONE, "Monday.")
+    assert Event.objects.get(kind="run.retry").payload["reason"] == "the model answered nothing"
+
+
+@pytest.mark.django_db
+def test_replies_of_nothing_on_every_try_fail_the_step_naming_it(
+    llm_agent: Agent, intent: Intent, chat: ChatServer
+) -> None:
+    chat.script(text(""), text(" "))
+
+    run = step(services.run_start(agent=llm_agent, intent=intent, task="When?"))
+
+    assert (run.status, run.end_reason) == (
+        Run.Status.FAILED,
+        "house-model: the model answered nothing after 2 tries",
+    )
+    assert not Message.objects.filter(run=run, role=Message.Role.ASSISTANT).exists()
+
+
+@pytest.mark.django_db
 def test_structured_output_is_asked_for_validated_and_stored(
     llm_agent: Agent, intent: Intent, chat: ChatServer
 ) -> None:
