@@ -7,8 +7,10 @@ connections, HTTP 429 and 5xx, an error object with such a code in a 200
 answer (OpenRouter reports a provider's failure so, in the body or as a stream
 chunk), and a reply that cannot be acted on: one cut off at the length limit
 (its tool calls and text are incomplete) or one with neither text nor tool
-calls — waiting 1 s, 2 s, 4 s … or what ``Retry-After`` asks (at most
-:data:`MAX_RETRY_AFTER` seconds). Any other failure ends the call at once.
+calls — waiting 1 s, 2 s, 4 s … with jitter, or what ``Retry-After`` asks.
+Any other failure ends the call at once. A wait is never cut short: one the
+call cannot afford (see :meth:`ChatCompletionsModel.complete`) makes the model
+unavailable for the call, saying why.
 :class:`FallbackChain` tries models in order, moving on only when one's tries
 are spent.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 import time
 import uuid
@@ -48,8 +51,8 @@ from parley.http import client as http_client
 if TYPE_CHECKING:
     from agents.models import ModelEndpoint
 
-# A server asking for longer is still retried after this many seconds: a worker thread waits
-# through it, and the run's own budgets (deadline, cancellation) are the place for longer pauses.
+# The longest wait between two tries, in seconds: a worker thread sleeps through it, so a server
+# asking for longer (Retry-After) is not waited for, and backoff stops growing here.
 MAX_RETRY_AFTER = 60.0
 # The longest stretch between two polls of ``CallOptions.cancelled``, in seconds. Polls are spaced
 # at least this far apart while streaming too, since a poll may cost a database query.
@@ -64,7 +67,9 @@ TRANSIENT_ERROR_CODES = frozenset(
 
 
 class ModelUnavailable(ModelError):
-    """Every try of one model failed in a way that may pass (timeouts, dropped connections, 429, 5xx).
+    """One model cannot answer this call, in a way another model may not share: every try failed in
+    a way that may pass (timeouts, dropped connections, 429, 5xx, a reply cut off or empty), or the
+    wait before the next try is more than the call can afford.
 
     ``str(error)`` is ``"<model>: <reason>"``, e.g. ``"gpt-x: HTTP 503 after 3 tries"``; a
     :class:`FallbackChain` moves on to its next model.
@@ -116,10 +121,19 @@ class ChatCompletionsModel:
         ``cost`` is ``(input_tokens * input_price + output_tokens * output_price) / 1e6``, in the
         endpoint's currency. After a :class:`~agents.llm.Retry` the deltas start over.
 
-        Raises :class:`ModelCancelled` once ``options.cancelled()`` is True (never retried),
+        Before try ``n + 1`` the call waits what ``Retry-After`` asks, or else ``2 ** (n - 1)``
+        seconds (at most :data:`MAX_RETRY_AFTER`) times a random factor in [0.5, 1], so clients
+        that failed together do not come back together. A try runs for at most
+        ``endpoint.timeout`` seconds and never past ``options.deadline``. A wait is never cut
+        short: a ``Retry-After`` over :data:`MAX_RETRY_AFTER` (a worker thread must not sleep for
+        hours), or any wait that would end past ``options.deadline``, makes the model unavailable
+        for the call instead, naming the wait.
+
+        Raises :class:`ModelCancelled` once ``options.cancelled()`` is True (never retried);
         :class:`ModelUnavailable` when every try failed in a way that may pass (a reply cut off
-        at the length limit, or with neither text nor tool calls, is such a failed try), and
-        :class:`ModelError` at once for anything else (another 4xx, a malformed reply).
+        at the length limit, or with neither text nor tool calls, is such a failed try) or the
+        next wait is one the call cannot afford; :class:`ModelError` once ``options.deadline``
+        passed, and at once for anything else (another 4xx, a malformed reply).
         """
         options = options or CallOptions()
         endpoint = self.endpoint
@@ -131,13 +145,20 @@ class ChatCompletionsModel:
             attempt = 1
             while True:
                 self._check(options)
+                left = self._time_left(options)
                 try:
-                    return self._reply(self._try(http, body, headers, options))
+                    seconds = endpoint.timeout if left is None else min(endpoint.timeout, left)
+                    return self._reply(self._try(http, body, headers, options, seconds))
                 except _Retryable as failure:
+                    left = self._time_left(options)  # a try the deadline cut off ends the call
+                    tries = "1 try" if attempt == 1 else f"{attempt} tries"
                     if attempt >= endpoint.attempts:
-                        tries = "1 try" if attempt == 1 else f"{attempt} tries"
                         raise ModelUnavailable(endpoint.name, f"{failure.reason} after {tries}") from failure
-                    wait = 2.0 ** (attempt - 1) if failure.retry_after is None else failure.retry_after
+                    wait, refusal = _wait(failure, attempt, left)
+                    if refusal:
+                        raise ModelUnavailable(
+                            endpoint.name, f"{failure.reason} after {tries}; {refusal}"
+                        ) from failure
                     if options.on_retry:
                         options.on_retry(
                             Retry(model=endpoint.name, attempt=attempt, wait=wait, reason=failure.reason)
@@ -145,15 +166,35 @@ class ChatCompletionsModel:
                     self._pause(wait, options)
                 attempt += 1
 
+    def _time_left(self, options: CallOptions) -> float | None:
+        """Seconds left before ``options.deadline`` (None without one).
+
+        Raises :class:`ModelError` once it has passed: no model can answer in time any more.
+        """
+        if options.deadline is None:
+            return None
+        left = (options.deadline - datetime.now(UTC)).total_seconds()
+        if left <= 0:
+            raise ModelError(
+                f"{self.endpoint.name}: the deadline ({options.deadline:%Y-%m-%d %H:%M:%S %Z}) passed "
+                "before the model answered"
+            )
+        return left
+
     def _try(
-        self, http: httpx.Client, body: dict[str, Any], headers: dict[str, str], options: CallOptions
+        self,
+        http: httpx.Client,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        options: CallOptions,
+        seconds: float,
     ) -> _Answer:
-        """One POST, read to its end; raises :class:`_Retryable` or :class:`ModelError`."""
+        """One POST, read to its end within ``seconds``; raises :class:`_Retryable` or :class:`ModelError`."""
         endpoint = self.endpoint
-        deadline = time.monotonic() + endpoint.timeout
+        deadline = time.monotonic() + seconds
         url = f"{endpoint.base_url.rstrip('/')}/chat/completions"
         try:
-            with http.stream("POST", url, json=body, headers=headers) as response:
+            with http.stream("POST", url, json=body, headers=headers, timeout=seconds) as response:
                 if _transient(response.status_code):
                     response.read()
                     retry_after = _retry_after(response.headers.get("Retry-After"))
@@ -441,7 +482,8 @@ def _new_call_id() -> str:
 
 
 def _retry_after(value: str | None) -> float | None:
-    """``Retry-After`` (seconds, or an HTTP date) in seconds from now, within [0, MAX_RETRY_AFTER]."""
+    """``Retry-After`` (seconds, or an HTTP date) in seconds from now, at least 0; None when absent
+    or unreadable."""
     if not value:
         return None
     try:
@@ -456,7 +498,31 @@ def _retry_after(value: str | None) -> float | None:
         seconds = (when - datetime.now(UTC)).total_seconds()
     if math.isnan(seconds):
         return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+    return max(seconds, 0.0)
+
+
+def _wait(failure: _Retryable, attempt: int, left: float | None) -> tuple[float, str]:
+    """Seconds to wait after failed try ``attempt``, and "" or why that wait is not affordable.
+
+    ``left`` is seconds to the call's deadline (None: none). See
+    :meth:`ChatCompletionsModel.complete` for the rule.
+    """
+    if failure.retry_after is not None:
+        wait = failure.retry_after
+        if wait > MAX_RETRY_AFTER:
+            return wait, f"Retry-After asks for {wait:g} s, more than the {MAX_RETRY_AFTER:g} s a call waits"
+        if left is not None and wait >= left:
+            return (
+                wait,
+                f"Retry-After asks for {wait:g} s, more than the {left:.1f} s left before the deadline",
+            )
+        return wait, ""
+    base = min(2.0 ** (attempt - 1), MAX_RETRY_AFTER)
+    # Jitter spreads the clients a failure hit at once; hundredths keep the timeline readable.
+    wait = round(base * random.uniform(0.5, 1.0), 2)
+    if left is not None and wait >= left:
+        return wait, f"another try in {wait:g} s would start after the deadline ({left:.1f} s left)"
+    return wait, ""
 
 
 def _error_text(response: httpx.Response) -> str:

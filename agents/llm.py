@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -116,7 +117,10 @@ class CallOptions:
       when the next model of the list takes over (``(from_model, to_model, reason)``);
     * ``cancelled`` is polled while waiting and between streamed chunks; once it
       returns True the call stops with :class:`ModelCancelled`;
-    * ``response_format`` is a JSON Schema the final answer must follow.
+    * ``response_format`` is a JSON Schema the final answer must follow;
+    * ``deadline`` (timezone-aware, absolute) is when the answer is due: no try runs past it and
+      no wait between tries ends after it. ``None``: each try is bounded by its endpoint's timeout
+      only. Raises ``ValueError`` for a naive ``deadline``.
     """
 
     on_delta: Callable[[str], None] | None = None
@@ -124,6 +128,11 @@ class CallOptions:
     on_fallback: Callable[[str, str, str], None] | None = None
     cancelled: Callable[[], bool] = lambda: False
     response_format: dict[str, Any] | None = None
+    deadline: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.deadline is not None and self.deadline.utcoffset() is None:
+            raise ValueError("CallOptions.deadline must be timezone-aware")
 
 
 @dataclass(frozen=True)

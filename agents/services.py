@@ -358,7 +358,8 @@ def _limit_reached(run: Run) -> tuple[str, str] | None:
 
 
 def _call_options(run: Run) -> CallOptions:
-    """Hooks of one model call: stream deltas live, record retries and fallbacks, stop when cancelled."""
+    """Hooks of one model call: stream deltas live, record retries and fallbacks, stop when cancelled,
+    and answer by the run's deadline."""
     step = run.step_count + 1
     head = {"run": str(run.pk), "step": step}
     party = run.agent.principal_id
@@ -398,6 +399,7 @@ def _call_options(run: Run) -> CallOptions:
         on_fallback=on_fallback,
         cancelled=_stopped_check(run),
         response_format=run.output_schema,
+        deadline=run.deadline,
     )
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from agents.llm import (
     CallOptions,
@@ -84,6 +87,13 @@ class Seen:
 
 def ask(chat: ChatModel, seen: Seen, *, tools: list[ToolSpec] | None = None, **fields: Any) -> Any:
     return chat.complete(messages=MESSAGES, tools=tools or [], options=seen.options(**fields))
+
+
+def backed_off(retry: Retry, reason: str) -> bool:
+    """Whether ``retry`` waits the jittered backoff of its attempt for ``reason``: 2 ** (attempt - 1)
+    seconds times a factor in [0.5, 1]."""
+    base = 2.0 ** (retry.attempt - 1)
+    return retry.reason == reason and base / 2 <= retry.wait <= base
 
 
 def test_a_streamed_answer_arrives_in_order_with_its_usage_and_cost(
@@ -258,7 +268,9 @@ def test_sse_comments_are_skipped_and_a_stream_cut_short_is_retried(
     reply = ask(model(agent, "gpt-x"), seen)
 
     assert reply.content == "Hi"
-    assert seen.retries == [Retry(model="gpt-x", attempt=1, wait=1.0, reason="connection dropped")]
+    [retry] = seen.retries
+    assert (retry.model, retry.attempt) == ("gpt-x", 1)
+    assert backed_off(retry, "connection dropped")
 
 
 CUT_OFF = "the reply was cut off at the length limit"
@@ -320,20 +332,115 @@ def test_429_waits_as_long_as_retry_after_asks(tenant: Tenant, agent: Agent, ser
     assert len(server.requests) == 2
 
 
-def test_5xx_is_retried_with_backoff_unless_retry_after_says_otherwise(
+def test_5xx_is_retried_with_jittered_backoff_unless_retry_after_says_otherwise(
     tenant: Tenant, agent: Agent, server: ChatServer
 ) -> None:
-    endpoint(tenant, server)
-    server.script(status(500), status(503, headers={"Retry-After": "0"}), text("Back up."))
+    endpoint(tenant, server, attempts=4)
+    server.script(status(500), status(502), status(503, headers={"Retry-After": "0"}), text("Back up."))
     seen = Seen()
 
     reply = ask(model(agent, "gpt-x"), seen)
 
     assert reply.content == "Back up."
-    assert seen.retries == [
-        Retry(model="gpt-x", attempt=1, wait=1.0, reason="HTTP 500"),
-        Retry(model="gpt-x", attempt=2, wait=0.0, reason="HTTP 503"),
+    first, second, third = seen.retries
+    assert [r.attempt for r in seen.retries] == [1, 2, 3]
+    assert backed_off(first, "HTTP 500")  # 0.5 to 1 s
+    assert backed_off(second, "HTTP 502")  # 1 to 2 s
+    assert third == Retry(model="gpt-x", attempt=3, wait=0.0, reason="HTTP 503")
+
+
+def test_a_retry_after_longer_than_a_call_waits_falls_back_without_waiting(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    """Without a deadline a call still waits at most MAX_RETRY_AFTER: a worker thread must not sleep
+    for an hour because a server asked it to."""
+    endpoint(tenant, server)
+    endpoint(tenant, server, name="backup")
+    server.script(status(429, headers={"Retry-After": "3600"}), text("From the backup."))
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x", "backup"), seen)
+
+    assert (reply.content, reply.model, seen.retries) == ("From the backup.", "backup", [])
+    assert seen.fallbacks == [
+        (
+            "gpt-x",
+            "backup",
+            "HTTP 429 after 1 try; Retry-After asks for 3600 s, more than the 60 s a call waits",
+        )
     ]
+
+
+def test_a_retry_after_past_the_deadline_fails_the_call_naming_it(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server)
+    server.script(status(503, headers={"Retry-After": "45"}))
+    seen = Seen()
+
+    with pytest.raises(ModelError) as error:
+        ask(model(agent, "gpt-x"), seen, deadline=timezone.now() + timedelta(seconds=30))
+
+    assert re.fullmatch(
+        r"gpt-x: HTTP 503 after 1 try; "
+        r"Retry-After asks for 45 s, more than the \d+\.\d s left before the deadline",
+        str(error.value),
+    )
+    assert (len(server.requests), seen.retries) == (1, [])
+
+
+def test_a_backoff_past_the_deadline_fails_the_call_naming_it(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server)
+    server.script(status(500))
+    seen = Seen()
+
+    # The first backoff is at least 0.5 s.
+    with pytest.raises(ModelError) as error:
+        ask(model(agent, "gpt-x"), seen, deadline=timezone.now() + timedelta(seconds=0.45))
+
+    assert re.fullmatch(
+        r"gpt-x: HTTP 500 after 1 try; "
+        r"another try in [\d.]+ s would start after the deadline \(0\.\d s left\)",
+        str(error.value),
+    )
+    assert (len(server.requests), seen.retries) == (1, [])
+
+
+def test_a_try_is_cut_off_at_the_deadline_and_the_call_fails_naming_it(
+    tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    endpoint(tenant, server, timeout=10.0)
+    endpoint(tenant, server, name="backup")
+    server.script(hang(30))
+    seen = Seen()
+
+    with pytest.raises(ModelError) as error:
+        ask(model(agent, "gpt-x", "backup"), seen, deadline=timezone.now() + timedelta(seconds=0.5))
+
+    assert re.fullmatch(
+        r"gpt-x: the deadline \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\) passed before the model answered",
+        str(error.value),
+    )
+    assert (len(server.requests), seen.retries, seen.fallbacks) == (1, [], [])
+
+
+def test_a_deadline_that_passed_asks_no_model(tenant: Tenant, agent: Agent, server: ChatServer) -> None:
+    endpoint(tenant, server)
+
+    with pytest.raises(ModelError) as error:
+        ask(model(agent, "gpt-x"), Seen(), deadline=datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC))
+
+    assert (
+        str(error.value) == "gpt-x: the deadline (2020-01-02 03:04:05 UTC) passed before the model answered"
+    )
+    assert server.requests == []
+
+
+def test_a_deadline_without_a_timezone_is_refused() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        CallOptions(deadline=datetime(2099, 1, 1))
 
 
 def test_a_timeout_is_retried(tenant: Tenant, agent: Agent, server: ChatServer) -> None:
@@ -344,7 +451,8 @@ def test_a_timeout_is_retried(tenant: Tenant, agent: Agent, server: ChatServer) 
     reply = ask(model(agent, "gpt-x"), seen)
 
     assert reply.content == "In time."
-    assert seen.retries == [Retry(model="gpt-x", attempt=1, wait=1.0, reason="timed out")]
+    [retry] = seen.retries
+    assert backed_off(retry, "timed out")
 
 
 @pytest.mark.parametrize("cut", [drop(), drop(after_chunks=2)], ids=["before-answering", "mid-stream"])
@@ -358,7 +466,8 @@ def test_a_dropped_connection_is_retried(
     reply = ask(model(agent, "gpt-x"), seen)
 
     assert reply.content == "Whole."
-    assert seen.retries == [Retry(model="gpt-x", attempt=1, wait=1.0, reason="connection dropped")]
+    [retry] = seen.retries
+    assert backed_off(retry, "connection dropped")
     assert len(server.requests) == 2
 
 

@@ -3,6 +3,7 @@ retries and fallbacks in the timeline, structured output, streaming, guardrails,
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import timedelta
 from decimal import Decimal
@@ -105,6 +106,27 @@ def test_a_retry_is_an_event_of_the_run_and_the_run_goes_on(
         "reason": retry.payload["reason"],
     }
     assert "429" in retry.payload["reason"]
+
+
+@pytest.mark.django_db
+def test_a_retry_after_past_the_runs_deadline_fails_the_step_naming_it(
+    llm_agent: Agent, intent: Intent, chat: ChatServer
+) -> None:
+    chat.script(status(429, headers={"Retry-After": "45"}))
+    run = services.run_start(
+        agent=llm_agent, intent=intent, task="Answer.", deadline=timezone.now() + timedelta(seconds=30)
+    )
+
+    run = step(run)
+
+    assert run.status == Run.Status.FAILED
+    assert re.fullmatch(
+        r"house-model: HTTP 429 after 1 try; Retry-After asks for 45 s, more than the \d+\.\d s left "
+        r"before the deadline",
+        run.end_reason,
+    )
+    assert len(chat.requests) == 1
+    assert not Event.objects.filter(kind="run.retry").exists()
 
 
 @pytest.mark.django_db
