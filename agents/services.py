@@ -287,26 +287,40 @@ def _take_step(run: Run) -> None:
     except guardrails.GuardrailTripped as exc:
         _finish(run, Run.Status.FAILED, str(exc))
         return
+    live = _LiveText(run)
+    kept = False
+    try:
+        kept = _ask_model(run, messages, offered, live)
+    finally:
+        if not kept:
+            live.withdraw()  # streamed text of a reply that was not stored must not stay on the page
+
+
+def _ask_model(
+    run: Run, messages: list[ChatMessage], offered: dict[str, tools.Tool], live: _LiveText
+) -> bool:
+    """Call the model, run the tools it called and write the step; whether the reply was stored."""
+    agent = run.agent
     provider = "parley.offline" if agent.model == "offline" else "openai"
     try:
         with telemetry.model_call_span(model=agent.model, provider=provider) as call:
             reply = model_for(agent).complete(
-                messages=messages, tools=[t.spec for t in offered.values()], options=_call_options(run)
+                messages=messages, tools=[t.spec for t in offered.values()], options=_call_options(run, live)
             )
             call.record(reply.model, reply.input_tokens, reply.output_tokens)
     except ModelCancelled:
-        return  # the run was stopped meanwhile; whoever stopped it wrote its end
+        return False  # the run was stopped meanwhile; whoever stopped it wrote its end
     except ModelError as exc:
         _finish(run, Run.Status.FAILED, str(exc))
-        return
+        return False
     try:
         content = guardrails.check(agent.guardrails, stage="output", text=reply.content)
     except guardrails.GuardrailTripped as exc:
         _finish(run, Run.Status.FAILED, str(exc), spent=reply)
-        return
+        return False
     reply = _with_unique_call_ids(run, reply)
     early = _run_outside_transaction(run, reply, offered)
-    _apply_step(
+    return _apply_step(
         run_id=run.pk,
         tenant_id=run.tenant_id,
         seen_steps=run.step_count,
@@ -315,6 +329,39 @@ def _take_step(run: Run) -> None:
         offered=offered,
         early=early,
     )
+
+
+class _LiveText:
+    """A step's model text on the open pages: each delta as it streams (``run.delta``), and the
+    withdrawal (``run.withdrawn``) of what went out once it will not be stored.
+
+    Both are transient events (:func:`parley.live.push_transient`), ``{"run", "step"}`` plus
+    ``"delta"`` for a delta.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self.tenant_id = run.tenant_id
+        self.party_id = run.agent.principal_id
+        self.head = {"run": str(run.pk), "step": run.step_count + 1}
+        self.shown = False
+
+    def delta(self, text: str) -> None:
+        self.shown = True
+        push_transient(
+            event="run.delta",
+            tenant_id=self.tenant_id,
+            party_id=self.party_id,
+            payload={**self.head, "delta": text},
+        )
+
+    def withdraw(self) -> None:
+        """Take back the text sent since the last withdrawal, if any: its try failed, or its reply
+        was refused or not stored."""
+        if self.shown:
+            self.shown = False
+            push_transient(
+                event="run.withdrawn", tenant_id=self.tenant_id, party_id=self.party_id, payload=self.head
+            )
 
 
 def _with_unique_call_ids(run: Run, reply: ModelReply) -> ModelReply:
@@ -357,19 +404,14 @@ def _limit_reached(run: Run) -> tuple[str, str] | None:
     return None
 
 
-def _call_options(run: Run) -> CallOptions:
-    """Hooks of one model call: stream deltas live, record retries and fallbacks, stop when cancelled,
-    and answer by the run's deadline."""
-    step = run.step_count + 1
-    head = {"run": str(run.pk), "step": step}
+def _call_options(run: Run, live: _LiveText) -> CallOptions:
+    """Hooks of one model call: stream deltas live (withdrawn before a retry or a fallback starts
+    over), record retries and fallbacks, stop when cancelled, and answer by the run's deadline."""
+    head = {"run": str(run.pk), "step": run.step_count + 1}
     party = run.agent.principal_id
 
-    def on_delta(text: str) -> None:
-        push_transient(
-            event="run.delta", tenant_id=run.tenant_id, party_id=party, payload={**head, "delta": text}
-        )
-
     def on_retry(retry: Retry) -> None:
+        live.withdraw()
         publish_on_commit(
             event="run.retry",
             tenant_id=run.tenant_id,
@@ -384,6 +426,7 @@ def _call_options(run: Run) -> CallOptions:
         )
 
     def on_fallback(from_model: str, to_model: str, reason: str) -> None:
+        live.withdraw()
         publish_on_commit(
             event="run.fallback",
             tenant_id=run.tenant_id,
@@ -394,7 +437,7 @@ def _call_options(run: Run) -> CallOptions:
     # Streamed text reaches the dashboard before the output guardrails can see the whole of it.
     streams = not any(g.get("stage") == "output" for g in run.agent.guardrails)
     return CallOptions(
-        on_delta=on_delta if streams else None,
+        on_delta=live.delta if streams else None,
         on_retry=on_retry,
         on_fallback=on_fallback,
         cancelled=_stopped_check(run),
@@ -454,7 +497,9 @@ def _apply_step(
     content: str,
     offered: dict[str, tools.Tool],
     early: dict[str, tools.Outcome],
-) -> None:
+) -> bool:
+    """Write the step: the reply, its tool calls' outcomes and the run's next status; whether it
+    was written here (not when another worker applied it, or the run stopped meanwhile)."""
     with transaction.atomic():
         run = (
             Run.objects.for_tenant(tenant_id)
@@ -463,7 +508,7 @@ def _apply_step(
             .get(pk=run_id)
         )
         if run.step_count != seen_steps or run.status not in Run.STEPPING:
-            return  # another worker applied this step, or the run was stopped meanwhile
+            return False  # another worker applied this step, or the run was stopped meanwhile
         run.step_count += 1
         run.input_tokens += reply.input_tokens
         run.output_tokens += reply.output_tokens
@@ -500,6 +545,7 @@ def _apply_step(
         _publish_run(run)
         if run.status in Run.ENDED:
             _ended(run)
+    return True
 
 
 def _final_answer(run: Run, content: str) -> None:
