@@ -105,8 +105,9 @@ class ChatCompletionsModel:
     """One chat-completions endpoint (a :class:`~agents.models.ModelEndpoint` row) with its retries.
 
     Each try POSTs ``{base_url}/chat/completions``; there are ``endpoint.attempts`` tries.
-    ``endpoint.timeout`` seconds bound the connect, each read, and the whole stream (checked as
-    each line arrives, so a stalled stream ends by the read timeout). ``options.cancelled`` is
+    ``endpoint.timeout`` seconds (or the time left before ``options.deadline``, when less) bound
+    the connect, each read, and the whole stream (checked as each line arrives, so a stalled
+    stream ends by the read timeout). ``options.cancelled`` is
     polled as lines arrive and while waiting between tries, at most every :data:`POLL_INTERVAL`.
     """
 

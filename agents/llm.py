@@ -112,7 +112,9 @@ class Retry:
 class CallOptions:
     """How one step calls the model.
 
-    * ``on_delta`` gets each piece of text as it is generated (streaming);
+    * ``on_delta`` gets each piece of text as it is generated (streaming). What a try
+      streamed is void unless the call returns that try's reply: ``on_retry`` or
+      ``on_fallback`` follows a failed try (the deltas then start over), or the call raises;
     * ``on_retry`` is told before every wait between tries, and ``on_fallback``
       when the next model of the list takes over (``(from_model, to_model, reason)``);
     * ``cancelled`` is polled while waiting and between streamed chunks; once it
