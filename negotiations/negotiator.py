@@ -525,7 +525,10 @@ def _decide_on_model(
         return time.monotonic() > ends
 
     # The turn's whole decision, retries and fallbacks included, within the answer contract.
-    options = CallOptions(cancelled=lambda: timed_out() or stopped())
+    options = CallOptions(
+        cancelled=lambda: timed_out() or stopped(),
+        deadline=timezone.now() + timedelta(seconds=agent.turn_timeout),
+    )
     usage, refusals, broke = Usage(), 0, 0
     feedback: tuple[Violation, ...] = ()
     while True:
@@ -541,6 +544,11 @@ def _decide_on_model(
             )
             raise NegotiatorError(why, usage=usage) from exc
         except ModelError as exc:
+            if timed_out():
+                raise NegotiatorError(
+                    f"the model did not decide within the turn timeout of {agent.turn_timeout:g} s",
+                    usage=usage,
+                ) from exc
             raise NegotiatorError(f"the model could not decide: {exc}", usage=usage) from exc
         usage = usage.plus(reply)
         try:
