@@ -80,6 +80,7 @@ from a2a_gateway.errors import BUSY_CODE, Refused
 from a2a_gateway.models import InboundContext, ModelUsage
 from a2a_gateway.store import call_agent, owner_of
 from agents.models import Agent, Run
+from negotiations.models import Negotiation
 
 logger = logging.getLogger(__name__)
 
@@ -397,14 +398,16 @@ def month_start(moment: datetime) -> datetime:
 
 
 async def month_spend(tenant_id: int, since: datetime) -> Decimal:
-    """The tenant's model spend since ``since``: the cost of its runs created since then and of
-    the visitors' turns its agents' models answered (:class:`a2a_gateway.models.ModelUsage`).
-
-    The inbound negotiator (``offline``) records none.
+    """The tenant's model spend since ``since``: the cost of its runs created since then (their
+    outbound negotiation turns included), of the visitors' turns its agents' models answered
+    (:class:`a2a_gateway.models.ModelUsage`), and of its inbound negotiations created since then.
     """
     runs = Run.objects.for_tenant(tenant_id).filter(created_at__gte=since)
     visitors = ModelUsage.objects.for_tenant(tenant_id).filter(created_at__gte=since)
-    spent = [(await rows.aaggregate(total=Sum("cost")))["total"] for rows in (runs, visitors)]
+    inbound = Negotiation.objects.for_tenant(tenant_id).filter(
+        created_at__gte=since, direction=Negotiation.Direction.INBOUND
+    )
+    spent = [(await rows.aaggregate(total=Sum("cost")))["total"] for rows in (runs, visitors, inbound)]
     return sum((s or Decimal(0) for s in spent), Decimal(0))
 
 

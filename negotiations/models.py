@@ -68,6 +68,10 @@ class Negotiation(TenantOwnedModel):
         Batch, null=True, blank=True, on_delete=models.SET_NULL, related_name="negotiations"
     )
     event = models.JSONField(null=True, blank=True, help_text="the event last reported to the batch")
+    # What the agent's chat model spent deciding our moves, failed decisions included.
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(max_digits=14, decimal_places=6, default=0)
 
     class Meta:
         ordering = ["-created_at"]
@@ -101,6 +105,11 @@ class Turn(TenantOwnedModel):
     raw = models.JSONField(default=dict, help_text="the A2A Message as JSON")
     artifact = models.JSONField(null=True, blank=True, help_text="what the evaluation hook attached")
     task_state = models.CharField(max_length=32, blank=True)
+    # What deciding this move cost (ours only; "" and zeros for theirs and for ``offline``).
+    model = models.CharField(max_length=200, blank=True)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(max_digits=14, decimal_places=6, default=0)
 
     class Meta:
         ordering = ["seq"]

@@ -22,27 +22,40 @@ away) — is resolved to YYYY-MM-DD from the clock in the agent's timezone befor
 anything is offered or compared. A guard only limits a term a move names.
 
 A move that breaks a guard never leaves: the model is told why
-(``offline.Situation.feedback``) and decides again, and after
-:data:`GUARD_ATTEMPTS` failed attempts the negotiation parks with a question
-to the party naming the limit (an ``ask``), or, where it cannot ask, rejects.
+(``offline.Situation.feedback``, or handed back to a chat model) and decides
+again, and after :data:`GUARD_ATTEMPTS` failed attempts the negotiation parks
+with a question to the party naming the limit (an ``ask``), or, where it cannot
+ask, rejects.
+
+**Who decides.** On ``offline``, a concession strategy (:mod:`negotiations.offline`).
+On any other model, the agent's own chat model (:mod:`negotiations.model_negotiator`):
+one call per decision through the same client as the loop (timeout, retries,
+fallbacks), bounded by the agent's ``turn_timeout``; a reply that is not exactly
+one valid move is handed back once with the reason, and a second one ends the
+decision with :class:`NegotiatorError`. Either way the usage is the
+:class:`Decision`'s (or the error's).
 """
 
 from __future__ import annotations
 
 import re
+import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
+from decimal import Decimal
 from typing import Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.utils import timezone
 
 from agents import guardrails
-from agents.models import Agent, Intent
-from negotiations import offline
+from agents.llm import CallOptions, ModelCancelled, ModelError, ModelReply, model_for
+from agents.models import OFFLINE, Agent, Intent
+from negotiations import model_negotiator, offline
 from negotiations.wire import Move, TaskRecord
+from parley import telemetry
 
 ASK = "ask"
 # Actions that end a task in the seed's default vocabulary, whatever an agent's own says.
@@ -60,8 +73,43 @@ _NEXT_WEEKDAY = re.compile(r"next ([a-z]+)")
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What deciding one move cost: tokens, and ``cost`` in the endpoint's currency; ``model`` is
+    the name of the model that answered last ("" for ``offline``, which costs nothing)."""
+
+    model: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: Decimal = Decimal(0)
+
+    def plus(self, reply: ModelReply) -> Usage:
+        """This usage with ``reply``'s added."""
+        return Usage(
+            model=reply.model or self.model,
+            input_tokens=self.input_tokens + reply.input_tokens,
+            output_tokens=self.output_tokens + reply.output_tokens,
+            cost=self.cost + reply.cost,
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The move decided, checked and stamped, and what deciding it cost."""
+
+    move: Move
+    usage: Usage = field(default_factory=Usage)
+
+
 class NegotiatorError(Exception):
-    """No acceptable move could be decided; the message says why."""
+    """No acceptable move could be decided; the message says why.
+
+    ``usage`` is what the attempt cost before it failed (a chat model's calls), to be counted.
+    """
+
+    def __init__(self, message: str, *, usage: Usage | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage or Usage()
 
 
 @dataclass(frozen=True)
@@ -333,29 +381,96 @@ def decide(
     can_ask: bool,
     max_moves: int,
     intent: Intent | None = None,
+    objective: str = "",
     now: datetime | None = None,
-) -> Move:
+    stopped: Callable[[], bool] = lambda: False,
+) -> Decision:
     """Decide, check and stamp our next move on the task ``record``.
 
     ``intent``'s guards are added to the agent's; relative dates in them
     resolve at ``now`` (default: the current time) in the agent's timezone. A
     move that breaks a guard is decided again with the violations as
     feedback; after :data:`GUARD_ATTEMPTS` failures the result is an ``ask``
-    naming the limits (when ``can_ask``; on the inbound side, where an ask
-    goes over the wire, without their values) or else the agent's reject.
+    naming the limits (when ``can_ask``) or else the agent's reject.
+    ``objective`` is the per-negotiation objective ``negotiate`` gave, shown
+    to a chat model with ``guidance``; ``stopped`` is polled while a chat
+    model decides, and stops it once True (the negotiation was cancelled).
 
     The move's message passes the agent's output guardrails before it can
     leave over A2A (redacted, or blocked).
 
     Raises :class:`NegotiatorError` when the agent's model or strategy cannot
-    negotiate, a guard is malformed, the move is not allowed, or an output
-    guardrail blocks it.
+    negotiate, a guard is malformed, the move is not allowed, a chat model
+    fails, times out, is stopped or twice answers no valid move, or an output
+    guardrail blocks it; its ``usage`` says what the attempt cost.
     """
-    if agent.model != "offline":
-        raise NegotiatorError(f"model {agent.model!r} cannot negotiate in this deployment; use 'offline'")
+    guards = effective_guards(agent, intent, today=local_today(agent, now))
+    if agent.model != OFFLINE:
+        brief = decision_brief(
+            agent=agent,
+            record=record,
+            our_role=our_role,
+            guidance=guidance,
+            can_ask=can_ask,
+            max_moves=max_moves,
+            intent=intent,
+            objective=objective,
+            now=now,
+        )
+        return _decide_on_model(agent, brief, guards, can_ask=can_ask, stopped=stopped)
+    return Decision(_decide_offline(agent, record, our_role, guidance, guards, can_ask, max_moves))
+
+
+def decision_brief(
+    *,
+    agent: Agent,
+    record: TaskRecord,
+    our_role: Literal["user", "agent"],
+    guidance: list[str],
+    can_ask: bool,
+    max_moves: int,
+    intent: Intent | None = None,
+    objective: str = "",
+    now: datetime | None = None,
+) -> model_negotiator.Brief:
+    """What a chat model is shown to decide our next move on ``record`` (arguments as :func:`decide`).
+
+    Raises :class:`NegotiatorError` for a malformed guard or an unknown timezone.
+    """
+    today = local_today(agent, now)
+    guards = effective_guards(agent, intent, today=today)
+    ours = sum(1 for e in record.history if e.role == our_role and e.move is not None)
+    return model_negotiator.Brief(
+        party=agent.name,
+        objective=model_negotiator.objective_parts(
+            system_prompt=agent.system_prompt,
+            intent=intent.statement if intent is not None else "",
+            objective=objective,
+            guidance=guidance,
+        ),
+        today=today,
+        timezone=agent.timezone,
+        terms=agent.terms,
+        record=record,
+        our_role=our_role,
+        actions=model_negotiator.actions_for(agent.allowed_actions, can_ask=can_ask),
+        limits=tuple(dict.fromkeys(g.describe() for g in guards)),
+        moves_left=max(max_moves - ours, 1),
+    )
+
+
+def _decide_offline(
+    agent: Agent,
+    record: TaskRecord,
+    our_role: Literal["user", "agent"],
+    guidance: list[str],
+    guards: tuple[Guard, ...],
+    can_ask: bool,
+    max_moves: int,
+) -> Move:
+    """The ``offline`` strategy's move, checked and stamped (see :func:`decide`)."""
     if agent.strategy not in offline.STRATEGIES:
         raise NegotiatorError(f"strategy {agent.strategy!r} is not one of {sorted(offline.STRATEGIES)}")
-    guards = effective_guards(agent, intent, today=local_today(agent, now))
     term, currency, unit = numeric_term(agent, guards)
     try:
         vocabulary = offline.Vocabulary.from_actions(agent.allowed_actions)
@@ -384,17 +499,91 @@ def decide(
         move = _admissible(agent, offline.decide(replace(situation, feedback=feedback)), can_ask=can_ask)
         broken = guard_violations(guards, move)
         if not broken:
-            return _guarded(agent, replace(move, offer_id=str(uuid.uuid4())) if move.terms else move)
+            return _guarded(agent, _stamped(move))
         feedback = (*feedback, *broken)
-    return _guarded(agent, _park(vocabulary, feedback, can_ask=can_ask, on_the_wire=our_role == "agent"))
+    return _guarded(agent, _park(agent, feedback, can_ask=can_ask, on_the_wire=our_role == "agent"))
 
 
-def _guarded(agent: Agent, move: Move) -> Move:
+def _decide_on_model(
+    agent: Agent,
+    brief: model_negotiator.Brief,
+    guards: tuple[Guard, ...],
+    *,
+    can_ask: bool,
+    stopped: Callable[[], bool],
+) -> Decision:
+    """The agent's chat model's move: one tool call, handed back once if invalid (see :func:`decide`)."""
+    try:
+        model = model_for(agent)
+    except ModelError as exc:
+        raise NegotiatorError(str(exc)) from exc
+    messages = model_negotiator.prompt(brief)
+    tool = model_negotiator.move_tool(brief)
+    ends = time.monotonic() + agent.turn_timeout
+
+    def timed_out() -> bool:
+        return time.monotonic() > ends
+
+    # The turn's whole decision, retries and fallbacks included, within the answer contract.
+    options = CallOptions(
+        cancelled=lambda: timed_out() or stopped(),
+        deadline=timezone.now() + timedelta(seconds=agent.turn_timeout),
+    )
+    usage, refusals, broke = Usage(), 0, 0
+    feedback: tuple[Violation, ...] = ()
+    while True:
+        try:
+            with telemetry.model_call_span(model=agent.model) as call:
+                reply = model.complete(messages=messages, tools=[tool], options=options)
+                call.record(reply.model, reply.input_tokens, reply.output_tokens)
+        except ModelCancelled as exc:
+            why = (
+                f"the model did not decide within the turn timeout of {agent.turn_timeout:g} s"
+                if timed_out()
+                else "the negotiation was stopped while its model decided"
+            )
+            raise NegotiatorError(why, usage=usage) from exc
+        except ModelError as exc:
+            if timed_out():
+                raise NegotiatorError(
+                    f"the model did not decide within the turn timeout of {agent.turn_timeout:g} s",
+                    usage=usage,
+                ) from exc
+            raise NegotiatorError(f"the model could not decide: {exc}", usage=usage) from exc
+        usage = usage.plus(reply)
+        try:
+            move = model_negotiator.read_move(reply, brief)
+        except model_negotiator.ReplyRefused as exc:
+            refusals += 1
+            if refusals > 1:
+                raise NegotiatorError(f"the model answered no valid move twice: {exc}", usage=usage) from exc
+            messages = [*messages, *model_negotiator.handed_back(reply, str(exc))]
+            continue
+        broken = guard_violations(guards, move)
+        if not broken:
+            return Decision(_guarded(agent, _stamped(move), usage=usage), usage)
+        feedback, broke = (*feedback, *broken), broke + 1
+        if broke >= GUARD_ATTEMPTS:
+            parked = _park(agent, feedback, can_ask=can_ask, on_the_wire=brief.our_role == "agent")
+            return Decision(_guarded(agent, parked, usage=usage), usage)
+        reasons = "; ".join(v.reason for v in broken)
+        messages = [
+            *messages,
+            *model_negotiator.handed_back(reply, f"it breaks the party's limits: {reasons}"),
+        ]
+
+
+def _stamped(move: Move) -> Move:
+    """``move`` with an ``offerId`` of the platform's when it carries terms (never the model's)."""
+    return replace(move, offer_id=str(uuid.uuid4())) if move.terms else move
+
+
+def _guarded(agent: Agent, move: Move, *, usage: Usage | None = None) -> Move:
     """``move`` with the agent's output guardrails applied to its message."""
     try:
         return replace(move, message=guardrails.check(agent.guardrails, stage="output", text=move.message))
     except guardrails.GuardrailTripped as exc:
-        raise NegotiatorError(str(exc)) from exc
+        raise NegotiatorError(str(exc), usage=usage) from exc
 
 
 def _admissible(agent: Agent, move: Move, *, can_ask: bool) -> Move:
@@ -406,18 +595,23 @@ def _admissible(agent: Agent, move: Move, *, can_ask: bool) -> Move:
     return replace(move, terms=None, accepts_offer_id="") if not agent.terms.strip() else move
 
 
-def _park(
-    vocabulary: offline.Vocabulary, feedback: tuple[Violation, ...], *, can_ask: bool, on_the_wire: bool
-) -> Move:
+def _park(agent: Agent, feedback: tuple[Violation, ...], *, can_ask: bool, on_the_wire: bool) -> Move:
     """The move after the last failed attempt: ask the party about the limits broken, or reject.
 
     Outbound the ask is intercepted before the wire, so it names each limit
     ("amount: at most €1,100"); inbound it is the reply the counterparty reads,
-    so it names only the terms — never a hidden limit.
+    so it names only the terms — never a hidden limit. The reject is the
+    agent's first action that ends the task otherwise than completed.
     """
     guards = list(dict.fromkeys(v.guard for v in feedback))
     if not can_ask:
-        return Move(vocabulary.reject, "I cannot agree to terms within my instructions, so I must decline.")
+        reject = next(
+            (a["name"] for a in agent.allowed_actions if a.get("terminal") and a.get("state") != "completed"),
+            None,
+        )
+        if reject is None:
+            raise NegotiatorError("every move breaks a limit and the agent has no action that declines")
+        return Move(reject, "I cannot agree to terms within my instructions, so I must decline.")
     if on_the_wire:
         terms = ", ".join(dict.fromkeys(g.term for g in guards))
         return Move(ASK, f"I need to check {terms} with the party I act for before I can answer.")

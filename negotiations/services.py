@@ -17,17 +17,20 @@ answered and can take further turns; its settlement follows the record.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from agents import tools
 from agents.models import Agent, Intent, Run
-from agents.services import tool_call_complete
+from agents.services import run_budget_spent, run_usage_add, tool_call_complete
 from negotiations import client, digest, evaluation, negotiator, selectors
 from negotiations.models import Batch, Negotiation, Settlement, Turn
 from negotiations.verdict import settle
@@ -40,6 +43,8 @@ NAME_LIMIT: int = Negotiation._meta.get_field("counterparty_name").max_length or
 
 
 EVALUATION_ARTIFACT = "turn-evaluation"
+# Seconds between two looks at whether a negotiation was stopped while its model decides.
+STOPPED_POLL_SECONDS = 0.5
 
 
 class NegotiationBusy(Exception):
@@ -251,8 +256,11 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
             "turns": negotiation.turn_count,
             "last": _their_last(negotiation),
         }
+    run = negotiation.batch.run if negotiation.batch_id is not None and negotiation.batch else None
+    if run is not None and (spent := run_budget_spent(run)):
+        return _fail(negotiation, f"the run it serves can spend no more: {spent}")
     try:
-        move = negotiator.decide(
+        decision = negotiator.decide(
             agent=agent,
             record=record,
             our_role="user",
@@ -260,9 +268,16 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
             can_ask=True,
             max_moves=negotiation.max_turns,
             intent=negotiation.intent,
+            objective=negotiation.objective,
+            stopped=_stopped_check(negotiation),
         )
     except negotiator.NegotiatorError as exc:
+        _spend(negotiation, exc.usage, run)
+        if not _still_open(negotiation):
+            return None  # stopped meanwhile (its run was cancelled): the pump sees it and ends
         return _fail(negotiation, str(exc))
+    _spend(negotiation, decision.usage, run)
+    move = decision.move
     if move.action == negotiator.ASK:
         negotiation.status, negotiation.parked_question = Negotiation.Status.WAITING, move.message
         negotiation.save(update_fields=["status", "parked_question", "updated_at"])
@@ -284,7 +299,7 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
     except client.CounterpartyError as exc:
         return _fail(negotiation, str(exc))
     try:
-        settlement, turns = _record_exchange(negotiation, move, exchange)
+        settlement, turns = _record_exchange(negotiation, move, exchange, usage=decision.usage)
     except client.CounterpartyError as exc:
         return _fail(negotiation, str(exc))
     _evaluate(agent, negotiation, turns)
@@ -300,9 +315,10 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
 
 
 def _record_exchange(
-    negotiation: Negotiation, move: Move, exchange: client.Exchange
+    negotiation: Negotiation, move: Move, exchange: client.Exchange, *, usage: negotiator.Usage
 ) -> tuple[Settlement | None, list[Turn]]:
-    """Record our move and their reply, the Task's ids and state, and the settlement if it ended.
+    """Record our move (with what deciding it cost, ``usage``) and their reply, the Task's ids and
+    state, and the settlement if it ended.
 
     Returns the settlement the exchange reached (None while no side has closed)
     and the turns written, ours first. The returned Task must carry our record
@@ -342,6 +358,7 @@ def _record_exchange(
                 exchange.sent,
                 our_role="user",
                 state=returned.state,
+                usage=usage,
             )
         ]
         for seq, (raw, entry) in enumerate(replies, start=len(expected) + 1):
@@ -354,6 +371,45 @@ def _record_exchange(
         settlement = _settle(negotiation, turns_record(negotiation), our_role="user")
         negotiation.save()
     return settlement, turns
+
+
+def _stopped_check(negotiation: Negotiation) -> Callable[[], bool]:
+    """Whether ``negotiation`` stopped being open (its run was cancelled), read at most every
+    :data:`STOPPED_POLL_SECONDS`: polled while its model decides."""
+    looked_at, stopped = 0.0, False
+
+    def stopped_now() -> bool:
+        nonlocal looked_at, stopped
+        if not stopped and time.monotonic() - looked_at >= STOPPED_POLL_SECONDS:
+            looked_at = time.monotonic()
+            stopped = not _still_open(negotiation)
+        return stopped
+
+    return stopped_now
+
+
+def _still_open(negotiation: Negotiation) -> bool:
+    return (
+        Negotiation.objects.for_tenant(negotiation.tenant_id)
+        .filter(pk=negotiation.pk, status=Negotiation.Status.OPEN)
+        .exists()
+    )
+
+
+def _spend(negotiation: Negotiation, usage: negotiator.Usage, run: Run | None) -> None:
+    """Count what deciding one outbound move cost: on the negotiation, and on the run it serves
+    (its token and cost budget; the tenant's monthly budget adds runs' costs)."""
+    if not (usage.input_tokens or usage.output_tokens or usage.cost):
+        return
+    Negotiation.objects.for_tenant(negotiation.tenant_id).filter(pk=negotiation.pk).update(
+        input_tokens=F("input_tokens") + usage.input_tokens,
+        output_tokens=F("output_tokens") + usage.output_tokens,
+        cost=F("cost") + usage.cost,
+    )
+    if run is not None:
+        run_usage_add(
+            run=run, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost=usage.cost
+        )
 
 
 # Inbound turns.
@@ -434,15 +490,21 @@ def inbound_turn(
     )
     intent = negotiation.intent if negotiation else selectors.inbound_intent(agent)
     record = TaskRecord(state="working", history=(*prior.history, Entry(role="user", move=their_move)))
-    move = negotiator.decide(
-        agent=agent,
-        record=record,
-        our_role="agent",
-        guidance=negotiation.guidance if negotiation else [],
-        can_ask=True,
-        max_moves=agent.max_turns,
-        intent=intent,
-    )
+    try:
+        decision = negotiator.decide(
+            agent=agent,
+            record=record,
+            our_role="agent",
+            guidance=negotiation.guidance if negotiation else [],
+            can_ask=True,
+            max_moves=agent.max_turns,
+            intent=intent,
+        )
+    except negotiator.NegotiatorError as exc:
+        if negotiation is not None:
+            _spend(negotiation, exc.usage, None)
+        raise
+    move, usage = decision.move, decision.usage
     asked = move.action == negotiator.ASK
     state = "input-required" if asked else negotiator.task_state_for(agent, move.action)
     reply = {
@@ -479,8 +541,13 @@ def inbound_turn(
         known = negotiation.turns.count()
         turns = [
             _add_turn(negotiation, known + 1, record.history[-1], incoming, our_role="agent", state=state),
-            _add_turn(negotiation, known + 2, final.history[-1], reply, our_role="agent", state=state),
+            _add_turn(
+                negotiation, known + 2, final.history[-1], reply, our_role="agent", state=state, usage=usage
+            ),
         ]
+        negotiation.input_tokens += usage.input_tokens
+        negotiation.output_tokens += usage.output_tokens
+        negotiation.cost += usage.cost
         negotiation.task_state = state
         negotiation.turn_count = sum(1 for e in final.history if e.role == "agent")
         # The status follows this exchange: our ask parks it, anything else leaves it open until
@@ -557,8 +624,10 @@ def _add_turn(
     *,
     our_role: Literal["user", "agent"],
     state: str,
+    usage: negotiator.Usage | None = None,
 ) -> Turn:
     move = entry.move
+    usage = usage or negotiator.Usage()
     turn = Turn.objects.create(
         tenant_id=negotiation.tenant_id,
         negotiation=negotiation,
@@ -571,6 +640,10 @@ def _add_turn(
         accepts_offer_id=move.accepts_offer_id if move else "",
         raw=raw,
         task_state=state,
+        model=usage.model,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cost=usage.cost,
     )
     publish_on_commit(
         event="negotiation.turn",

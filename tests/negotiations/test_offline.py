@@ -54,7 +54,7 @@ def decide(agent: Agent, record: TaskRecord, **kwargs: Any) -> Move:
         "now": NOW,
         **kwargs,
     }
-    move = negotiator.decide(**arguments)
+    move = negotiator.decide(**arguments).move
     assert bool(move.offer_id) == (move.terms is not None)
     return Move(move.action, move.message, move.terms, accepts_offer_id=move.accepts_offer_id)
 

@@ -1,0 +1,257 @@
+"""The chat-model negotiator against a chat-completions server on loopback: the prompt, the move
+tool, and every reply that must never reach the wire."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from agents.models import Agent, Intent
+from negotiations import negotiator
+from negotiations.model_negotiator import MOVE_TOOL
+from negotiations.negotiator import Decision, NegotiatorError
+from negotiations.wire import Entry, Move, TaskRecord
+from tests.chat_server import ChatServer, hang, text, tool_calls
+from tests.conftest import on_chat_model
+from tests.negotiating_policy import NegotiatingPolicy
+
+CEILING = {"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"}
+# Monday 30 November 2026, noon UTC.
+NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
+THEIR_OFFER = "5b0e8c55-1d7e-4c6e-a5b1-0f6b6c0e2b11"
+
+
+def their_offer(amount: int = 1200) -> TaskRecord:
+    """They opened with ``amount`` EUR a day under offer :data:`THEIR_OFFER`; we are the buyer."""
+    move = Move("propose", f"{amount} a day.", {"amount": amount, "currency": "EUR"}, THEIR_OFFER)
+    return TaskRecord("input-required", (Entry(role="agent", move=move),))
+
+
+def decide(agent: Agent, record: TaskRecord | None = None, **kwargs: Any) -> Decision:
+    arguments: dict[str, Any] = {
+        "agent": agent,
+        "record": record or TaskRecord("submitted", ()),
+        "our_role": "user",
+        "guidance": [],
+        "can_ask": True,
+        "max_moves": 10,
+        "now": NOW,
+        **kwargs,
+    }
+    return negotiator.decide(**arguments)
+
+
+def move_call(**arguments: Any) -> Any:
+    return tool_calls(("call_1", MOVE_TOOL, json.dumps(arguments)))
+
+
+@pytest.fixture
+def buyer(agent: Agent, chat: ChatServer) -> Agent:
+    agent.term_guards = [CEILING]
+    agent.save()
+    return on_chat_model(agent, chat)
+
+
+@pytest.mark.django_db
+def test_the_prompt_follows_the_template_and_the_tool_is_the_vocabulary(
+    buyer: Agent, intent: Intent, chat: ChatServer
+) -> None:
+    chat.script(move_call(action="counter", message="900 a day?", terms={"amount": 900, "currency": "EUR"}))
+
+    decide(buyer, their_offer(), intent=intent, objective="Two days a week.", guidance=["Prefer Lisbon."])
+
+    body = chat.requests[0].body
+    system, record = body["messages"][0]["content"], body["messages"][1]["content"]
+    order = [
+        'on behalf of "Tomas\'s agent"',
+        "You act for Tomas.",
+        "Current intent: Bring in a fractional CFO.",
+        "In this negotiation: Two days a week.",
+        "Guidance from the party you act for:\n- Prefer Lisbon.",
+        "Today's date is 2026-11-30 (Monday), in UTC.",
+        "Terms: amount (number, EUR per day), currency",
+        "amount: at most €1,100",
+        "You have 10 moves left",
+        "- propose (",
+        "- ask (use only when your next move depends on something",
+    ]
+    positions = [system.index(part) for part in order]
+    assert positions == sorted(positions)
+    assert f"1. They — propose: 1200 a day. [offer {THEIR_OFFER}: " in record
+    (tool,) = body["tools"]
+    parameters = tool["function"]["parameters"]
+    assert tool["function"]["name"] == MOVE_TOOL
+    assert parameters["properties"]["action"]["enum"] == ["propose", "counter", "accept", "reject", "ask"]
+    assert set(parameters["properties"]) == {"action", "message", "terms", "acceptsOfferId"}
+
+
+@pytest.mark.django_db
+def test_a_prose_only_agent_is_offered_no_terms_and_no_ask_where_it_cannot_ask(
+    buyer: Agent, chat: ChatServer
+) -> None:
+    buyer.terms = ""
+    buyer.save()
+    chat.script(move_call(action="propose", message="Shall we say two days?", terms={"days": 2}))
+
+    move = decide(buyer, can_ask=False).move
+
+    parameters = chat.requests[0].body["tools"][0]["function"]["parameters"]
+    assert set(parameters["properties"]) == {"action", "message"}
+    assert "ask" not in parameters["properties"]["action"]["enum"]
+    assert (move.terms, move.offer_id) == (None, "")
+
+
+@pytest.mark.django_db
+def test_the_model_decides_the_platform_mints_the_offer_id_and_usage_is_counted(
+    buyer: Agent, chat: ChatServer
+) -> None:
+    chat.responder = NegotiatingPolicy()
+
+    decision = decide(buyer)
+
+    move = decision.move
+    assert (move.action, move.terms) == ("propose", {"amount": 770, "currency": "EUR"})
+    assert len(move.offer_id) == 36
+    # 10 input and 5 output tokens at 2 and 8 per million.
+    assert decision.usage == negotiator.Usage("house-model", 10, 5, Decimal("0.00006"))
+
+
+@pytest.mark.django_db
+def test_an_accept_is_bound_to_their_offer_and_takes_its_terms(buyer: Agent, chat: ChatServer) -> None:
+    chat.script(move_call(action="accept", message="Agreed.", acceptsOfferId=THEIR_OFFER))
+
+    move = decide(buyer, their_offer(1000)).move
+
+    assert (move.action, move.accepts_offer_id) == ("accept", THEIR_OFFER)
+    assert move.terms == {"amount": 1000, "currency": "EUR"}
+    assert len(move.offer_id) == 36
+    assert move.offer_id != THEIR_OFFER
+
+
+@pytest.mark.django_db
+def test_an_invalid_reply_is_handed_back_once_with_the_reason(buyer: Agent, chat: ChatServer) -> None:
+    chat.script(
+        text("I would offer 900."),
+        move_call(action="counter", message="900?", terms={"amount": 900, "currency": "EUR"}),
+    )
+
+    decision = decide(buyer, their_offer())
+
+    assert decision.move.terms == {"amount": 900, "currency": "EUR"}
+    handed = chat.requests[1].body["messages"]
+    assert handed[-2] == {"role": "assistant", "content": "I would offer 900."}
+    assert handed[-1]["role"] == "user"
+    assert "Not sent: you answered with text instead of calling decide_move" in handed[-1]["content"]
+    assert decision.usage.input_tokens == 20  # both calls count
+
+
+BAD = {
+    "text only": (text("Let me think."), "you answered with text instead of calling decide_move"),
+    "two calls": (
+        tool_calls(
+            ("a", MOVE_TOOL, '{"action": "reject", "message": "No."}'),
+            ("b", MOVE_TOOL, '{"action": "accept", "message": "Yes."}'),
+        ),
+        "you called 2 tools; call decide_move exactly once",
+    ),
+    "bad JSON": (tool_calls(("a", MOVE_TOOL, '{"action": "counter",')), "are not valid JSON"),
+    "an array": (tool_calls(("a", MOVE_TOOL, '["counter"]')), "must be a JSON object"),
+    "another tool": (tool_calls(("a", "send_email", "{}")), "you called 'send_email'"),
+    "an unknown action": (
+        move_call(action="threaten", message="Or else."),
+        "action 'threaten' is not one of ['accept', 'ask', 'counter', 'propose', 'reject']",
+    ),
+    "no message": (move_call(action="counter", message=" "), "the move needs a message"),
+    "terms not an object": (
+        move_call(action="counter", message="This.", terms=[900, "EUR"]),
+        "terms must be a flat JSON object, got array",
+    ),
+    "an offer never made": (
+        move_call(action="accept", message="Deal.", acceptsOfferId="made-up"),
+        "offer 'made-up' was never made by the counterparty",
+    ),
+    "an accept of other terms": (
+        move_call(
+            action="accept",
+            message="Deal.",
+            acceptsOfferId=THEIR_OFFER,
+            terms={"amount": 1, "currency": "EUR"},
+        ),
+        "an accept must restate the terms of offer",
+    ),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("case", BAD)
+def test_a_second_invalid_reply_ends_the_decision_naming_why(
+    case: str, buyer: Agent, chat: ChatServer
+) -> None:
+    reply, reason = BAD[case]
+    chat.script(reply, reply)
+
+    with pytest.raises(NegotiatorError, match="the model answered no valid move twice") as caught:
+        decide(buyer, their_offer(1000))
+
+    assert reason in str(caught.value)
+    assert len(chat.requests) == 2
+    assert caught.value.usage.input_tokens == 20
+
+
+@pytest.mark.django_db
+def test_a_move_that_breaks_a_guard_is_handed_back_then_the_party_is_asked(
+    buyer: Agent, chat: ChatServer
+) -> None:
+    over = move_call(action="counter", message="1,150 then.", terms={"amount": 1150, "currency": "EUR"})
+    chat.script(over, over)
+
+    move = decide(buyer, their_offer()).move
+
+    assert move.action == "ask"
+    assert "amount: at most €1,100" in move.message
+    correction = chat.requests[1].body["messages"][-1]
+    assert correction["role"] == "tool"
+    assert "breaks the guard amount <= 1100" in correction["content"]
+
+
+@pytest.mark.django_db
+def test_where_it_cannot_ask_a_move_that_keeps_breaking_a_guard_becomes_its_reject(
+    buyer: Agent, chat: ChatServer
+) -> None:
+    over = move_call(action="accept", message="Deal.", acceptsOfferId=THEIR_OFFER)
+    chat.script(over, over)
+
+    move = decide(buyer, their_offer(1200), can_ask=False).move
+
+    assert move.action == "reject"
+    assert move.terms is None
+
+
+@pytest.mark.django_db
+def test_a_model_slower_than_the_turn_timeout_decides_nothing(buyer: Agent, chat: ChatServer) -> None:
+    buyer.turn_timeout = 1
+    buyer.save()
+    chat.script(hang(4))
+
+    with pytest.raises(NegotiatorError, match="did not decide within the turn timeout of 1 s"):
+        decide(buyer)
+
+
+@pytest.mark.django_db
+def test_a_stopped_negotiation_stops_its_model(buyer: Agent, chat: ChatServer) -> None:
+    chat.script(hang(4))
+
+    with pytest.raises(NegotiatorError, match="stopped while its model decided"):
+        decide(buyer, stopped=lambda: True)
+
+
+@pytest.mark.django_db
+def test_a_model_without_an_endpoint_is_named(buyer: Agent) -> None:
+    buyer.model = "gone"
+
+    with pytest.raises(NegotiatorError, match="model 'gone' is not available"):
+        decide(buyer)
