@@ -283,8 +283,11 @@ class Agent(TenantOwnedModel):
         unique=True,
         help_text="a host name of its own (custom domain or subdomain): card and endpoint at its root",
     )
+    # Enough for a burst of counterparties at once (20 answered in about one model call on one web
+    # process, bench/inbound.py), and under a process's A2A_TURN_THREADS (32), so that one busy agent
+    # leaves threads for the others.
     max_concurrency = models.PositiveIntegerField(
-        default=8,
+        default=20,
         validators=[MinValueValidator(1)],
         help_text="inbound turns at once; more are told to retry",
     )
