@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/gateway.py
 	$(BIN)/python bench/exchange.py
 	$(BIN)/python bench/live.py
+	$(BIN)/python bench/inbound.py
 
 clean:
 	rm -rf $(VENV) demo.sqlite3* parley.sqlite3*
