@@ -283,9 +283,9 @@ class Agent(TenantOwnedModel):
         unique=True,
         help_text="a host name of its own (custom domain or subdomain): card and endpoint at its root",
     )
-    # Enough for a burst of counterparties at once (20 answered in about one model call on one web
-    # process, bench/inbound.py), and under a process's A2A_TURN_THREADS (32), so that one busy agent
-    # leaves threads for the others.
+    # Enough that a burst of 20 counterparties at once is answered, not told to retry (bench/inbound.py
+    # sends that many), and under a web process's A2A_TURN_THREADS (32), so that one busy agent leaves
+    # threads for the process's other agents.
     max_concurrency = models.PositiveIntegerField(
         default=20,
         validators=[MinValueValidator(1)],
