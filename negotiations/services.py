@@ -277,6 +277,10 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
             return None  # stopped meanwhile (its run was cancelled): the pump sees it and ends
         return _fail(negotiation, str(exc))
     _spend(negotiation, decision.usage, run)
+    if not _still_open(negotiation):
+        # Stopped while the model decided, after its last look (a cancel as it answered): the
+        # move was decided for a negotiation that is over, so it must not reach the wire.
+        return None
     move = decision.move
     if move.action == negotiator.ASK:
         negotiation.status, negotiation.parked_question = Negotiation.Status.WAITING, move.message
