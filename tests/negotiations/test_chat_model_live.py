@@ -14,17 +14,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import AbstractUser
+from django.db import connections
+from django.utils import timezone
 
+from a2a_gateway.caps import month_start
 from a2a_gateway.cards import agent_url
-from agents.models import Agent, Intent, Message, Question, Run
-from agents.services import question_answer, run_start
+from a2a_gateway.errors import BUSY_CODE
+from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run
+from agents.services import question_answer, run_cancel, run_start
 from negotiations.model_negotiator import MOVE_TOOL
 from negotiations.models import Negotiation, Settlement, Turn
-from tests.chat_server import ChatServer, Reply, text, tool_calls
+from parley.celery import app as celery_app
+from tests.a2a_gateway.conftest import proposal
+from tests.a2a_gateway.rpc import call, message, refusal, task_of
+from tests.chat_server import ChatServer, Reply, hang, text, tool_calls
 from tests.conftest import LiveStack, on_chat_model, runs_settle, wait_until
 from tests.negotiating_policy import AgentLoopPolicy, NegotiatingPolicy
 
@@ -377,3 +385,230 @@ def test_a_model_that_keeps_breaking_the_limit_parks_the_negotiation_with_the_pa
     assert Settlement.objects.get(negotiation=ours).outcome == Settlement.Outcome.AGREED
     never_sent(theirs)
     assert [wire(t) for t in ours.turns.order_by("seq")] == [wire(t) for t in theirs.turns.order_by("seq")]
+
+
+# --- Budgets hit mid-negotiation -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("limits", "reason"),
+    [
+        ({"max_tokens": 60}, "The token budget of 60 is spent (60 used)."),
+        ({"max_cost": 4 * CALL_COST}, "The cost budget of 0.000240 is spent (0.000240 used)."),
+    ],
+    ids=["tokens", "cost"],
+)
+def test_the_run_budget_spent_by_its_negotiation_fails_both(
+    live_stack: LiveStack,
+    buyer: Agent,
+    intent: Intent,
+    seller: Agent,
+    buyer_chat: ChatServer,
+    seller_chat: ChatServer,
+    limits: dict[str, object],
+    reason: str,
+) -> None:
+    seller_on_chat(seller, seller_chat)
+
+    # The loop's first step costs one call; each move costs one more: three moves spend it.
+    run = finished(negotiate(buyer, intent, seller, **limits))
+
+    ours, theirs = Negotiation.objects.get(agent=buyer), Negotiation.objects.get(agent=seller)
+    assert (ours.status, ours.error) == (
+        Negotiation.Status.FAILED,
+        f"the run it serves can spend no more: {reason}",
+    )
+    assert (run.status, run.end_reason) == (Run.Status.FAILED, reason)
+    assert len(buyer_chat.requests) == 4
+    assert len(decisions(buyer_chat)) == ours.turn_count == 3
+    assert theirs.turns.count() == 6
+    assert [wire(t) for t in ours.turns.order_by("seq")] == [wire(t) for t in theirs.turns.order_by("seq")]
+    # The run holds the loop's step and the three decisions, and took no step after the digest.
+    assert (run.input_tokens, run.output_tokens, run.cost) == (40, 20, 4 * CALL_COST)
+    assert run.step_count == 1
+    [digest] = Message.objects.filter(run=run, role=Message.Role.TOOL)
+    assert digest.content.startswith(f"Failed (1):\n- {ours.pk} with Idris Haddad")
+    assert f"the run it serves can spend no more: {reason}" in digest.content
+
+
+# --- Inbound: a counterparty's move answered by the agent's model ----------------------------
+
+
+def test_an_inbound_move_is_answered_by_the_agents_model(
+    live_stack: LiveStack, seller: Agent, seller_chat: ChatServer
+) -> None:
+    seller_on_chat(seller, seller_chat)
+    url = agent_url(seller)
+    opening = proposal(800)
+
+    task = task_of(call(url, "SendMessage", message(opening)))
+
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    reply = task["history"][-1]
+    assert reply["role"] == "ROLE_AGENT"
+    [part] = reply["parts"]
+    countered = part["data"]
+    assert {k: countered[k] for k in ("action", "message", "terms")} == {
+        "action": "counter",
+        "message": "I can do 1330 EUR a day.",
+        "terms": {"amount": 1330, "currency": "EUR"},
+    }
+    assert countered["offerId"] not in (opening["offerId"], "")
+    assert [(a["artifactId"], a["parts"]) for a in task["artifacts"]] == [("negotiator:reply", [part])]
+    # The model decided on the seed's prompt: the seller's name and floor, and our offer by its id.
+    [asked] = seller_chat.requests
+    system, record = (m["content"] for m in asked.body["messages"])
+    assert 'You are negotiating on behalf of "Idris Haddad".' in system
+    assert "amount: at least €950" in system
+    assert f"1. They — propose: I can pay €800 a day. [offer {opening['offerId']}: " in record
+
+    # An offer at least as good as its next one is accepted, bound to that offer by its id.
+    better = proposal(1300)
+    task = task_of(call(url, "SendMessage", message(better, task=task)))
+
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    accepted = task["history"][-1]["parts"][0]["data"]
+    assert (accepted["action"], accepted["acceptsOfferId"], accepted["terms"]) == (
+        "accept",
+        better["offerId"],
+        {"amount": 1300, "currency": "EUR"},
+    )
+    outcome = next(a for a in task["artifacts"] if a["artifactId"] == "negotiator:negotiation-outcome")
+    assert outcome["parts"][0]["data"]["status"] == "agreed"
+    negotiation = Negotiation.objects.get(agent=seller)
+    settlement = Settlement.objects.get(negotiation=negotiation)
+    assert (settlement.outcome, settlement.basis, settlement.terms) == (
+        Settlement.Outcome.AGREED,
+        Settlement.Basis.REFERENCE,
+        {"amount": 1300, "currency": "EUR"},
+    )
+    turns = list(negotiation.turns.order_by("seq"))
+    assert [(t.side, t.action, t.model, t.input_tokens, t.cost) for t in turns] == [
+        (Turn.Side.THEIRS, "propose", "", 0, 0),
+        (Turn.Side.OURS, "counter", "guild-model", 10, CALL_COST),
+        (Turn.Side.THEIRS, "propose", "", 0, 0),
+        (Turn.Side.OURS, "accept", "guild-model", 10, CALL_COST),
+    ]
+    assert negotiation.cost == 2 * CALL_COST
+
+
+def test_a_model_budget_spent_by_inbound_turns_refuses_the_next_message(
+    live_stack: LiveStack, seller: Agent, seller_chat: ChatServer
+) -> None:
+    seller_on_chat(seller, seller_chat)
+    seller.tenant.model_budget = 2 * CALL_COST - Decimal("0.00001")
+    seller.tenant.save()
+    url = agent_url(seller)
+    this_month = month_start(timezone.now())
+    following = month_start(this_month + timedelta(days=32))
+
+    task = task_of(call(url, "SendMessage", message(proposal(800))))
+    task = task_of(call(url, "SendMessage", message(proposal(820), task=task)))
+    refused = call(url, "SendMessage", message(proposal(840), task=task))
+
+    assert refusal(refused, status=429, code=BUSY_CODE) == (
+        f"This agent's organisation has used its model budget for {this_month:%B %Y}; "
+        f"it takes no new messages until 1 {following:%B %Y} (UTC)."
+    )
+    negotiation = Negotiation.objects.get(agent=seller)
+    assert negotiation.cost == 2 * CALL_COST
+    assert negotiation.turns.count() == 4
+    assert len(seller_chat.requests) == 2
+    # A new conversation is refused too: the budget is the tenant's.
+    assert refusal(call(url, "SendMessage", message(proposal(900))), status=429, code=BUSY_CODE)
+    assert Negotiation.objects.filter(agent=seller).count() == 1
+
+
+# --- A cancelled run stops the turn its model is deciding ------------------------------------
+
+
+def negotiation_pumps() -> list[str]:
+    """The ids of the negotiations the live worker is pumping now (Celery's remote control)."""
+    replies = celery_app.control.inspect(timeout=2).active()
+    assert replies, "the live worker did not answer"
+    return [
+        t["args"][0] for tasks in replies.values() for t in tasks if t["name"] == "negotiations.tasks.pump"
+    ]
+
+
+def test_a_cancelled_run_stops_its_negotiation_while_the_model_decides(
+    live_stack: LiveStack,
+    buyer: Agent,
+    intent: Intent,
+    seller: Agent,
+    buyer_chat: ChatServer,
+    seller_chat: ChatServer,
+    policy: AgentLoopPolicy,
+) -> None:
+    seller_on_chat(seller, seller_chat)
+    # The model takes longer over our second move than the test lasts; nothing else would stop it.
+    ModelEndpoint.objects.filter(tenant=buyer.tenant).update(timeout=300)
+    buyer.turn_timeout = 600
+    buyer.save()
+    policy.instead = {2: hang(300, then=move_call(counter(1000)))}
+    run = negotiate(buyer, intent, seller)
+    wait_until(lambda: len(decisions(buyer_chat)) == 2, timeout=60, what="the model to be deciding")
+    ours = Negotiation.objects.get(agent=buyer)
+    assert negotiation_pumps() == [str(ours.pk)]
+
+    run_cancel(run=run, user=None)
+
+    ours.refresh_from_db()
+    assert (ours.status, ours.error) == (Negotiation.Status.FAILED, "the run it served was cancelled")
+    # The worker lets go of the turn while the model still hangs, and sends nothing.
+    wait_until(lambda: negotiation_pumps() == [], timeout=60, what="the pump to stop")
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    theirs = Negotiation.objects.get(agent=seller)
+    assert ours.turns.count() == theirs.turns.count() == 2
+    assert len(decisions(buyer_chat)) == 2
+
+    # The worker is free: the next run of the agent negotiates to its end.
+    again = finished(
+        negotiate(buyer, Intent.objects.create(tenant=buyer.tenant, agent=buyer, statement="A CFO"), seller)
+    )
+    assert again.status == Run.Status.DONE, again.end_reason
+    assert again.output.startswith("Here is where things stand.\nSettled (1):\n")
+    ours.refresh_from_db()
+    assert (ours.status, ours.turns.count(), Negotiation.objects.get(pk=theirs.pk).turns.count()) == (
+        Negotiation.Status.FAILED,
+        2,
+        2,
+    )
+
+
+def test_a_move_decided_as_the_run_is_cancelled_is_not_sent(
+    live_stack: LiveStack,
+    buyer: Agent,
+    intent: Intent,
+    seller: Agent,
+    buyer_chat: ChatServer,
+    seller_chat: ChatServer,
+    policy: AgentLoopPolicy,
+) -> None:
+    seller_on_chat(seller, seller_chat)
+    started: list[Run] = []
+
+    def cancel_then_decide(body: dict[str, object]) -> Reply:
+        # The party cancels just as the model answers our second move: a valid one.
+        if policy.decisions == 1 and MOVE_TOOL in str(body.get("tools")):
+            try:
+                run_cancel(run=started[0], user=None)
+            finally:
+                connections.close_all()
+        return policy(body)
+
+    buyer_chat.responder = cancel_then_decide
+    started.append(negotiate(buyer, intent, seller))
+
+    run = finished(started[0])
+
+    assert run.status == Run.Status.CANCELLED
+    ours = Negotiation.objects.get(agent=buyer)
+    wait_until(lambda: negotiation_pumps() == [], timeout=60, what="the pump to stop")
+    assert len(decisions(buyer_chat)) == 2
+    assert (ours.status, ours.error) == (Negotiation.Status.FAILED, "the run it served was cancelled")
+    assert ours.turns.count() == Negotiation.objects.get(agent=seller).turns.count() == 2
+    # What the decision cost still counts.
+    ours.refresh_from_db()
+    assert ours.input_tokens == 20
