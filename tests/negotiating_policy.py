@@ -126,7 +126,7 @@ class AgentLoopPolicy:
 
     def __call__(self, body: dict[str, Any]) -> Reply:
         offered = {t["function"]["name"] for t in body.get("tools") or []}
-        if MOVE_TOOL in offered:
+        if asks_for_a_move(body):
             with self._lock:
                 self.decisions += 1
                 scripted = self.instead.get(self.decisions)
@@ -165,6 +165,11 @@ class AgentLoopPolicy:
     def _say(self, content: str) -> Reply:
         self.finished += 1
         return text(content)
+
+
+def asks_for_a_move(body: dict[str, Any]) -> bool:
+    """Whether the chat-completions request ``body`` asks for a negotiation move (offers ``decide_move``)."""
+    return any(t["function"]["name"] == MOVE_TOOL for t in body.get("tools") or [])
 
 
 def waiting_in(digest: str) -> list[tuple[str, str]]:

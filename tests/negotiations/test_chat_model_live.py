@@ -7,7 +7,7 @@ test process (:mod:`tests.chat_server`), whose replies come from the policies of
 buyer, Tomas's agent in ``acme``, is driven as a user drives it: a run whose
 task names the seller's A2A URL, so its loop (on the chat model too) calls
 ``negotiate``. The seller, Idris in ``globex``, answers at its public endpoint
-over real A2A, on a chat model of its own tenant or on ``offline``.
+over real A2A, on a chat model of its own tenant.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterator
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import AbstractUser
@@ -34,7 +35,7 @@ from tests.a2a_gateway.conftest import proposal
 from tests.a2a_gateway.rpc import call, message, refusal, task_of
 from tests.chat_server import ChatServer, Reply, hang, text, tool_calls
 from tests.conftest import LiveStack, on_chat_model, runs_settle, wait_until
-from tests.negotiating_policy import AgentLoopPolicy, NegotiatingPolicy
+from tests.negotiating_policy import AgentLoopPolicy, NegotiatingPolicy, asks_for_a_move
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,10 +85,17 @@ def seller_on_chat(seller: Agent, seller_chat: ChatServer) -> Agent:
     return on_chat_model(seller, seller_chat, name="guild-model")
 
 
-def negotiate(buyer: Agent, intent: Intent, seller: Agent, **limits: object) -> Run:
-    """Give the buyer the party's task naming the seller's public endpoint."""
+def negotiate(
+    buyer: Agent,
+    intent: Intent,
+    seller: Agent,
+    *,
+    max_tokens: int | None = None,
+    max_cost: Decimal | None = None,
+) -> Run:
+    """Give the buyer the party's task naming the seller's public endpoint, within these budgets."""
     task = f"Find me a fractional CFO for two days a month. Talk to {agent_url(seller)}"
-    return run_start(agent=buyer, intent=intent, task=task, **limits)  # type: ignore[arg-type]
+    return run_start(agent=buyer, intent=intent, task=task, max_tokens=max_tokens, max_cost=max_cost)
 
 
 def finished(run: Run) -> Run:
@@ -99,13 +107,9 @@ def finished(run: Run) -> Run:
     return ended_run
 
 
-def decisions(chat: ChatServer) -> list[dict[str, object]]:
+def decisions(chat: ChatServer) -> list[dict[str, Any]]:
     """The bodies of the requests to ``chat`` that asked for a negotiation move."""
-    return [
-        r.body
-        for r in chat.requests
-        if any(t["function"]["name"] == MOVE_TOOL for t in r.body.get("tools") or [])
-    ]
+    return [r.body for r in chat.requests if asks_for_a_move(r.body)]
 
 
 def counter(amount: int, *, action: str = "counter", **more: object) -> dict[str, object]:
@@ -391,10 +395,10 @@ def test_a_model_that_keeps_breaking_the_limit_parks_the_negotiation_with_the_pa
 
 
 @pytest.mark.parametrize(
-    ("limits", "reason"),
+    ("max_tokens", "max_cost", "reason"),
     [
-        ({"max_tokens": 60}, "The token budget of 60 is spent (60 used)."),
-        ({"max_cost": 4 * CALL_COST}, "The cost budget of 0.000240 is spent (0.000240 used)."),
+        (60, None, "The token budget of 60 is spent (60 used)."),
+        (None, 4 * CALL_COST, "The cost budget of 0.000240 is spent (0.000240 used)."),
     ],
     ids=["tokens", "cost"],
 )
@@ -405,13 +409,14 @@ def test_the_run_budget_spent_by_its_negotiation_fails_both(
     seller: Agent,
     buyer_chat: ChatServer,
     seller_chat: ChatServer,
-    limits: dict[str, object],
+    max_tokens: int | None,
+    max_cost: Decimal | None,
     reason: str,
 ) -> None:
     seller_on_chat(seller, seller_chat)
 
     # The loop's first step costs one call; each move costs one more: three moves spend it.
-    run = finished(negotiate(buyer, intent, seller, **limits))
+    run = finished(negotiate(buyer, intent, seller, max_tokens=max_tokens, max_cost=max_cost))
 
     ours, theirs = Negotiation.objects.get(agent=buyer), Negotiation.objects.get(agent=seller)
     assert (ours.status, ours.error) == (
@@ -589,9 +594,9 @@ def test_a_move_decided_as_the_run_is_cancelled_is_not_sent(
     seller_on_chat(seller, seller_chat)
     started: list[Run] = []
 
-    def cancel_then_decide(body: dict[str, object]) -> Reply:
+    def cancel_then_decide(body: dict[str, Any]) -> Reply:
         # The party cancels just as the model answers our second move: a valid one.
-        if policy.decisions == 1 and MOVE_TOOL in str(body.get("tools")):
+        if policy.decisions == 1 and asks_for_a_move(body):
             try:
                 run_cancel(run=started[0], user=None)
             finally:
