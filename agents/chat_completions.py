@@ -3,10 +3,16 @@
 :class:`ChatCompletionsModel` calls one :class:`~agents.models.ModelEndpoint`:
 it always asks for a stream (SSE), hands each piece of text to
 ``CallOptions.on_delta``, and retries what may pass — timeouts, dropped
-connections, HTTP 429 and 5xx — waiting 1 s, 2 s, 4 s … or what
-``Retry-After`` asks (at most :data:`MAX_RETRY_AFTER` seconds). Any other
-failure ends the call at once. :class:`FallbackChain` tries models in order,
-moving on only when one's tries are spent.
+connections, HTTP 429 and 5xx, an error object with such a code in a 200
+answer (OpenRouter reports a provider's failure so, in the body or as a stream
+chunk), and a reply that cannot be acted on: one cut off at the length limit
+(its tool calls and text are incomplete) or one with neither text nor tool
+calls — waiting 1 s, 2 s, 4 s … with jitter, or what ``Retry-After`` asks.
+Any other failure ends the call at once. A wait is never cut short: one the
+call cannot afford (see :meth:`ChatCompletionsModel.complete`) makes the model
+unavailable for the call, saying why.
+:class:`FallbackChain` tries models in order, moving on only when one's tries
+are spent.
 
 The client is synchronous: the agent loop calls it from a Celery worker.
 """
@@ -15,6 +21,8 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -36,24 +44,32 @@ from agents.llm import (
     Retry,
     ToolCall,
     ToolSpec,
+    json_kind,
 )
 from parley.http import client as http_client
 
 if TYPE_CHECKING:
     from agents.models import ModelEndpoint
 
-# A server asking for longer is still retried after this many seconds: a worker thread waits
-# through it, and the run's own budgets (deadline, cancellation) are the place for longer pauses.
+# The longest wait between two tries, in seconds: a worker thread sleeps through it, so a server
+# asking for longer (Retry-After) is not waited for, and backoff stops growing here.
 MAX_RETRY_AFTER = 60.0
 # The longest stretch between two polls of ``CallOptions.cancelled``, in seconds. Polls are spaced
 # at least this far apart while streaming too, since a poll may cost a database query.
 POLL_INTERVAL = 0.2
 # How much of an error body reaches the error message, in characters.
 MAX_ERROR_TEXT = 300
+# Named codes of an error object (``error.code``, or ``error.type`` without one) that may pass as
+# 429 and 5xx may: OpenAI's and OpenRouter's for rate limits and server trouble, Anthropic's overload.
+TRANSIENT_ERROR_CODES = frozenset(
+    {"rate_limit_exceeded", "server_error", "service_unavailable", "overloaded", "overloaded_error"}
+)
 
 
 class ModelUnavailable(ModelError):
-    """Every try of one model failed in a way that may pass (timeouts, dropped connections, 429, 5xx).
+    """One model cannot answer this call, in a way another model may not share: every try failed in
+    a way that may pass (timeouts, dropped connections, 429, 5xx, a reply cut off or empty), or the
+    wait before the next try is more than the call can afford.
 
     ``str(error)`` is ``"<model>: <reason>"``, e.g. ``"gpt-x: HTTP 503 after 3 tries"``; a
     :class:`FallbackChain` moves on to its next model.
@@ -82,14 +98,16 @@ class _Answer:
     tool_calls: list[ToolCall] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
+    finish_reason: str = ""
 
 
 class ChatCompletionsModel:
     """One chat-completions endpoint (a :class:`~agents.models.ModelEndpoint` row) with its retries.
 
     Each try POSTs ``{base_url}/chat/completions``; there are ``endpoint.attempts`` tries.
-    ``endpoint.timeout`` seconds bound the connect, each read, and the whole stream (checked as
-    each line arrives, so a stalled stream ends by the read timeout). ``options.cancelled`` is
+    ``endpoint.timeout`` seconds (or the time left before ``options.deadline``, when less) bound
+    the connect, each read, and the whole stream (checked as each line arrives, so a stalled
+    stream ends by the read timeout). ``options.cancelled`` is
     polled as lines arrive and while waiting between tries, at most every :data:`POLL_INTERVAL`.
     """
 
@@ -104,9 +122,19 @@ class ChatCompletionsModel:
         ``cost`` is ``(input_tokens * input_price + output_tokens * output_price) / 1e6``, in the
         endpoint's currency. After a :class:`~agents.llm.Retry` the deltas start over.
 
-        Raises :class:`ModelCancelled` once ``options.cancelled()`` is True (never retried),
-        :class:`ModelUnavailable` when every try failed in a way that may pass, and
-        :class:`ModelError` at once for anything else (another 4xx, a malformed reply).
+        Before try ``n + 1`` the call waits what ``Retry-After`` asks, or else ``2 ** (n - 1)``
+        seconds (at most :data:`MAX_RETRY_AFTER`) times a random factor in [0.5, 1], so clients
+        that failed together do not come back together. A try runs for at most
+        ``endpoint.timeout`` seconds and never past ``options.deadline``. A wait is never cut
+        short: a ``Retry-After`` over :data:`MAX_RETRY_AFTER` (a worker thread must not sleep for
+        hours), or any wait that would end past ``options.deadline``, makes the model unavailable
+        for the call instead, naming the wait.
+
+        Raises :class:`ModelCancelled` once ``options.cancelled()`` is True (never retried);
+        :class:`ModelUnavailable` when every try failed in a way that may pass (a reply cut off
+        at the length limit, or with neither text nor tool calls, is such a failed try) or the
+        next wait is one the call cannot afford; :class:`ModelError` once ``options.deadline``
+        passed, and at once for anything else (another 4xx, a malformed reply).
         """
         options = options or CallOptions()
         endpoint = self.endpoint
@@ -118,13 +146,20 @@ class ChatCompletionsModel:
             attempt = 1
             while True:
                 self._check(options)
+                left = self._time_left(options)
                 try:
-                    return self._reply(self._try(http, body, headers, options))
+                    seconds = endpoint.timeout if left is None else min(endpoint.timeout, left)
+                    return self._reply(self._try(http, body, headers, options, seconds))
                 except _Retryable as failure:
+                    left = self._time_left(options)  # a try the deadline cut off ends the call
+                    tries = "1 try" if attempt == 1 else f"{attempt} tries"
                     if attempt >= endpoint.attempts:
-                        tries = "1 try" if attempt == 1 else f"{attempt} tries"
                         raise ModelUnavailable(endpoint.name, f"{failure.reason} after {tries}") from failure
-                    wait = 2.0 ** (attempt - 1) if failure.retry_after is None else failure.retry_after
+                    wait, refusal = _wait(failure, attempt, left)
+                    if refusal:
+                        raise ModelUnavailable(
+                            endpoint.name, f"{failure.reason} after {tries}; {refusal}"
+                        ) from failure
                     if options.on_retry:
                         options.on_retry(
                             Retry(model=endpoint.name, attempt=attempt, wait=wait, reason=failure.reason)
@@ -132,16 +167,36 @@ class ChatCompletionsModel:
                     self._pause(wait, options)
                 attempt += 1
 
+    def _time_left(self, options: CallOptions) -> float | None:
+        """Seconds left before ``options.deadline`` (None without one).
+
+        Raises :class:`ModelError` once it has passed: no model can answer in time any more.
+        """
+        if options.deadline is None:
+            return None
+        left = (options.deadline - datetime.now(UTC)).total_seconds()
+        if left <= 0:
+            raise ModelError(
+                f"{self.endpoint.name}: the deadline ({options.deadline:%Y-%m-%d %H:%M:%S %Z}) passed "
+                "before the model answered"
+            )
+        return left
+
     def _try(
-        self, http: httpx.Client, body: dict[str, Any], headers: dict[str, str], options: CallOptions
+        self,
+        http: httpx.Client,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        options: CallOptions,
+        seconds: float,
     ) -> _Answer:
-        """One POST, read to its end; raises :class:`_Retryable` or :class:`ModelError`."""
+        """One POST, read to its end within ``seconds``; raises :class:`_Retryable` or :class:`ModelError`."""
         endpoint = self.endpoint
-        deadline = time.monotonic() + endpoint.timeout
+        deadline = time.monotonic() + seconds
         url = f"{endpoint.base_url.rstrip('/')}/chat/completions"
         try:
-            with http.stream("POST", url, json=body, headers=headers) as response:
-                if response.status_code == 429 or response.status_code >= 500:
+            with http.stream("POST", url, json=body, headers=headers, timeout=seconds) as response:
+                if _transient(response.status_code):
                     response.read()
                     retry_after = _retry_after(response.headers.get("Retry-After"))
                     raise _Retryable(f"HTTP {response.status_code}", retry_after)
@@ -153,11 +208,12 @@ class ChatCompletionsModel:
                     )
                 if "json" in response.headers.get("Content-Type", ""):
                     response.read()
-                    answer = self._completion(response)
+                    answer = self._completion(response, _retry_after(response.headers.get("Retry-After")))
+                    _check_usable(answer)
                     if answer.content and options.on_delta:
                         options.on_delta(answer.content)
                     return answer
-                return self._stream(response, deadline, options)
+                return _check_usable(self._stream(response, deadline, options))
         except httpx.TimeoutException as exc:
             raise _Retryable("timed out") from exc
         except httpx.ConnectError as exc:
@@ -168,23 +224,31 @@ class ChatCompletionsModel:
             # Retrying cannot help: the URL is unusable, or the body is not decodable.
             raise ModelError(f"{endpoint.name}: {type(exc).__name__}: {exc}") from exc
 
-    def _completion(self, response: httpx.Response) -> _Answer:
-        """A non-streamed answer: ``{"choices": [{"message": {...}}], "usage": {...}}``."""
+    def _completion(self, response: httpx.Response, retry_after: float | None) -> _Answer:
+        """A non-streamed answer: ``{"choices": [{"message": {...}}], "usage": {...}}``, or
+        ``{"error": {...}}`` (see :meth:`_reported`; ``retry_after`` is the response's, in seconds)."""
         name = self.endpoint.name
         try:
             data = response.json()
+            if data.get("error"):
+                raise self._reported(data["error"], retry_after)
             if not data.get("choices"):
                 raise ModelError(f"{name}: the answer has no choices")
-            message = data["choices"][0]["message"]
+            choice = data["choices"][0]
+            message = choice["message"]
             calls = [
                 ToolCall(
-                    id=call.get("id") or _new_call_id(),
-                    name=call["function"].get("name") or "",
-                    arguments=_arguments(call["function"].get("arguments")),
+                    call.get("id") or _new_call_id(),
+                    call["function"].get("name") or "",
+                    *_arguments(call["function"].get("arguments")),
                 )
                 for call in message.get("tool_calls") or []
             ]
-            answer = _Answer(content=message.get("content") or "", tool_calls=calls)
+            answer = _Answer(
+                content=message.get("content") or "",
+                tool_calls=calls,
+                finish_reason=choice.get("finish_reason") or "",
+            )
             _read_usage(answer, data.get("usage"))
         except (ValueError, LookupError, TypeError, AttributeError) as exc:
             raise ModelError(f"{name}: the answer is not a chat completion we can read") from exc
@@ -218,15 +282,14 @@ class ChatCompletionsModel:
                 ) from exc
             try:
                 if chunk.get("error"):
-                    error = chunk["error"]
-                    text = error.get("message") if isinstance(error, dict) else error
-                    raise ModelError(f"{name}: the stream reported an error: {self._redact(str(text))}")
+                    raise self._reported(chunk["error"])
                 _read_usage(answer, chunk.get("usage"))
                 if not chunk.get("choices"):
                     continue  # the usage chunk, or a keep-alive
                 saw_choice = True
                 choice = chunk["choices"][0]
-                finished = finished or bool(choice.get("finish_reason"))
+                answer.finish_reason = choice.get("finish_reason") or answer.finish_reason
+                finished = finished or bool(answer.finish_reason)
                 delta = choice.get("delta") or {}
                 if piece := delta.get("content"):
                     content.append(piece)
@@ -235,13 +298,16 @@ class ChatCompletionsModel:
                 for position, part in enumerate(delta.get("tool_calls") or []):
                     index = part.get("index")
                     call = calls.setdefault(
-                        index if isinstance(index, int) else position, {"id": "", "name": "", "arguments": ""}
+                        index if isinstance(index, int) else position,
+                        {"id": "", "name": "", "arguments": "", "raw_kind": ""},
                     )
                     function = part.get("function") or {}
                     # Some servers repeat the id and name on every chunk; only the arguments are split.
                     call["id"] = part.get("id") or call["id"]
                     call["name"] = function.get("name") or call["name"]
-                    call["arguments"] += function.get("arguments") or ""
+                    piece, raw_kind = _arguments(function.get("arguments"))
+                    call["arguments"] += piece
+                    call["raw_kind"] = call["raw_kind"] or raw_kind
             except (LookupError, TypeError, AttributeError, ValueError) as exc:
                 raise ModelError(
                     f"{name}: the stream carried a chunk we cannot read: {payload[:80]!r}"
@@ -253,7 +319,7 @@ class ChatCompletionsModel:
             raise ModelError(f"{name}: the answer has no choices")
         answer.content = "".join(content)
         answer.tool_calls = [
-            ToolCall(id=c["id"] or _new_call_id(), name=c["name"], arguments=c["arguments"])
+            ToolCall(c["id"] or _new_call_id(), c["name"], c["arguments"], c["raw_kind"])
             for _, c in sorted(calls.items())
         ]
         return answer
@@ -271,6 +337,28 @@ class ChatCompletionsModel:
             model=endpoint.name,
             cost=cost,
         )
+
+    def _reported(self, error: Any, retry_after: float | None = None) -> _Retryable | ModelError:
+        """What an ``error`` object in a 200 answer (its body, or a chunk of its stream) stands for.
+
+        The object is ``{"code", "message"}``, ``code`` an HTTP status (an int or a numeric string)
+        or a name (``"rate_limit_exceeded"``); ``type`` stands in for a missing code. 429, 5xx and
+        :data:`TRANSIENT_ERROR_CODES` may pass (:class:`_Retryable`, after ``retry_after`` seconds
+        when given); anything else is a :class:`ModelError`. Either names the code and the message,
+        without the API key: ``"the reply reported error 429 (Rate limit exceeded)"``.
+        """
+        code: Any = None
+        message: Any = error
+        if isinstance(error, dict):
+            code = error.get("code") if error.get("code") not in (None, "") else error.get("type")
+            message = error.get("message")
+        text = self._redact(" ".join(str(message or "").split()))[:MAX_ERROR_TEXT]
+        reason = "the reply reported " + (f"error {code}" if code not in (None, "") else "an error")
+        if text:
+            reason += f" ({text})"
+        if _transient(code):
+            return _Retryable(reason, retry_after)
+        return ModelError(f"{self.endpoint.name}: {reason}")
 
     def _check(self, options: CallOptions) -> None:
         if options.cancelled():
@@ -355,17 +443,38 @@ def _request_body(
     return body
 
 
+def _check_usable(answer: _Answer) -> _Answer:
+    """``answer``, when it can be acted on; raises :class:`_Retryable` for one cut off at the length
+    limit (its tool calls and text are incomplete) or one with neither text nor tool calls."""
+    if answer.finish_reason == "length":
+        raise _Retryable("the reply was cut off at the length limit")
+    if not answer.content.strip() and not answer.tool_calls:
+        raise _Retryable("the model answered nothing")
+    return answer
+
+
 def _read_usage(answer: _Answer, usage: Any) -> None:
     if isinstance(usage, dict):
         answer.input_tokens = int(usage.get("prompt_tokens") or 0)
         answer.output_tokens = int(usage.get("completion_tokens") or 0)
 
 
-def _arguments(value: Any) -> str:
-    """A tool call's arguments as the raw text; a server that sends an object gets it re-encoded."""
-    if isinstance(value, str):
-        return value
-    return "" if value is None else json.dumps(value)
+def _arguments(value: Any) -> tuple[str, str]:
+    """A tool call's arguments as sent, as ``(text, raw_kind)`` (see :class:`~agents.llm.ToolCall`):
+    a string (or none) as is; a bare JSON value sent in its place as its JSON text and kind."""
+    if value is None or isinstance(value, str):
+        return value or "", ""
+    return json.dumps(value), json_kind(value)
+
+
+def _transient(code: Any) -> bool:
+    """Whether a failure with ``code`` may pass: an HTTP status (an int, or digits) of 429 or 5xx,
+    or one of :data:`TRANSIENT_ERROR_CODES`."""
+    if isinstance(code, str) and re.fullmatch(r"\d{3}", code.strip()):
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code == 429 or 500 <= code <= 599
+    return isinstance(code, str) and code.strip().lower() in TRANSIENT_ERROR_CODES
 
 
 def _new_call_id() -> str:
@@ -374,7 +483,8 @@ def _new_call_id() -> str:
 
 
 def _retry_after(value: str | None) -> float | None:
-    """``Retry-After`` (seconds, or an HTTP date) in seconds from now, within [0, MAX_RETRY_AFTER]."""
+    """``Retry-After`` (seconds, or an HTTP date) in seconds from now, at least 0; None when absent
+    or unreadable."""
     if not value:
         return None
     try:
@@ -389,7 +499,31 @@ def _retry_after(value: str | None) -> float | None:
         seconds = (when - datetime.now(UTC)).total_seconds()
     if math.isnan(seconds):
         return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+    return max(seconds, 0.0)
+
+
+def _wait(failure: _Retryable, attempt: int, left: float | None) -> tuple[float, str]:
+    """Seconds to wait after failed try ``attempt``, and "" or why that wait is not affordable.
+
+    ``left`` is seconds to the call's deadline (None: none). See
+    :meth:`ChatCompletionsModel.complete` for the rule.
+    """
+    if failure.retry_after is not None:
+        wait = failure.retry_after
+        if wait > MAX_RETRY_AFTER:
+            return wait, f"Retry-After asks for {wait:g} s, more than the {MAX_RETRY_AFTER:g} s a call waits"
+        if left is not None and wait >= left:
+            return (
+                wait,
+                f"Retry-After asks for {wait:g} s, more than the {left:.1f} s left before the deadline",
+            )
+        return wait, ""
+    base = min(2.0 ** (attempt - 1), MAX_RETRY_AFTER)
+    # Jitter spreads the clients a failure hit at once; hundredths keep the timeline readable.
+    wait = round(base * random.uniform(0.5, 1.0), 2)
+    if left is not None and wait >= left:
+        return wait, f"another try in {wait:g} s would start after the deadline ({left:.1f} s left)"
+    return wait, ""
 
 
 def _error_text(response: httpx.Response) -> str:

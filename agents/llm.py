@@ -8,10 +8,14 @@ implementation an agent is configured with.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
+
+from parley import strict_json
 
 if TYPE_CHECKING:
     from agents.models import Agent
@@ -21,14 +25,62 @@ ChatMessage = dict[str, Any]
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One tool call as the model wrote it; ``arguments`` is the raw JSON text."""
+    """One tool call as the model wrote it.
+
+    ``arguments`` is the text the model wrote, JSON or not. A server that sent a JSON value where
+    chat completions put a string gets ``arguments`` as that value's JSON text, so the stored call
+    goes back to the model as valid chat completions, and ``raw_kind`` naming what was sent
+    (``"object"``, ``"array"``, ``"number"``… see :func:`json_kind`); ``""`` for a string.
+    """
 
     id: str
     name: str
     arguments: str
+    raw_kind: str = ""
 
     def as_dict(self) -> dict[str, str]:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """The arguments as a JSON object: they must be a string holding one ("" stands for ``{}``).
+
+        The one rule for every caller of a model, so that arguments breaking it become an error
+        result the model can act on. Raises :class:`BadArguments` saying what they are instead: a
+        bare JSON value sent in place of the string, text that is not JSON as
+        :func:`parley.strict_json.loads` reads it, or JSON that is not an object.
+        """
+        if self.raw_kind:
+            raise BadArguments(
+                f"the arguments of {self.name} must be a string holding a JSON object, and the model "
+                f"sent a bare JSON {self.raw_kind} instead"
+            )
+        try:
+            value = strict_json.loads(self.arguments or "{}")
+        except ValueError as exc:
+            problem = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise BadArguments(f"the arguments of {self.name} are not valid JSON ({problem})") from exc
+        if not isinstance(value, dict):
+            raise BadArguments(
+                f"the arguments of {self.name} must be a JSON object, not a JSON {json_kind(value)}"
+            )
+        return value
+
+
+class BadArguments(ValueError):
+    """A tool call's arguments are not a JSON object; the message names the tool and what they are."""
+
+
+def json_kind(value: Any) -> str:
+    """The JSON name of a decoded value's type: object, array, string, number, boolean or null."""
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    return "null" if value is None else "number"
 
 
 @dataclass(frozen=True)
@@ -60,12 +112,17 @@ class Retry:
 class CallOptions:
     """How one step calls the model.
 
-    * ``on_delta`` gets each piece of text as it is generated (streaming);
+    * ``on_delta`` gets each piece of text as it is generated (streaming). What a try
+      streamed is void unless the call returns that try's reply: ``on_retry`` or
+      ``on_fallback`` follows a failed try (the deltas then start over), or the call raises;
     * ``on_retry`` is told before every wait between tries, and ``on_fallback``
       when the next model of the list takes over (``(from_model, to_model, reason)``);
     * ``cancelled`` is polled while waiting and between streamed chunks; once it
       returns True the call stops with :class:`ModelCancelled`;
-    * ``response_format`` is a JSON Schema the final answer must follow.
+    * ``response_format`` is a JSON Schema the final answer must follow;
+    * ``deadline`` (timezone-aware, absolute) is when the answer is due: no try runs past it and
+      no wait between tries ends after it. ``None``: each try is bounded by its endpoint's timeout
+      only. Raises ``ValueError`` for a naive ``deadline``.
     """
 
     on_delta: Callable[[str], None] | None = None
@@ -73,6 +130,11 @@ class CallOptions:
     on_fallback: Callable[[str, str, str], None] | None = None
     cancelled: Callable[[], bool] = lambda: False
     response_format: dict[str, Any] | None = None
+    deadline: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.deadline is not None and self.deadline.utcoffset() is None:
+            raise ValueError("CallOptions.deadline must be timezone-aware")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,17 @@ from django.utils import timezone
 
 from agents import guardrails, history, host_operations, selectors, tools
 from agents.instructions import system_message
-from agents.llm import CallOptions, ChatMessage, ModelCancelled, ModelError, ModelReply, Retry, model_for
+from agents.llm import (
+    BadArguments,
+    CallOptions,
+    ChatMessage,
+    ModelCancelled,
+    ModelError,
+    ModelReply,
+    Retry,
+    ToolCall,
+    model_for,
+)
 from agents.models import MAX_DELEGATION_DEPTH, Agent, Intent, Message, Question, Run
 from agents.models import Tool as ToolRow
 from parley import strict_json, telemetry
@@ -277,26 +287,40 @@ def _take_step(run: Run) -> None:
     except guardrails.GuardrailTripped as exc:
         _finish(run, Run.Status.FAILED, str(exc))
         return
+    live = _LiveText(run)
+    kept = False
+    try:
+        kept = _ask_model(run, messages, offered, live)
+    finally:
+        if not kept:
+            live.withdraw()  # streamed text of a reply that was not stored must not stay on the page
+
+
+def _ask_model(
+    run: Run, messages: list[ChatMessage], offered: dict[str, tools.Tool], live: _LiveText
+) -> bool:
+    """Call the model, run the tools it called and write the step; whether the reply was stored."""
+    agent = run.agent
     provider = "parley.offline" if agent.model == "offline" else "openai"
     try:
         with telemetry.model_call_span(model=agent.model, provider=provider) as call:
             reply = model_for(agent).complete(
-                messages=messages, tools=[t.spec for t in offered.values()], options=_call_options(run)
+                messages=messages, tools=[t.spec for t in offered.values()], options=_call_options(run, live)
             )
             call.record(reply.model, reply.input_tokens, reply.output_tokens)
     except ModelCancelled:
-        return  # the run was stopped meanwhile; whoever stopped it wrote its end
+        return False  # the run was stopped meanwhile; whoever stopped it wrote its end
     except ModelError as exc:
         _finish(run, Run.Status.FAILED, str(exc))
-        return
+        return False
     try:
         content = guardrails.check(agent.guardrails, stage="output", text=reply.content)
     except guardrails.GuardrailTripped as exc:
         _finish(run, Run.Status.FAILED, str(exc), spent=reply)
-        return
+        return False
     reply = _with_unique_call_ids(run, reply)
     early = _run_outside_transaction(run, reply, offered)
-    _apply_step(
+    return _apply_step(
         run_id=run.pk,
         tenant_id=run.tenant_id,
         seen_steps=run.step_count,
@@ -305,6 +329,39 @@ def _take_step(run: Run) -> None:
         offered=offered,
         early=early,
     )
+
+
+class _LiveText:
+    """A step's model text on the open pages: each delta as it streams (``run.delta``), and the
+    withdrawal (``run.withdrawn``) of what went out once it will not be stored.
+
+    Both are transient events (:func:`parley.live.push_transient`), ``{"run", "step"}`` plus
+    ``"delta"`` for a delta.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self.tenant_id = run.tenant_id
+        self.party_id = run.agent.principal_id
+        self.head = {"run": str(run.pk), "step": run.step_count + 1}
+        self.shown = False
+
+    def delta(self, text: str) -> None:
+        self.shown = True
+        push_transient(
+            event="run.delta",
+            tenant_id=self.tenant_id,
+            party_id=self.party_id,
+            payload={**self.head, "delta": text},
+        )
+
+    def withdraw(self) -> None:
+        """Take back the text sent since the last withdrawal, if any: its try failed, or its reply
+        was refused or not stored."""
+        if self.shown:
+            self.shown = False
+            push_transient(
+                event="run.withdrawn", tenant_id=self.tenant_id, party_id=self.party_id, payload=self.head
+            )
 
 
 def _with_unique_call_ids(run: Run, reply: ModelReply) -> ModelReply:
@@ -366,18 +423,14 @@ def run_usage_add(*, run: Run, input_tokens: int, output_tokens: int, cost: Deci
     )
 
 
-def _call_options(run: Run) -> CallOptions:
-    """Hooks of one model call: stream deltas live, record retries and fallbacks, stop when cancelled."""
-    step = run.step_count + 1
-    head = {"run": str(run.pk), "step": step}
+def _call_options(run: Run, live: _LiveText) -> CallOptions:
+    """Hooks of one model call: stream deltas live (withdrawn before a retry or a fallback starts
+    over), record retries and fallbacks, stop when cancelled, and answer by the run's deadline."""
+    head = {"run": str(run.pk), "step": run.step_count + 1}
     party = run.agent.principal_id
 
-    def on_delta(text: str) -> None:
-        push_transient(
-            event="run.delta", tenant_id=run.tenant_id, party_id=party, payload={**head, "delta": text}
-        )
-
     def on_retry(retry: Retry) -> None:
+        live.withdraw()
         publish_on_commit(
             event="run.retry",
             tenant_id=run.tenant_id,
@@ -392,6 +445,7 @@ def _call_options(run: Run) -> CallOptions:
         )
 
     def on_fallback(from_model: str, to_model: str, reason: str) -> None:
+        live.withdraw()
         publish_on_commit(
             event="run.fallback",
             tenant_id=run.tenant_id,
@@ -402,11 +456,12 @@ def _call_options(run: Run) -> CallOptions:
     # Streamed text reaches the dashboard before the output guardrails can see the whole of it.
     streams = not any(g.get("stage") == "output" for g in run.agent.guardrails)
     return CallOptions(
-        on_delta=on_delta if streams else None,
+        on_delta=live.delta if streams else None,
         on_retry=on_retry,
         on_fallback=on_fallback,
         cancelled=_stopped_check(run),
         response_format=run.output_schema,
+        deadline=run.deadline,
     )
 
 
@@ -436,7 +491,7 @@ def _run_outside_transaction(
     """
     ready = []
     for call in reply.tool_calls:
-        prepared = _prepare(call.name, call.arguments, offered)
+        prepared = _prepare(call, offered)
         if isinstance(prepared, tuple):
             tool, arguments = prepared
             if tool.outside_transaction and not tool.requires_approval:
@@ -461,7 +516,9 @@ def _apply_step(
     content: str,
     offered: dict[str, tools.Tool],
     early: dict[str, tools.Outcome],
-) -> None:
+) -> bool:
+    """Write the step: the reply, its tool calls' outcomes and the run's next status; whether it
+    was written here (not when another worker applied it, or the run stopped meanwhile)."""
     with transaction.atomic():
         run = (
             Run.objects.for_tenant(tenant_id)
@@ -470,7 +527,7 @@ def _apply_step(
             .get(pk=run_id)
         )
         if run.step_count != seen_steps or run.status not in Run.STEPPING:
-            return  # another worker applied this step, or the run was stopped meanwhile
+            return False  # another worker applied this step, or the run was stopped meanwhile
         run.step_count += 1
         run.input_tokens += reply.input_tokens
         run.output_tokens += reply.output_tokens
@@ -507,6 +564,7 @@ def _apply_step(
         _publish_run(run)
         if run.status in Run.ENDED:
             _ended(run)
+    return True
 
 
 def _final_answer(run: Run, content: str) -> None:
@@ -541,7 +599,7 @@ def _run_tools(
     for call in reply.tool_calls:
         outcome = early.get(call.id)
         if outcome is None:
-            prepared = _prepare(call.name, call.arguments, offered)
+            prepared = _prepare(call, offered)
             if isinstance(prepared, tools.Result):
                 outcome = prepared
             elif prepared[0].requires_approval:
@@ -592,18 +650,18 @@ def _problem(exc: Exception) -> str:
 
 
 def _prepare(
-    name: str, raw_arguments: str, offered: dict[str, tools.Tool]
+    call: ToolCall, offered: dict[str, tools.Tool]
 ) -> tuple[tools.Tool, dict[str, Any]] | tools.Result:
-    """The tool and its parsed, schema-checked arguments, or the error result the model sees."""
+    """The tool and its parsed (:meth:`ToolCall.parsed_arguments`), schema-checked arguments, or
+    the error result the model sees."""
+    name = call.name
     tool = offered.get(name)
     if tool is None:
         return tools.Result(f"Error: unknown tool {name!r}; the tools offered are {', '.join(offered)}.")
     try:
-        arguments = _parse_json(raw_arguments or "{}")
-    except ValueError as exc:
-        return tools.Result(f"Error: the arguments of {name} are not valid JSON ({_problem(exc)}).")
-    if not isinstance(arguments, dict):
-        return tools.Result(f"Error: the arguments of {name} must be a JSON object.")
+        arguments = call.parsed_arguments()
+    except BadArguments as exc:
+        return tools.Result(f"Error: {exc}.")
     try:
         host_operations.validate_arguments(schema=tool.spec.parameters, arguments=arguments)
     except tools.ToolError as exc:

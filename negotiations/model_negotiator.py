@@ -15,13 +15,11 @@ guardrails and the minting of ``offerId`` stay with the negotiator, as for
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from typing import Any, Literal
 
-from agents.llm import ChatMessage, ModelReply, ToolSpec
+from agents.llm import BadArguments, ChatMessage, ModelReply, ToolSpec
 from negotiations.wire import Entry, Move, MoveError, TaskRecord, canonical_terms, parse_move
 
 MOVE_TOOL = "decide_move"
@@ -252,11 +250,9 @@ def read_move(reply: ModelReply, brief: Brief) -> Move:
     if call.name != MOVE_TOOL:
         raise ReplyRefused(f"you called {call.name!r}; the only tool is {MOVE_TOOL}")
     try:
-        arguments = json.loads(call.arguments)
-    except ValueError as exc:
-        raise ReplyRefused(f"the arguments of {MOVE_TOOL} are not valid JSON ({exc})") from exc
-    if not isinstance(arguments, Mapping):
-        raise ReplyRefused(f"the arguments of {MOVE_TOOL} must be a JSON object")
+        arguments = call.parsed_arguments()
+    except BadArguments as exc:
+        raise ReplyRefused(str(exc)) from exc
     names = {a.name: a for a in brief.actions}
     action = arguments.get("action")
     if action not in names:

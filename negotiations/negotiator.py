@@ -537,13 +537,16 @@ def _decide_on_model(
     def timed_out() -> bool:
         return time.monotonic() > ends
 
+    # The turn's whole decision, retries and fallbacks included, within the answer contract.
+    deadline = timezone.now() + timedelta(seconds=agent.turn_timeout)
     usage, refusals, broke = Usage(), 0, 0
     feedback: tuple[Violation, ...] = ()
     while True:
         try:
             with telemetry.model_call_span(model=agent.model) as call:
-                # The turn's whole decision, retries and fallbacks included, within the answer contract.
-                reply = _complete_until(model, messages, [tool], give_up=lambda: timed_out() or stopped())
+                reply = _complete_until(
+                    model, messages, [tool], deadline=deadline, give_up=lambda: timed_out() or stopped()
+                )
                 call.record(reply.model, reply.input_tokens, reply.output_tokens)
         except ModelCancelled as exc:
             why = (
@@ -553,6 +556,11 @@ def _decide_on_model(
             )
             raise NegotiatorError(why, usage=usage) from exc
         except ModelError as exc:
+            if timed_out():
+                raise NegotiatorError(
+                    f"the model did not decide within the turn timeout of {agent.turn_timeout:g} s",
+                    usage=usage,
+                ) from exc
             raise NegotiatorError(f"the model could not decide: {exc}", usage=usage) from exc
         usage = usage.plus(reply)
         try:
@@ -578,18 +586,24 @@ def _decide_on_model(
 
 
 def _complete_until(
-    model: ChatModel, messages: list[ChatMessage], tools: list[ToolSpec], *, give_up: Callable[[], bool]
+    model: ChatModel,
+    messages: list[ChatMessage],
+    tools: list[ToolSpec],
+    *,
+    deadline: datetime,
+    give_up: Callable[[], bool],
 ) -> ModelReply:
-    """``model``'s reply to ``messages``, or :class:`ModelCancelled` as soon as ``give_up()`` is True.
+    """``model``'s reply to ``messages`` by ``deadline``, or :class:`ModelCancelled` as soon as
+    ``give_up()`` is True.
 
     The call runs in a daemon thread of its own while this thread looks at
     ``give_up`` every :data:`GIVE_UP_POLL_SECONDS`. The chat-completions client
     looks at its ``cancelled`` hook only between tries and while an answer
     streams, so a model slow to begin answering would otherwise hold the turn,
-    and the worker's thread, past a stop or the turn timeout. A call given up
-    is told so through that hook and ends on its own; whatever it answers is
-    dropped. ``give_up`` is only called on this thread (it may read the
-    database). Raises what ``model.complete`` raises.
+    and the worker's thread, past a stop (the deadline it does keep). A call
+    given up is told so through that hook and ends on its own, by the deadline
+    at the latest; whatever it answers is dropped. ``give_up`` is only called
+    on this thread (it may read the database). Raises what ``model.complete`` raises.
     """
     if give_up():
         raise ModelCancelled("the decision was given up before the model was asked")
@@ -598,7 +612,7 @@ def _complete_until(
 
     def call() -> None:
         try:
-            options = CallOptions(cancelled=abandoned.is_set)
+            options = CallOptions(cancelled=abandoned.is_set, deadline=deadline)
             outcome.append(model.complete(messages=messages, tools=tools, options=options))
         except Exception as exc:  # handed to the caller as it is, below
             outcome.append(exc)

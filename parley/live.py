@@ -40,7 +40,7 @@ EVENTS = frozenset(
     }
 )
 # Pushed to open pages only, never stored: a page that missed them re-renders from the database.
-TRANSIENT_EVENTS = frozenset({"run.delta"})
+TRANSIENT_EVENTS = frozenset({"run.delta", "run.withdrawn"})
 
 
 def tenant_group(tenant_id: int) -> str:

@@ -3,9 +3,10 @@
 :class:`ChatServer` serves ``POST /v1/chat/completions`` on 127.0.0.1 from a daemon thread, so the
 client under test is the production one, over a real socket. Each request takes the next scripted
 :class:`Reply` (:meth:`ChatServer.script`), or asks the ``responder`` once the script is spent.
-Replies are built with :func:`text`, :func:`tool_calls`, :func:`status`, :func:`hang`,
-:func:`drop`, :func:`malformed` and :func:`sse`. A completion is streamed as SSE (HTTP/1.1 chunked, as real
-servers do) when the request says ``"stream": true``, and answered as one JSON body otherwise.
+Replies are built with :func:`text`, :func:`tool_calls`, :func:`status`, :func:`error_body`,
+:func:`error_chunk`, :func:`hang`, :func:`drop`, :func:`malformed`, :func:`sse` and
+:func:`unstreamed`. A completion is streamed as SSE (HTTP/1.1 chunked, as real servers do) when
+the request says ``"stream": true``, and answered as one JSON body otherwise.
 
     with ChatServer() as server:
         server.script(status(429, headers={"Retry-After": "1"}), text("Hello"))
@@ -31,47 +32,77 @@ from typing import Any, Self, cast
 class Reply:
     """One scripted answer.
 
-    A completion (``content``, ``tool_calls`` as ``(id, name, arguments)``, usage in tokens),
-    streamed in ``pieces`` of text with ``chunk_delay`` seconds between chunks; or, when ``body``
-    is set, that body as is with ``status`` and ``headers``. ``delay`` is seconds before
-    answering; ``drop_after`` closes the connection after that many streamed chunks (0: before
-    any answer).
+    A completion (``content``, ``tool_calls`` as ``(id, name, arguments)``, usage in tokens,
+    ``finish_reason``, by default "tool_calls" or "stop"), streamed in ``pieces`` of text with
+    ``chunk_delay`` seconds between chunks unless ``unstreamed``; or, when ``body``
+    is set, that body as is with ``status`` and ``headers``. ``error``, an error object, is
+    streamed as a chunk after the text (and ends the stream), or is the whole body unstreamed.
+    ``delay`` is seconds before answering; ``drop_after`` closes the connection after that many
+    streamed chunks (0: before any answer).
     """
 
     content: str = ""
-    tool_calls: tuple[tuple[str, str, str], ...] = ()
+    tool_calls: tuple[tuple[str, str, Any], ...] = ()
     input_tokens: int = 10
     output_tokens: int = 5
+    finish_reason: str = ""
     pieces: int = 3
     chunk_delay: float = 0.0
+    unstreamed: bool = False
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes | None = None
+    error: Mapping[str, Any] | None = None
     delay: float = 0.0
     drop_after: int | None = None
 
 
 def text(
-    content: str, *, input_tokens: int = 10, output_tokens: int = 5, pieces: int = 3, chunk_delay: float = 0.0
+    content: str,
+    *,
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    pieces: int = 3,
+    chunk_delay: float = 0.0,
+    finish_reason: str = "",
 ) -> Reply:
-    """An assistant message of ``content``, streamed in ``pieces`` deltas."""
+    """An assistant message of ``content`` (may be empty), streamed in ``pieces`` deltas;
+    ``finish_reason="length"`` for one cut off at the length limit."""
     return Reply(
         content=content,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         pieces=pieces,
         chunk_delay=chunk_delay,
+        finish_reason=finish_reason,
     )
 
 
 def tool_calls(
-    *calls: tuple[str, str, str], content: str = "", input_tokens: int = 10, output_tokens: int = 5
+    *calls: tuple[str, str, Any],
+    content: str = "",
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    finish_reason: str = "",
 ) -> Reply:
     """An assistant message calling tools, each ``(id, name, arguments)`` (several: parallel calls).
 
-    ``arguments`` is sent as written, valid JSON or not, split over two deltas.
+    ``arguments`` is sent as written, valid JSON or not, split over two deltas; any other value
+    (a dict, a list, a number) is sent as that JSON value in place of the string, in one delta, as
+    some servers do.
     """
-    return Reply(content=content, tool_calls=calls, input_tokens=input_tokens, output_tokens=output_tokens)
+    return Reply(
+        content=content,
+        tool_calls=calls,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        finish_reason=finish_reason,
+    )
+
+
+def unstreamed(reply: Reply) -> Reply:
+    """``reply`` answered as one JSON body even to a request that asks for a stream, as some servers do."""
+    return replace(reply, unstreamed=True)
 
 
 def status(code: int, *, headers: Mapping[str, str] | None = None, body: Any = None) -> Reply:
@@ -81,6 +112,18 @@ def status(code: int, *, headers: Mapping[str, str] | None = None, body: Any = N
         body = {"error": {"message": HTTPStatus(code).phrase}}
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     return Reply(status=code, headers={"Content-Type": "application/json", **(headers or {})}, body=raw)
+
+
+def error_body(code: Any, message: str, *, headers: Mapping[str, str] | None = None, **fields: Any) -> Reply:
+    """A 200 JSON answer whose body is ``{"error": {"code", "message", **fields}}``, as OpenRouter
+    reports a provider's failure once it accepted the request; ``code`` as given (an int, digits, a name)."""
+    return status(200, headers=headers, body={"error": {"code": code, "message": message, **fields}})
+
+
+def error_chunk(code: Any, message: str, *, content: str = "") -> Reply:
+    """A 200 stream of ``content`` that ends with an error chunk ``{"error": {"code", "message"}}``
+    and ``finish_reason`` "error", as OpenRouter reports a failure mid-stream (unstreamed: the body)."""
+    return Reply(content=content, error={"code": code, "message": message})
 
 
 def hang(seconds: float, then: Reply | None = None) -> Reply:
@@ -179,8 +222,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
             elif reply.body is not None:
                 self._send(reply)
-            elif body.get("stream"):
+            elif body.get("stream") and not reply.unstreamed:
                 self._stream(reply, body, chat)
+            elif reply.error is not None:
+                self._send(replace(reply, body=json.dumps({"error": reply.error}).encode()))
             else:
                 self._send(replace(reply, body=json.dumps(_completion(reply, body)).encode()))
         except (BrokenPipeError, ConnectionResetError):
@@ -221,17 +266,18 @@ def _chunks(reply: Reply, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The ``chat.completion.chunk`` objects of a streamed ``reply``."""
     deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
     deltas += [{"content": piece} for piece in _split(reply.content, reply.pieces)]
+    if reply.error is not None:
+        chunks = [_chunk(body, {"index": 0, "delta": d, "finish_reason": None}) for d in deltas]
+        failed = {"index": 0, "delta": {"content": ""}, "finish_reason": "error"}
+        return [*chunks, {**_chunk(body, failed), "error": dict(reply.error)}]
     for index, (call_id, name, arguments) in enumerate(reply.tool_calls):
         deltas.append(
             {"tool_calls": [{"index": index, "id": call_id, "type": "function", "function": {"name": name}}]}
         )
-        deltas += [
-            {"tool_calls": [{"index": index, "function": {"arguments": part}}]}
-            for part in _split(arguments, 2)
-        ]
+        parts = _split(arguments, 2) if isinstance(arguments, str) else [arguments]
+        deltas += [{"tool_calls": [{"index": index, "function": {"arguments": part}}]} for part in parts]
     chunks = [_chunk(body, {"index": 0, "delta": d, "finish_reason": None}) for d in deltas]
-    finish = "tool_calls" if reply.tool_calls else "stop"
-    chunks.append(_chunk(body, {"index": 0, "delta": {}, "finish_reason": finish}))
+    chunks.append(_chunk(body, {"index": 0, "delta": {}, "finish_reason": _finish_reason(reply)}))
     if (body.get("stream_options") or {}).get("include_usage"):
         chunks.append({**_chunk(body), "usage": _usage(reply)})
     return chunks
@@ -258,11 +304,13 @@ def _completion(reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         "id": "chatcmpl-test",
         "object": "chat.completion",
         "model": body["model"],
-        "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(reply)}],
         "usage": _usage(reply),
     }
+
+
+def _finish_reason(reply: Reply) -> str:
+    return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
 
 
 def _usage(reply: Reply) -> dict[str, int]:

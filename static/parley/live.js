@@ -13,6 +13,9 @@
 // no refresh. The box keeps its text across a refresh only while its step is
 // newer than the steps the fresh copy holds (data-stored-steps); once the step
 // is stored, the page shows it as a message instead, as it would to anyone.
+// run.withdrawn takes back a step's streamed text that will not be stored (its
+// try failed and is retried or falls back, or the step failed or was refused):
+// the box is emptied, so the page never shows an answer that was not kept.
 (function () {
   "use strict";
   const announcer = document.getElementById("live-status");
@@ -156,11 +159,12 @@
     }
   }
 
-  function restartStream(payload) {
-    // A retried or fallen-back call streams its reply again from the start.
+  function withdraw(payload) {
     for (const box of streamBoxes(payload.run)) {
+      if (box.dataset.step !== String(payload.step)) continue;
       box.querySelector("pre").textContent = "";
       box.hidden = true;
+      delete box.dataset.step; // nothing unstored left to keep across a refresh
     }
   }
 
@@ -186,7 +190,10 @@
         stream(frame.payload);
         return;
       }
-      if (frame && (frame.event === "run.retry" || frame.event === "run.fallback")) restartStream(frame.payload);
+      if (frame && frame.event === "run.withdrawn") {
+        withdraw(frame.payload);
+        return;
+      }
       refresh();
     };
     socket.onclose = function () {

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from agents import services
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
-from tests.agents.conftest import step
+from tests.agents.conftest import HostServer, step
 from tests.agents.pages import start_url
 from tests.chat_server import ChatServer, text, tool_calls
 from tests.conftest import Listener
@@ -227,6 +227,55 @@ def test_nan_in_the_arguments_of_a_tool_needing_approval_is_not_json(
 
     assert run.status == Run.Status.RUNNING
     assert results(run)[0][1].startswith("Error: the arguments of lookup are not valid JSON")
+
+
+@pytest.mark.django_db
+def test_arguments_that_are_not_a_string_holding_an_object_are_each_an_error_result(
+    llm_agent: Agent, intent: Intent, chat: ChatServer, lookup: Tool, host: HostServer
+) -> None:
+    """A bare JSON value sent in place of the arguments' string, or a string holding something else
+    than an object, is that call's error result for the model; the good call runs and so does the run."""
+    llm_agent.tools.add(lookup)
+    chat.script(
+        tool_calls(
+            ("c1", "lookup", {"order": "A-17"}),
+            ("c2", "lookup", ["A-17"]),
+            ("c3", "lookup", 17),
+            ("c4", "lookup", '["A-17"]'),
+            ("c5", "lookup", "17"),
+            ("c6", "lookup", '{"order": "B-2"}'),
+        ),
+        text("B-2 ships Monday."),
+    )
+
+    run = step(services.run_start(agent=llm_agent, intent=intent, task="Where are my orders?"))
+
+    bare = "Error: the arguments of lookup must be a string holding a JSON object, and the model sent"
+    assert results(run) == [
+        ("c1", f"{bare} a bare JSON object instead."),
+        ("c2", f"{bare} a bare JSON array instead."),
+        ("c3", f"{bare} a bare JSON number instead."),
+        ("c4", "Error: the arguments of lookup must be a JSON object, not a JSON array."),
+        ("c5", "Error: the arguments of lookup must be a JSON object, not a JSON number."),
+        ("c6", "Order B-2 ships Monday."),
+    ]
+    assert [b["arguments"] for b in host.received] == [{"order": "B-2"}]
+    # The record keeps chat completions' shape: every call's arguments are a string.
+    stored = Message.objects.get(run=run, role=Message.Role.ASSISTANT).tool_calls
+    assert [c["arguments"] for c in stored] == [
+        '{"order": "A-17"}',
+        '["A-17"]',
+        "17",
+        '["A-17"]',
+        "17",
+        '{"order": "B-2"}',
+    ]
+
+    run = step(run)
+
+    assert (run.status, run.output) == (Run.Status.DONE, "B-2 ships Monday.")
+    sent = chat.requests[1].body["messages"]
+    assert all(isinstance(c["function"]["arguments"], str) for m in sent for c in m.get("tool_calls", []))
 
 
 # Guardrails and usage.

@@ -3,9 +3,11 @@ retries and fallbacks in the timeline, structured output, streaming, guardrails,
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import AbstractUser
@@ -16,8 +18,8 @@ from agents import services
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from parley.models import Event
 from tests.agents.conftest import HostServer, step
-from tests.chat_server import ChatServer, hang, status, text, tool_calls
-from tests.conftest import Listener, wait_until
+from tests.chat_server import ChatServer, Reply, drop, error_chunk, hang, status, text, tool_calls
+from tests.conftest import Listener, on_chat_model, wait_until
 
 
 def results(run: Run) -> list[tuple[str, str]]:
@@ -108,6 +110,27 @@ def test_a_retry_is_an_event_of_the_run_and_the_run_goes_on(
 
 
 @pytest.mark.django_db
+def test_a_retry_after_past_the_runs_deadline_fails_the_step_naming_it(
+    llm_agent: Agent, intent: Intent, chat: ChatServer
+) -> None:
+    chat.script(status(429, headers={"Retry-After": "45"}))
+    run = services.run_start(
+        agent=llm_agent, intent=intent, task="Answer.", deadline=timezone.now() + timedelta(seconds=30)
+    )
+
+    run = step(run)
+
+    assert run.status == Run.Status.FAILED
+    assert re.fullmatch(
+        r"house-model: HTTP 429 after 1 try; Retry-After asks for 45 s, more than the \d+\.\d s left "
+        r"before the deadline",
+        run.end_reason,
+    )
+    assert len(chat.requests) == 1
+    assert not Event.objects.filter(kind="run.retry").exists()
+
+
+@pytest.mark.django_db
 def test_a_fallback_model_takes_over_and_is_recorded(
     llm_agent: Agent, intent: Intent, chat: ChatServer
 ) -> None:
@@ -138,6 +161,53 @@ def test_a_non_retryable_model_error_fails_the_run_with_its_reason(
     assert run.status == Run.Status.FAILED
     assert "401" in run.end_reason
     assert len(chat.requests) == 1
+    assert not Message.objects.filter(run=run, role=Message.Role.ASSISTANT).exists()
+
+
+@pytest.mark.django_db
+def test_a_reply_cut_off_at_the_length_limit_never_runs_its_tools_and_fails_the_step_naming_it(
+    llm_agent: Agent, intent: Intent, lookup: Tool, host: HostServer, chat: ChatServer
+) -> None:
+    llm_agent.tools.add(lookup)
+    cut = tool_calls(("c1", "lookup", '{"order": "A-17"}'), content="Looking it up", finish_reason="length")
+    chat.script(cut, cut)
+
+    run = step(services.run_start(agent=llm_agent, intent=intent, task="Where is A-17?"))
+
+    assert (run.status, run.end_reason, run.output) == (
+        Run.Status.FAILED,
+        "house-model: the reply was cut off at the length limit after 2 tries",
+        "",
+    )
+    assert host.received == []
+    assert not Message.objects.filter(run=run, role=Message.Role.ASSISTANT).exists()
+    assert not Question.objects.filter(run=run).exists()
+
+
+@pytest.mark.django_db
+def test_a_reply_of_nothing_is_not_a_final_answer_and_is_asked_again(
+    llm_agent: Agent, intent: Intent, chat: ChatServer
+) -> None:
+    chat.script(text(""), text("Monday."))
+
+    run = step(services.run_start(agent=llm_agent, intent=intent, task="When?"))
+
+    assert (run.status, run.output) == (Run.Status.DONE, "Monday.")
+    assert Event.objects.get(kind="run.retry").payload["reason"] == "the model answered nothing"
+
+
+@pytest.mark.django_db
+def test_replies_of_nothing_on_every_try_fail_the_step_naming_it(
+    llm_agent: Agent, intent: Intent, chat: ChatServer
+) -> None:
+    chat.script(text(""), text(" "))
+
+    run = step(services.run_start(agent=llm_agent, intent=intent, task="When?"))
+
+    assert (run.status, run.end_reason) == (
+        Run.Status.FAILED,
+        "house-model: the model answered nothing after 2 tries",
+    )
     assert not Message.objects.filter(run=run, role=Message.Role.ASSISTANT).exists()
 
 
@@ -190,7 +260,79 @@ def test_the_models_text_streams_live_and_the_stored_run_is_the_same(
     assert len(deltas) == 5
     assert {(d["run"], d["step"]) for d in deltas} == {(str(run.pk), 1)}
     assert "".join(d["delta"] for d in deltas) == run.output == "Here is a longer answer, streamed in pieces."
-    assert not Event.objects.filter(kind="run.delta").exists()
+    assert not Event.objects.filter(kind__in=["run.delta", "run.withdrawn"]).exists()
+
+
+def live_text(listener: Listener) -> list[tuple[str, Any]]:
+    """The transient events pushed so far: ``("delta", text)`` and ``("withdrawn", step)``, in order."""
+    return [
+        ("delta", m["payload"]["delta"]) if m["event"] == "run.delta" else ("withdrawn", m["payload"]["step"])
+        for m in listener.pushed()
+        if m["event"] in ("run.delta", "run.withdrawn")
+    ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("failed", "shown"),
+    [
+        (drop(after_chunks=2), ["cut of"]),
+        (text("Cut off in the mid", finish_reason="length"), ["Cut of", "f in t", "he mid"]),
+        (error_chunk(502, "Gone", content="Half"), ["Ha", "lf"]),
+    ],
+    ids=["dropped-mid-stream", "cut-at-the-length-limit", "error-chunk"],
+)
+def test_text_streamed_by_a_try_that_failed_is_withdrawn_before_the_retry_streams_again(
+    llm_agent: Agent, intent: Intent, chat: ChatServer, listener: Listener, failed: Reply, shown: list[str]
+) -> None:
+    chat.script(failed, text("Whole.", pieces=1))
+
+    run = step(services.run_start(agent=llm_agent, intent=intent, task="Answer."))
+
+    assert (run.status, run.output) == (Run.Status.DONE, "Whole.")
+    assert live_text(listener) == [
+        *(("delta", piece) for piece in shown),
+        ("withdrawn", 1),
+        ("delta", "Whole."),
+    ]
+    assert Event.objects.filter(kind="run.retry").count() == 1
+
+
+@pytest.mark.django_db
+def test_text_streamed_before_the_fallback_takes_over_is_withdrawn(
+    llm_agent: Agent, intent: Intent, chat: ChatServer, listener: Listener
+) -> None:
+    on_chat_model(llm_agent, chat, name="backup")
+    llm_agent.model, llm_agent.fallback_models = "house-model", ["backup"]
+    llm_agent.save()
+    ModelEndpoint.objects.filter(name="house-model").update(attempts=1)
+    chat.script(drop(after_chunks=2), text("From the backup.", pieces=1))
+
+    run = step(services.run_start(agent=llm_agent, intent=intent, task="Answer."))
+
+    assert (run.status, run.output) == (Run.Status.DONE, "From the backup.")
+    assert live_text(listener) == [("delta", "cut of"), ("withdrawn", 1), ("delta", "From the backup.")]
+    assert Event.objects.filter(kind="run.fallback").count() == 1
+
+
+@pytest.mark.django_db
+def test_text_streamed_by_a_step_that_failed_is_withdrawn(
+    llm_agent: Agent, intent: Intent, chat: ChatServer, listener: Listener
+) -> None:
+    cut = text("Two halves of noth", finish_reason="length", pieces=2)
+    chat.script(cut, cut)
+
+    run = step(services.run_start(agent=llm_agent, intent=intent, task="Answer."))
+
+    assert run.status == Run.Status.FAILED
+    assert live_text(listener) == [
+        ("delta", "Two halve"),
+        ("delta", "s of noth"),
+        ("withdrawn", 1),
+        ("delta", "Two halve"),
+        ("delta", "s of noth"),
+        ("withdrawn", 1),
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -229,6 +371,43 @@ def test_cancelling_stops_the_model_call_in_flight(
     assert (run.status, run.end_reason) == (Run.Status.CANCELLED, "Cancelled by tomas.")
     assert len(chat.requests) == 1
     assert not Message.objects.filter(run=run, role=Message.Role.ASSISTANT).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_text_streamed_before_a_cancel_is_withdrawn(
+    llm_agent: Agent, intent: Intent, chat: ChatServer, principal: AbstractUser, listener: Listener
+) -> None:
+    chat.script(text("one two three four five six", pieces=6, chunk_delay=0.3))
+    # Made by hand, not by run_start: its enqueued step would go to the live stack's worker.
+    run = Run.objects.create(
+        tenant=llm_agent.tenant, agent=llm_agent, intent=intent, status=Run.Status.QUEUED
+    )
+    Message.objects.create(
+        tenant=llm_agent.tenant, intent=intent, run=run, seq=1, role=Message.Role.USER, content="Count."
+    )
+    seen: list[tuple[str, Any]] = []
+
+    def take_step() -> None:
+        try:
+            services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+        finally:
+            connection.close()
+
+    def streamed() -> bool:
+        seen.extend(live_text(listener))
+        return bool(seen)
+
+    worker = threading.Thread(target=take_step)
+    worker.start()
+    wait_until(streamed, what="streamed text")
+    services.run_cancel(run=run, user=principal)
+    worker.join(timeout=10)
+
+    assert not worker.is_alive()
+    seen.extend(live_text(listener))
+    assert seen[-1] == ("withdrawn", 1)
+    assert {kind for kind, _ in seen[:-1]} == {"delta"}
+    assert Run.objects.get(pk=run.pk).status == Run.Status.CANCELLED
 
 
 @pytest.mark.django_db

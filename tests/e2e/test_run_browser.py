@@ -3,7 +3,8 @@
 The run is started through the agent page's form; the web and worker
 processes of ``live_stack`` do the rest, and the run page follows it over the
 WebSocket, never by a reload: queued behind another run, then its question,
-the model's text as it streams, and the stored step that replaces it.
+the model's text as it streams, withdrawn when its try failed, and the stored step that
+replaces it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,16 @@ def push_delta(run: Run, step: int, text: str) -> None:
         tenant_id=run.tenant_id,
         party_id=run.agent.principal_id,
         payload={"run": str(run.pk), "step": step, "delta": text},
+    )
+
+
+def push_withdrawn(run: Run, step: int) -> None:
+    """What the worker sends when the text streamed for step ``step`` will not be stored."""
+    live.push_transient(
+        event="run.withdrawn",
+        tenant_id=run.tenant_id,
+        party_id=run.agent.principal_id,
+        payload={"run": str(run.pk), "step": step},
     )
 
 
@@ -82,6 +93,18 @@ def test_a_run_started_from_the_agent_page_shows_its_question_and_stream_live(
     with page.expect_response(lambda r: r.url.endswith(f"/runs/{run.pk}/?fragment=1")):
         off_loop(lambda: publish_run_updated(run))
     expect(stream.locator("pre")).to_have_text("Looking for candidates…")
+
+    # Text withdrawn (its try failed) goes, and a refresh does not bring it back; the retry streams anew.
+    off_loop(lambda: push_withdrawn(run, 2))
+    expect(stream).to_be_hidden()
+    expect(stream.locator("pre")).to_have_text("")
+    with page.expect_response(lambda r: r.url.endswith(f"/runs/{run.pk}/?fragment=1")):
+        off_loop(lambda: publish_run_updated(run))
+    expect(stream).to_be_hidden()
+    expect(stream.locator("pre")).to_have_text("")
+    off_loop(lambda: push_delta(run, 2, "Looking again…"))
+    expect(stream.locator("pre")).to_have_text("Looking again…")
+    expect(stream).to_be_visible()
 
     question = off_loop(lambda: Question.objects.get(run=run))
     off_loop(lambda: services.question_answer(question=question, answer="Nobody yet.", user=principal))
