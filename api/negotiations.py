@@ -1,9 +1,10 @@
 """What the agents' work came to, read through the API: negotiations with their turns and
 settlements, settlements on their own, and the intake requests visitors left.
 
-``/api/v1/negotiations``, ``/api/v1/settlements`` and ``/api/v1/intake-requests``: reads only (the
-``read`` scope). What a counterparty wrote (turn messages, terms, names) is their data, returned as
-JSON values as it was recorded, never interpreted.
+``/api/v1/negotiations`` (and ``/{id}/prompt``, the prompt of a negotiation's next decision),
+``/api/v1/settlements`` and ``/api/v1/intake-requests``: reads only (the ``read`` scope). What a
+counterparty wrote (turn messages, terms, names) is their data, returned as JSON values as it was
+recorded, never interpreted.
 """
 
 from __future__ import annotations
@@ -12,14 +13,19 @@ from typing import Any
 
 import django_filters
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, serializers
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from a2a_gateway.models import IntakeRequest
 from agents.models import Agent, Intent
 from api.base import TenantViewSet
+from api.errors import Conflict
 from api.fields import of_tenant
-from negotiations import selectors
+from api.schema import ERROR_SCHEMA
+from negotiations import negotiator, selectors
 from negotiations.models import Negotiation, Settlement, Turn
 
 # Longest counterparty name or URL part the filter searches for, as on the dashboard's board.
@@ -137,6 +143,36 @@ class NegotiationDetailSerializer(NegotiationSerializer):
         return TurnSerializer(selectors.negotiation_turns(negotiation), many=True).data
 
 
+class PromptMessageSerializer(serializers.Serializer[Any]):
+    """One chat message of the prompt, as sent to the chat-completions endpoint."""
+
+    role = serializers.ChoiceField(choices=[("system", "system"), ("user", "user")])
+    content = serializers.CharField()
+
+
+class PromptToolSerializer(serializers.Serializer[Any]):
+    """The one tool the model answers with; ``parameters`` is its JSON Schema, built from the
+    agent's vocabulary."""
+
+    name = serializers.CharField()
+    description = serializers.CharField()
+    parameters = serializers.DictField(help_text="JSON Schema of the move: action, message, terms, …")
+
+
+class DecisionPromptSerializer(serializers.Serializer[Any]):
+    """The prompt of a negotiation's next decision, exactly as the negotiator builds it for the
+    agent's chat model: ``messages`` (the system message, then the record so far as one user
+    message) and ``tool``. ``model`` is the agent's model; ``sent`` is false on ``offline``, whose
+    concession strategy decides without any prompt (this is then what a chat model would be shown).
+    Inbound, the next decision comes with the counterparty's next message, added to the record as
+    its last line."""
+
+    model = serializers.CharField()
+    sent = serializers.BooleanField()
+    messages = PromptMessageSerializer(many=True)
+    tool = PromptToolSerializer()
+
+
 class NegotiationFilter(django_filters.FilterSet):
     """The dashboard board's filters (:func:`negotiations.selectors.board`)."""
 
@@ -182,6 +218,23 @@ class NegotiationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenan
 
     def get_serializer_class(self) -> type[serializers.BaseSerializer[Any]]:
         return NegotiationSerializer if self.action == "list" else NegotiationDetailSerializer
+
+    @extend_schema(
+        summary="Preview the prompt of a negotiation's next decision",
+        responses={
+            200: DecisionPromptSerializer,
+            409: OpenApiResponse(
+                ERROR_SCHEMA, description="the negotiator cannot build it (a malformed term guard, …)"
+            ),
+        },
+    )
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
+    def prompt(self, request: Request, pk: Any = None) -> Response:
+        try:
+            prompt = selectors.decision_prompt(self.get_object())
+        except negotiator.NegotiatorError as exc:
+            raise Conflict(f"The prompt cannot be built: {exc}") from exc
+        return Response(DecisionPromptSerializer(prompt).data)
 
 
 class SettlementFilter(django_filters.FilterSet):

@@ -3,6 +3,7 @@ and settlement, the board's filters, counterparty text as data, tenancy."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,8 +14,11 @@ from rest_framework.test import APIClient
 
 from a2a_gateway.representative import intake_capture
 from agents.models import Agent, Intent
+from negotiations import selectors
 from negotiations.models import Negotiation, Settlement, Turn
 from parley.models import Tenant
+from tests.chat_server import ChatServer
+from tests.conftest import on_chat_model
 from tests.negotiations.pages import FLOOR, inbound, inbound_deal, outbound
 
 pytestmark = pytest.mark.django_db
@@ -211,6 +215,7 @@ def test_another_tenants_negotiation_is_404_and_its_ids_are_no_filter(
     assert [r["id"] for r in ok(api.get("/api/v1/negotiations"))["results"]] == [str(deal.pk)]
     assert [r["id"] for r in ok(other_api.get("/api/v1/negotiations"))["results"]] == [str(theirs.pk)]
     assert error(other_api.get(f"/api/v1/negotiations/{deal.pk}"), 404)
+    assert error(other_api.get(f"/api/v1/negotiations/{deal.pk}/prompt"), 404)["code"] == "not_found"
 
 
 def test_settlements_list_and_read_with_filters(
@@ -268,6 +273,55 @@ def test_intake_requests_list_and_read_by_agent(
     assert list(error(api.get(f"/api/v1/intake-requests?agent={seller.pk}"), 400)["fields"]) == ["agent"]
     assert error(other_api.get(f"/api/v1/intake-requests/{first.pk}"), 404)
     assert ok(other_api.get("/api/v1/intake-requests"))["results"] == []
+
+
+def test_the_prompt_is_the_next_decisions_as_the_negotiator_builds_it(
+    tenant: Tenant,
+    key_for: Callable[..., str],
+    client_for: Callable[[str], APIClient],
+    agent: Agent,
+    intent: Intent,
+    chat: ChatServer,
+) -> None:
+    on_chat_model(agent, chat)
+    n = outbound(agent, "Idris Haddad", intent=intent)
+    reader = client_for(key_for(tenant, scopes=("read",), name="reader"))
+
+    body = ok(reader.get(f"/api/v1/negotiations/{n.pk}/prompt"))
+
+    prompt = selectors.decision_prompt(n)
+    assert body == {
+        "model": "house-model",
+        "sent": True,
+        "messages": prompt.messages,
+        "tool": {
+            "name": "decide_move",
+            "description": prompt.tool.description,
+            "parameters": prompt.tool.parameters,
+        },
+    }
+    assert "Current intent: Bring in a fractional CFO." in body["messages"][0]["content"]
+    assert "2. They — counter: Move 2." in body["messages"][1]["content"]
+    assert chat.requests == []
+
+
+def test_on_offline_the_prompt_is_not_sent(api: APIClient, deal: Negotiation) -> None:
+    body = ok(api.get(f"/api/v1/negotiations/{deal.pk}/prompt"))
+
+    assert (body["model"], body["sent"]) == ("offline", False)
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+
+
+def test_a_prompt_the_negotiator_cannot_build_is_409_naming_why(
+    api: APIClient, agent: Agent, intent: Intent
+) -> None:
+    Intent.objects.filter(pk=intent.pk).update(term_guards=[{"term": "amount", "op": "<", "value": 1}])
+    n = outbound(agent, "Idris Haddad", intent=intent)
+
+    assert error(api.get(f"/api/v1/negotiations/{n.pk}/prompt"), 409) == {
+        "code": "conflict",
+        "message": "The prompt cannot be built: intent term guard 1 has op '<'; use one of <=, >=, ==, in",
+    }
 
 
 @pytest.mark.parametrize("path", ["negotiations", "settlements", "intake-requests"])
