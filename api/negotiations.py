@@ -21,6 +21,7 @@ from rest_framework.response import Response
 
 from a2a_gateway.models import IntakeRequest
 from agents.models import Agent, Intent
+from agents.selectors import agent_currency
 from api.base import TenantViewSet
 from api.errors import Conflict
 from api.fields import of_tenant
@@ -71,7 +72,9 @@ class SettlementListSerializer(SettlementSerializer):
 class TurnSerializer(serializers.ModelSerializer[Turn]):
     """One move, in order: ``side`` ``ours`` or ``theirs``, its ``action``, ``message`` and structured
     ``terms``, the ``offer_id`` it made and the ``accepts_offer_id`` it accepted, and the Task state
-    stamped with it."""
+    stamped with it. On our moves, what deciding it cost: the ``model`` that answered last, its
+    tokens and ``cost`` (a decimal string in the negotiation's ``currency``); "" and zeros on theirs
+    and on moves the ``offline`` strategy decided."""
 
     class Meta:
         model = Turn
@@ -84,16 +87,31 @@ class TurnSerializer(serializers.ModelSerializer[Turn]):
             "offer_id",
             "accepts_offer_id",
             "task_state",
+            "model",
+            "input_tokens",
+            "output_tokens",
+            "cost",
             "created_at",
         ]
         read_only_fields = fields
 
 
+class NegotiationUsageSerializer(serializers.ModelSerializer[Negotiation]):
+    """What the agent's model spent deciding our moves in the negotiation, failed decisions
+    included; ``cost`` is a decimal string in the currency of the agent's model endpoint."""
+
+    class Meta:
+        model = Negotiation
+        fields = ["input_tokens", "output_tokens", "cost"]
+        read_only_fields = fields
+
+
 class NegotiationSerializer(serializers.ModelSerializer[Negotiation]):
-    """A negotiation, its settlement (null while it has none), how many turns are recorded and its
-    latest turn's side, action and time (null before any)."""
+    """A negotiation, its settlement (null while it has none), how many turns are recorded, its
+    latest turn's side, action and time (null before any) and the ``usage`` of deciding our moves."""
 
     settlement = SettlementSerializer(read_only=True, allow_null=True)
+    usage = NegotiationUsageSerializer(source="*", read_only=True)
     turns_recorded = serializers.IntegerField(read_only=True)
     last_side = serializers.ChoiceField(choices=Turn.Side.choices, read_only=True, allow_null=True)
     last_action = serializers.CharField(read_only=True, allow_null=True)
@@ -123,6 +141,7 @@ class NegotiationSerializer(serializers.ModelSerializer[Negotiation]):
             "last_side",
             "last_action",
             "last_at",
+            "usage",
             "created_at",
             "updated_at",
         ]
@@ -130,13 +149,18 @@ class NegotiationSerializer(serializers.ModelSerializer[Negotiation]):
 
 
 class NegotiationDetailSerializer(NegotiationSerializer):
-    """A negotiation with every turn, in order."""
+    """A negotiation with every turn, in order, and ``currency``, that of its costs and its turns'
+    ("" when the agent's model has no priced endpoint, as ``offline``)."""
 
+    currency = serializers.SerializerMethodField()
     turns = serializers.SerializerMethodField()
 
     class Meta(NegotiationSerializer.Meta):
-        fields = [*NegotiationSerializer.Meta.fields, "turns"]
+        fields = [*NegotiationSerializer.Meta.fields, "currency", "turns"]
         read_only_fields = fields
+
+    def get_currency(self, negotiation: Negotiation) -> str:
+        return agent_currency(agent=negotiation.agent)
 
     @extend_schema_field(TurnSerializer(many=True))
     def get_turns(self, negotiation: Negotiation) -> Any:

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django.db.models import QuerySet
 from django.views.generic import DetailView, ListView
 
-from agents.selectors import OPERATE, visible_agents
+from agents.selectors import OPERATE, agent_currency, visible_agents
 from agents.views import pretty_json, term_pairs
 from negotiations import negotiator, selectors
 from negotiations.forms import BoardFilterForm
@@ -82,8 +82,9 @@ class NegotiationPageMixin(TenantMixin):
 
 
 class NegotiationDetailView(NegotiationPageMixin, DetailView):
-    """One negotiation: its header, every turn in order and the settlement, if it has one. Owners and
-    operators get a link to the decision prompt."""
+    """One negotiation: its header with what deciding our moves cost in all, every turn in order
+    (ours with what deciding it cost, in the agent's model's currency) and the settlement, if it
+    has one. Owners and operators get a link to the decision prompt."""
 
     template_name = "negotiations/detail.html"
     fragment_template_name = "negotiations/_detail.html"
@@ -102,6 +103,7 @@ class NegotiationDetailView(NegotiationPageMixin, DetailView):
             settlement=settlement,
             settlement_terms=term_pairs(settlement.terms) if settlement else [],
             disputed=term_pairs(settlement.disputed) if settlement else [],
+            currency=agent_currency(agent=self.object.agent),
             can_operate=self.membership.role in OPERATE,
         )
         return context

@@ -13,12 +13,13 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from a2a_gateway.representative import intake_capture
-from agents.models import Agent, Intent
+from agents.models import Agent, Intent, ModelEndpoint
 from negotiations import selectors
 from negotiations.models import Negotiation, Settlement, Turn
 from parley.models import Tenant
 from tests.chat_server import ChatServer
 from tests.conftest import on_chat_model
+from tests.negotiating_policy import NegotiatingPolicy
 from tests.negotiations.pages import FLOOR, inbound, inbound_deal, outbound
 
 pytestmark = pytest.mark.django_db
@@ -98,6 +99,32 @@ def test_a_negotiation_reads_with_every_turn_and_its_settlement(api: APIClient, 
     }
 
 
+def test_a_negotiation_and_its_turns_say_what_deciding_our_moves_cost(
+    api: APIClient, agent: Agent, chat: ChatServer
+) -> None:
+    agent.term_guards = FLOOR
+    agent.save()
+    on_chat_model(agent, chat)
+    ModelEndpoint.objects.filter(name="house-model").update(currency="EUR")
+    chat.responder = NegotiatingPolicy()
+    inbound(agent, {"action": "propose", "message": "€800?", "terms": {"amount": 800, "currency": "EUR"}})
+    n = Negotiation.objects.get(agent=agent)
+
+    body = ok(api.get(f"/api/v1/negotiations/{n.pk}"))
+    (row,) = ok(api.get("/api/v1/negotiations"))["results"]
+
+    # 10 input and 5 output tokens at 2 and 8 EUR per million.
+    usage = {"input_tokens": 10, "output_tokens": 5, "cost": "0.000060"}
+    assert (body["usage"], body["currency"], row["usage"]) == (usage, "EUR", usage)
+    assert "currency" not in row
+    assert [
+        (t["side"], t["model"], t["input_tokens"], t["output_tokens"], t["cost"]) for t in body["turns"]
+    ] == [
+        ("theirs", "", 0, 0, "0.000000"),
+        ("ours", "house-model", 10, 5, "0.000060"),
+    ]
+
+
 def test_an_open_negotiation_has_no_settlement_yet(api: APIClient, agent: Agent) -> None:
     n = outbound(agent, "Idris Haddad", turns=0)
 
@@ -108,6 +135,11 @@ def test_an_open_negotiation_has_no_settlement_yet(api: APIClient, agent: Agent)
         [],
         0,
         None,
+    )
+    # The offline strategy costs nothing, in no currency.
+    assert (body["usage"], body["currency"]) == (
+        {"input_tokens": 0, "output_tokens": 0, "cost": "0.000000"},
+        "",
     )
 
 

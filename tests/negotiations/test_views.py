@@ -10,12 +10,13 @@ from django.test import Client
 from django.urls import reverse
 from django.utils.html import escape
 
-from agents.models import Agent, Intent
+from agents.models import Agent, Intent, ModelEndpoint
 from negotiations import selectors
 from negotiations.models import Negotiation, Settlement, Turn
 from parley.models import Membership, Tenant
 from tests.chat_server import ChatServer
 from tests.conftest import on_chat_model
+from tests.negotiating_policy import NegotiatingPolicy
 from tests.negotiations.pages import FLOOR, detail_url, inbound, inbound_deal, outbound
 from tests.parley.tenancy import member
 
@@ -154,6 +155,42 @@ class TestPage:
             '<dt>Counterparty</dt><dd>Idris Haddad<br><span class="meta">https://example.org/a2a/idris</span>'
             in html
         )
+
+    def test_what_deciding_our_moves_cost_per_turn_and_in_all(
+        self, logged_in: Client, agent: Agent, chat: ChatServer
+    ) -> None:
+        agent.term_guards = FLOOR
+        agent.save()
+        on_chat_model(agent, chat)
+        ModelEndpoint.objects.filter(name="house-model").update(currency="EUR")
+        chat.responder = NegotiatingPolicy()
+        for amount in (800, 850):
+            inbound(
+                agent,
+                {
+                    "action": "propose",
+                    "message": f"€{amount}?",
+                    "terms": {"amount": amount, "currency": "EUR"},
+                },
+            )
+        n = Negotiation.objects.get(agent=agent)
+
+        html = page(logged_in, n)
+
+        # 10 input and 5 output tokens a decision at 2 and 8 EUR per million.
+        used = "Decided by model house-model · 10 tokens in, 5 out · cost 0.000060 EUR"
+        assert html.count(f'<p class="meta usage">{used}</p>') == 2
+        assert html.index("Turn 2") < html.index(used) < html.index("Turn 3")
+        assert (
+            "<dt>Model usage</dt><dd>20 tokens in, 10 out · cost 0.000120 EUR "
+            '<span class="meta">(deciding our moves, failed decisions included)</span></dd>'
+        ) in html
+
+    def test_the_offline_strategy_costs_nothing(self, logged_in: Client, deal: Negotiation) -> None:
+        html = page(logged_in, deal)
+
+        assert 'class="meta usage"' not in html
+        assert "<dt>Model usage</dt><dd>0 tokens in, 0 out · cost 0.000000 <span" in html
 
 
 class TestEscaping:
