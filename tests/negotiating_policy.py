@@ -10,7 +10,8 @@ The policy: with no limit (no hard limit in the prompt, no guidance naming a
 number) it asks, when ``ask`` is offered. Otherwise it concedes linearly from
 an opening (70% of a ceiling, 140% of a floor) to its limit over the moves it
 has, accepts the counterparty's last offer once it is as good as its own next
-offer, and on its last move offers its limit.
+offer, and on its last move offers its limit — or, when it has their offer and
+still cannot accept it, rejects. A reject is answered with a reject.
 
     with ChatServer(responder=NegotiatingPolicy()) as server: ...
 
@@ -35,6 +36,7 @@ MOVE_TOOL = "decide_move"
 _LIMIT = re.compile(r"amount: at (most|least) \D{0,3}?([\d,]+(?:\.\d+)?)")
 _GUIDANCE = re.compile(r"(up to|at most|at least|minimum)\D{0,12}?([\d,]+)", re.I)
 _MOVES_LEFT = re.compile(r"You have (\d+) moves? left")
+_LINE = re.compile(r"^\d+\. (You|They) — (\w+):", re.M)
 _OFFER = re.compile(r"^\d+\. They — (\w+): .*\[offer ([^:\]]+): (\{.*\})\]", re.M)
 _URL = re.compile(r"https?://[^\s,;]+[^\s,;.)]")
 # A digest's group headings and the lines of its "Waiting on you" group (index-wire-protocol.md §4).
@@ -68,6 +70,9 @@ class NegotiatingPolicy:
             if "ask" in actions:
                 return {"action": "ask", "message": "What is the most (or least) I may agree to per day?"}
             return {"action": actions[-1], "message": "I cannot go on without my limit."}
+        moves = _LINE.findall(record)
+        if moves and moves[-1] == ("They", "reject") and "reject" in actions:
+            return {"action": "reject", "message": "Understood. Thank you for your time."}
         ceiling = limit.group(1).lower() in ("most", "up to", "at most")
         value = float(limit.group(2).replace(",", ""))
         left = int(m.group(1)) if (m := _MOVES_LEFT.search(system)) else 1
@@ -89,6 +94,8 @@ class NegotiatingPolicy:
                     "terms": terms,
                     "acceptsOfferId": offer_id,
                 }
+            if left <= 1 and "reject" in actions:
+                return {"action": "reject", "message": "We cannot agree on these terms, so I must decline."}
         opening_move = "propose" if not offers and "propose" in actions else "counter"
         return {
             "action": opening_move if opening_move in actions else actions[0],
