@@ -188,11 +188,13 @@ def agent_models(*, agent: Agent) -> list[AgentModel]:
     return [AgentModel(name=n, fallback=i > 0, endpoint=endpoints.get(n)) for i, n in enumerate(names)]
 
 
-def run_currency(*, run: Run) -> str:
-    """The currency of ``run``'s costs and cost budget: its agent's model endpoint's, "" for none."""
+def agent_currency(*, agent: Agent) -> str:
+    """The currency of what ``agent``'s model costs (its runs' costs and cost budgets, its
+    negotiation turns'): its model endpoint's, "" for none (``offline``). An agent's fallbacks are
+    priced in the same currency (:meth:`agents.models.ModelEndpoint.clean`)."""
     currency = (
-        ModelEndpoint.objects.for_tenant(run.tenant_id)
-        .filter(name=run.agent.model)
+        ModelEndpoint.objects.for_tenant(agent.tenant_id)
+        .filter(name=agent.model)
         .values_list("currency", flat=True)
         .first()
     )

@@ -135,7 +135,7 @@ def run_context(*, run: Run, membership: Membership) -> dict[str, Any]:
         "ended": run.status in Run.ENDED,
         "can_cancel": can_answer and run.status not in Run.ENDED,
         "children": selectors.run_children(run=run),
-        "currency": selectors.run_currency(run=run),
+        "currency": selectors.agent_currency(agent=run.agent),
         "output_schema_json": None if run.output_schema is None else pretty_json(run.output_schema),
         "output_data_json": None if run.output_data is None else pretty_json(run.output_data),
     }

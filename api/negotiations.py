@@ -1,9 +1,10 @@
 """What the agents' work came to, read through the API: negotiations with their turns and
 settlements, settlements on their own, and the intake requests visitors left.
 
-``/api/v1/negotiations``, ``/api/v1/settlements`` and ``/api/v1/intake-requests``: reads only (the
-``read`` scope). What a counterparty wrote (turn messages, terms, names) is their data, returned as
-JSON values as it was recorded, never interpreted.
+``/api/v1/negotiations`` (and ``/{id}/prompt``, the prompt of a negotiation's next decision),
+``/api/v1/settlements`` and ``/api/v1/intake-requests``: reads only (the ``read`` scope). What a
+counterparty wrote (turn messages, terms, names) is their data, returned as JSON values as it was
+recorded, never interpreted.
 """
 
 from __future__ import annotations
@@ -12,14 +13,20 @@ from typing import Any
 
 import django_filters
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, serializers
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from a2a_gateway.models import IntakeRequest
 from agents.models import Agent, Intent
+from agents.selectors import agent_currency
 from api.base import TenantViewSet
+from api.errors import Conflict
 from api.fields import of_tenant
-from negotiations import selectors
+from api.schema import ERROR_SCHEMA
+from negotiations import negotiator, selectors
 from negotiations.models import Negotiation, Settlement, Turn
 
 # Longest counterparty name or URL part the filter searches for, as on the dashboard's board.
@@ -65,7 +72,9 @@ class SettlementListSerializer(SettlementSerializer):
 class TurnSerializer(serializers.ModelSerializer[Turn]):
     """One move, in order: ``side`` ``ours`` or ``theirs``, its ``action``, ``message`` and structured
     ``terms``, the ``offer_id`` it made and the ``accepts_offer_id`` it accepted, and the Task state
-    stamped with it."""
+    stamped with it. On our moves, what deciding it cost: the ``model`` that answered last, its
+    tokens and ``cost`` (a decimal string in the negotiation's ``currency``); "" and zeros on theirs
+    and on moves the ``offline`` strategy decided."""
 
     class Meta:
         model = Turn
@@ -78,16 +87,31 @@ class TurnSerializer(serializers.ModelSerializer[Turn]):
             "offer_id",
             "accepts_offer_id",
             "task_state",
+            "model",
+            "input_tokens",
+            "output_tokens",
+            "cost",
             "created_at",
         ]
         read_only_fields = fields
 
 
+class NegotiationUsageSerializer(serializers.ModelSerializer[Negotiation]):
+    """What the agent's model spent deciding our moves in the negotiation, failed decisions
+    included; ``cost`` is a decimal string in the currency of the agent's model endpoint."""
+
+    class Meta:
+        model = Negotiation
+        fields = ["input_tokens", "output_tokens", "cost"]
+        read_only_fields = fields
+
+
 class NegotiationSerializer(serializers.ModelSerializer[Negotiation]):
-    """A negotiation, its settlement (null while it has none), how many turns are recorded and its
-    latest turn's side, action and time (null before any)."""
+    """A negotiation, its settlement (null while it has none), how many turns are recorded, its
+    latest turn's side, action and time (null before any) and the ``usage`` of deciding our moves."""
 
     settlement = SettlementSerializer(read_only=True, allow_null=True)
+    usage = NegotiationUsageSerializer(source="*", read_only=True)
     turns_recorded = serializers.IntegerField(read_only=True)
     last_side = serializers.ChoiceField(choices=Turn.Side.choices, read_only=True, allow_null=True)
     last_action = serializers.CharField(read_only=True, allow_null=True)
@@ -117,6 +141,7 @@ class NegotiationSerializer(serializers.ModelSerializer[Negotiation]):
             "last_side",
             "last_action",
             "last_at",
+            "usage",
             "created_at",
             "updated_at",
         ]
@@ -124,17 +149,52 @@ class NegotiationSerializer(serializers.ModelSerializer[Negotiation]):
 
 
 class NegotiationDetailSerializer(NegotiationSerializer):
-    """A negotiation with every turn, in order."""
+    """A negotiation with every turn, in order, and ``currency``, that of its costs and its turns'
+    ("" when the agent's model has no priced endpoint, as ``offline``)."""
 
+    currency = serializers.SerializerMethodField()
     turns = serializers.SerializerMethodField()
 
     class Meta(NegotiationSerializer.Meta):
-        fields = [*NegotiationSerializer.Meta.fields, "turns"]
+        fields = [*NegotiationSerializer.Meta.fields, "currency", "turns"]
         read_only_fields = fields
+
+    def get_currency(self, negotiation: Negotiation) -> str:
+        return agent_currency(agent=negotiation.agent)
 
     @extend_schema_field(TurnSerializer(many=True))
     def get_turns(self, negotiation: Negotiation) -> Any:
         return TurnSerializer(selectors.negotiation_turns(negotiation), many=True).data
+
+
+class PromptMessageSerializer(serializers.Serializer[Any]):
+    """One chat message of the prompt, as sent to the chat-completions endpoint."""
+
+    role = serializers.ChoiceField(choices=[("system", "system"), ("user", "user")])
+    content = serializers.CharField()
+
+
+class PromptToolSerializer(serializers.Serializer[Any]):
+    """The one tool the model answers with; ``parameters`` is its JSON Schema, built from the
+    agent's vocabulary."""
+
+    name = serializers.CharField()
+    description = serializers.CharField()
+    parameters = serializers.DictField(help_text="JSON Schema of the move: action, message, terms, …")
+
+
+class DecisionPromptSerializer(serializers.Serializer[Any]):
+    """The prompt of a negotiation's next decision, exactly as the negotiator builds it for the
+    agent's chat model: ``messages`` (the system message, then the record so far as one user
+    message) and ``tool``. ``model`` is the agent's model; ``sent`` is false on ``offline``, whose
+    concession strategy decides without any prompt (this is then what a chat model would be shown).
+    Inbound, the next decision comes with the counterparty's next message, added to the record as
+    its last line."""
+
+    model = serializers.CharField()
+    sent = serializers.BooleanField()
+    messages = PromptMessageSerializer(many=True)
+    tool = PromptToolSerializer()
 
 
 class NegotiationFilter(django_filters.FilterSet):
@@ -182,6 +242,23 @@ class NegotiationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenan
 
     def get_serializer_class(self) -> type[serializers.BaseSerializer[Any]]:
         return NegotiationSerializer if self.action == "list" else NegotiationDetailSerializer
+
+    @extend_schema(
+        summary="Preview the prompt of a negotiation's next decision",
+        responses={
+            200: DecisionPromptSerializer,
+            409: OpenApiResponse(
+                ERROR_SCHEMA, description="the negotiator cannot build it (a malformed term guard, …)"
+            ),
+        },
+    )
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
+    def prompt(self, request: Request, pk: Any = None) -> Response:
+        try:
+            prompt = selectors.decision_prompt(self.get_object())
+        except negotiator.NegotiatorError as exc:
+            raise Conflict(f"The prompt cannot be built: {exc}") from exc
+        return Response(DecisionPromptSerializer(prompt).data)
 
 
 class SettlementFilter(django_filters.FilterSet):

@@ -228,7 +228,7 @@ class RunDetailSerializer(RunSerializer):
         read_only_fields = fields
 
     def get_currency(self, run: Run) -> str:
-        return selectors.run_currency(run=run)
+        return selectors.agent_currency(agent=run.agent)
 
     @extend_schema_field(StepSerializer(many=True))
     def get_steps(self, run: Run) -> Any:

@@ -4,17 +4,25 @@ Tenant ``acme`` hosts Tomas, a founder, and his agent; tenant ``cfo-guild``
 hosts three fractional-CFO agents with different hidden day-rate floors. One
 of them speaks prose only (its operator turned structured terms off), so the
 three settlements differ: agreed on terms, declined, and unconfirmed.
+
+Every agent runs on the ``offline`` model, or, given a :class:`DemoModel`, on
+that chat-completions model: a :class:`~agents.models.ModelEndpoint` of its
+name in each tenant.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Sum
 
-from agents.models import Agent, Intent
-from negotiations.models import Negotiation, Settlement
+from agents.models import Agent, Intent, Message, ModelEndpoint, Run
+from negotiations.models import Negotiation, Settlement, Turn
 from parley.models import Membership, Tenant
 
 TOMAS_PASSWORD = "tomas-demo"
@@ -36,9 +44,54 @@ class DemoWorld:
     cfo_agents: list[Agent]
 
 
+@dataclass(frozen=True)
+class DemoModel:
+    """The chat-completions model every demo agent runs on: ``name``, the model id the endpoint
+    serves (and the name of its :class:`ModelEndpoint` in each tenant), at ``base_url``, with
+    ``api_key`` ("" sends none)."""
+
+    name: str
+    base_url: str
+    api_key: str = ""
+
+
+class DemoModelError(ValueError):
+    """The model the demo was given cannot be used; the message says what is wrong."""
+
+
+def demo_model(*, url: str, name: str, key_env: str, environ: Mapping[str, str]) -> DemoModel:
+    """The :class:`DemoModel` at ``url`` serving ``name``, its key read from the variable ``key_env``
+    of ``environ`` ("" for a server that takes no key).
+
+    Raises :class:`DemoModelError` for a URL that is not http(s) with a host, a name a model
+    endpoint cannot have (``offline`` is the built-in model's), or a key variable that is unset
+    or empty — before anything is created.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise DemoModelError(
+            f"--model-url {url!r} is not an http(s) URL of a chat-completions endpoint, "
+            "e.g. https://openrouter.ai/api/v1"
+        )
+    key = ""
+    if key_env:
+        key = environ.get(key_env, "")
+        if not key:
+            raise DemoModelError(f"--model-key-env names {key_env}, which is not set in the environment")
+    try:
+        ModelEndpoint(name=name, base_url=url, upstream_model=name, api_key=key).full_clean(
+            exclude=["tenant"]
+        )
+    except ValidationError as exc:
+        problems = "; ".join(f"{field}: {' '.join(m)}" for field, m in exc.message_dict.items())
+        raise DemoModelError(f"the model cannot be used: {problems}") from exc
+    return DemoModel(name=name, base_url=url, api_key=key)
+
+
 @transaction.atomic
-def demo_seed() -> DemoWorld:
-    """Create (or re-create) both demo tenants, their users and agents."""
+def demo_seed(model: DemoModel | None = None) -> DemoWorld:
+    """Create (or re-create) both demo tenants, their users and agents, on ``model`` (default
+    ``offline``)."""
     Tenant.objects.filter(slug__in=["acme", "cfo-guild"]).delete()
     user_model = get_user_model()
     tomas, _ = user_model.objects.get_or_create(username="tomas", defaults={"first_name": "Tomas"})
@@ -77,6 +130,19 @@ def demo_seed() -> DemoWorld:
         )
         Intent.objects.create(tenant=guild, agent=agent, statement="Take on fractional CFO clients.")
         cfo_agents.append(agent)
+    if model is not None:
+        for tenant in (acme, guild):
+            ModelEndpoint.objects.create(
+                tenant=tenant,
+                name=model.name,
+                base_url=model.base_url,
+                upstream_model=model.name,
+                api_key=model.api_key,
+            )
+        Agent.objects.filter(tenant__in=(acme, guild)).update(model=model.name)
+        tomas_agent.refresh_from_db()
+        for agent in cfo_agents:
+            agent.refresh_from_db()
     return DemoWorld(tomas_agent=tomas_agent, intent=intent, cfo_agents=cfo_agents)
 
 
@@ -102,6 +168,37 @@ class SidePair:
             self.theirs.basis,
             self.theirs.terms,
         )
+
+
+@dataclass(frozen=True)
+class DemoUsage:
+    """Which models answered and what they used: ``run_models`` the names that answered the run's
+    steps, ``turn_models`` those that decided negotiation moves (both sides; none on ``offline``),
+    ``model_moves`` how many recorded moves they decided, and the tokens of all of it."""
+
+    run_models: list[str]
+    turn_models: list[str]
+    model_moves: int
+    input_tokens: int
+    output_tokens: int
+
+
+def demo_usage(world: DemoWorld, run: Run) -> DemoUsage:
+    """What ``run`` and every negotiation of the demo's agents used, read back as stored."""
+    agents = [world.tomas_agent, *world.cfo_agents]
+    steps = Message.objects.filter(run=run, role=Message.Role.ASSISTANT).exclude(model="")
+    turns = Turn.objects.filter(negotiation__agent__in=agents).exclude(model="")
+    # The run's usage already counts the moves Tomas's agent decided for it; the CFOs' are theirs.
+    cfo_side = Negotiation.objects.filter(agent__in=world.cfo_agents).aggregate(
+        input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens")
+    )
+    return DemoUsage(
+        run_models=sorted(set(steps.values_list("model", flat=True))),
+        turn_models=sorted(set(turns.values_list("model", flat=True))),
+        model_moves=turns.count(),
+        input_tokens=run.input_tokens + (cfo_side["input_tokens"] or 0),
+        output_tokens=run.output_tokens + (cfo_side["output_tokens"] or 0),
+    )
 
 
 def demo_pairs(world: DemoWorld) -> list[SidePair]:

@@ -38,7 +38,9 @@ decision with :class:`NegotiatorError`. Either way the usage is the
 
 from __future__ import annotations
 
+import contextvars
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -51,7 +53,16 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.utils import timezone
 
 from agents import guardrails
-from agents.llm import CallOptions, ModelCancelled, ModelError, ModelReply, model_for
+from agents.llm import (
+    CallOptions,
+    ChatMessage,
+    ChatModel,
+    ModelCancelled,
+    ModelError,
+    ModelReply,
+    ToolSpec,
+    model_for,
+)
 from agents.models import OFFLINE, Agent, Intent
 from negotiations import model_negotiator, offline
 from negotiations.wire import Move, TaskRecord
@@ -62,6 +73,8 @@ ASK = "ask"
 SEED_TERMINAL = frozenset({"accept", "reject", "decline", "withdraw"})
 # Attempts at one move before the negotiation parks: the first decision and one corrected.
 GUARD_ATTEMPTS = 2
+# Seconds between two looks at whether a decision must be given up while its model is asked.
+GIVE_UP_POLL_SECONDS = 0.2
 GuardOp = Literal["<=", ">=", "==", "in"]
 _GUARD_OPS: dict[object, GuardOp] = {op: op for op in get_args(GuardOp)}
 _TYPE_WORDS = frozenset({"number", "integer", "string", "text", "boolean", "date"})
@@ -525,16 +538,15 @@ def _decide_on_model(
         return time.monotonic() > ends
 
     # The turn's whole decision, retries and fallbacks included, within the answer contract.
-    options = CallOptions(
-        cancelled=lambda: timed_out() or stopped(),
-        deadline=timezone.now() + timedelta(seconds=agent.turn_timeout),
-    )
+    deadline = timezone.now() + timedelta(seconds=agent.turn_timeout)
     usage, refusals, broke = Usage(), 0, 0
     feedback: tuple[Violation, ...] = ()
     while True:
         try:
             with telemetry.model_call_span(model=agent.model) as call:
-                reply = model.complete(messages=messages, tools=[tool], options=options)
+                reply = _complete_until(
+                    model, messages, [tool], deadline=deadline, give_up=lambda: timed_out() or stopped()
+                )
                 call.record(reply.model, reply.input_tokens, reply.output_tokens)
         except ModelCancelled as exc:
             why = (
@@ -571,6 +583,53 @@ def _decide_on_model(
             *messages,
             *model_negotiator.handed_back(reply, f"it breaks the party's limits: {reasons}"),
         ]
+
+
+def _complete_until(
+    model: ChatModel,
+    messages: list[ChatMessage],
+    tools: list[ToolSpec],
+    *,
+    deadline: datetime,
+    give_up: Callable[[], bool],
+) -> ModelReply:
+    """``model``'s reply to ``messages`` by ``deadline``, or :class:`ModelCancelled` as soon as
+    ``give_up()`` is True.
+
+    The call runs in a daemon thread of its own while this thread looks at
+    ``give_up`` every :data:`GIVE_UP_POLL_SECONDS`. The chat-completions client
+    looks at its ``cancelled`` hook only between tries and while an answer
+    streams, so a model slow to begin answering would otherwise hold the turn,
+    and the worker's thread, past a stop (the deadline it does keep). A call
+    given up is told so through that hook and ends on its own, by the deadline
+    at the latest; whatever it answers is dropped. ``give_up`` is only called
+    on this thread (it may read the database). Raises what ``model.complete`` raises.
+    """
+    if give_up():
+        raise ModelCancelled("the decision was given up before the model was asked")
+    abandoned, done = threading.Event(), threading.Event()
+    outcome: list[ModelReply | Exception] = []
+
+    def call() -> None:
+        try:
+            options = CallOptions(cancelled=abandoned.is_set, deadline=deadline)
+            outcome.append(model.complete(messages=messages, tools=tools, options=options))
+        except Exception as exc:  # handed to the caller as it is, below
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    # The context goes along, so the call's spans and logs stay under this turn's.
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(call,), name="negotiation-model-call", daemon=True).start()
+    while not done.wait(GIVE_UP_POLL_SECONDS):
+        if give_up():
+            abandoned.set()
+            raise ModelCancelled("the decision was given up while the model was asked")
+    [result] = outcome
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 def _stamped(move: Move) -> Move:

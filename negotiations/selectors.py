@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
-from agents.models import Agent, Intent
+from agents.llm import ChatMessage, ToolSpec
+from agents.models import OFFLINE, Agent, Intent
+from negotiations import model_negotiator, negotiator
 from negotiations.digest import clean, compact_json
 from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.wire import Entry, Move, Role, TaskRecord
 from parley.models import Tenant
 
 RECORD_LIMIT = 10
@@ -108,6 +112,77 @@ def counterparty_matches(text: str) -> Q:
 def negotiation_turns(negotiation: Negotiation) -> QuerySet[Turn]:
     """Every turn of ``negotiation``, in order (by ``seq``)."""
     return Turn.objects.for_tenant(negotiation.tenant_id).filter(negotiation=negotiation).order_by("seq")
+
+
+def move_of(turn: Turn) -> Move | None:
+    """The move ``turn`` recorded; None for a message that carried none."""
+    if not turn.action:
+        return None
+    return Move(turn.action, turn.message, turn.terms, turn.offer_id, turn.accepts_offer_id)
+
+
+def turns_record(negotiation: Negotiation) -> TaskRecord:
+    """The negotiation's Task as recorded in its turns (roles as on the wire)."""
+    ours: Role = "user" if negotiation.direction == Negotiation.Direction.OUTBOUND else "agent"
+    theirs: Role = "agent" if ours == "user" else "user"
+    history = tuple(
+        Entry(role=ours if t.side == Turn.Side.OURS else theirs, move=move_of(t), text=t.message)
+        for t in negotiation_turns(negotiation)
+    )
+    return TaskRecord(state=negotiation.task_state or "submitted", history=history)
+
+
+@dataclass(frozen=True)
+class DecisionPrompt:
+    """What the agent's chat model is shown to decide its next move in a negotiation.
+
+    ``messages`` are the chat messages (the system message of the template, then
+    the record as one user message) and ``tool`` the one tool the move comes back
+    as (:data:`negotiations.model_negotiator.MOVE_TOOL`). ``model`` is the
+    agent's model: on ``offline`` (``sent`` False) its concession strategy
+    ``strategy`` decides instead, and no prompt is sent. ``awaits_their_move``:
+    the next decision comes with the counterparty's next message (inbound), which
+    is then added to the record as its last line.
+    """
+
+    model: str
+    strategy: str
+    messages: list[ChatMessage]
+    tool: ToolSpec
+    awaits_their_move: bool
+
+    @property
+    def sent(self) -> bool:
+        return self.model != OFFLINE
+
+
+def decision_prompt(negotiation: Negotiation) -> DecisionPrompt:
+    """The prompt of ``negotiation``'s next decision, built now exactly as the negotiator builds it
+    (:func:`negotiations.negotiator.decision_brief` with the arguments the services pass: outbound
+    its objective and turn cap, inbound the agent's turn cap), for any model the agent is on.
+
+    Reads only. Raises :class:`negotiations.negotiator.NegotiatorError` where the negotiator would
+    fail to build it too (a malformed term guard, an unknown timezone).
+    """
+    agent = negotiation.agent
+    outbound = negotiation.direction == Negotiation.Direction.OUTBOUND
+    brief = negotiator.decision_brief(
+        agent=agent,
+        record=turns_record(negotiation),
+        our_role="user" if outbound else "agent",
+        guidance=negotiation.guidance,
+        can_ask=True,
+        max_moves=negotiation.max_turns if outbound else agent.max_turns,
+        intent=negotiation.intent,
+        objective=negotiation.objective if outbound else "",
+    )
+    return DecisionPrompt(
+        model=agent.model,
+        strategy=agent.strategy,
+        messages=model_negotiator.prompt(brief),
+        tool=model_negotiator.move_tool(brief),
+        awaits_their_move=not outbound,
+    )
 
 
 def record_block(agent: Agent, intent: Intent) -> str:

@@ -33,8 +33,9 @@ from agents.models import Agent, Intent, Run
 from agents.services import run_budget_spent, run_usage_add, tool_call_complete
 from negotiations import client, digest, evaluation, negotiator, selectors
 from negotiations.models import Batch, Negotiation, Settlement, Turn
+from negotiations.selectors import move_of, turns_record
 from negotiations.verdict import settle
-from negotiations.wire import Entry, Move, MoveError, Role, TaskRecord, parse_move, task_record_from_json
+from negotiations.wire import Entry, Move, MoveError, TaskRecord, parse_move, task_record_from_json
 from parley.live import publish_on_commit
 
 logger = logging.getLogger(__name__)
@@ -277,6 +278,10 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
             return None  # stopped meanwhile (its run was cancelled): the pump sees it and ends
         return _fail(negotiation, str(exc))
     _spend(negotiation, decision.usage, run)
+    if not _still_open(negotiation):
+        # Stopped while the model decided, after its last look (a cancel as it answered): the
+        # move was decided for a negotiation that is over, so it must not reach the wire.
+        return None
     move = decision.move
     if move.action == negotiator.ASK:
         negotiation.status, negotiation.parked_question = Negotiation.Status.WAITING, move.message
@@ -336,7 +341,7 @@ def _record_exchange(
         )
         recorded = list(negotiation.turns.order_by("seq"))
         expected = [*(t.raw.get("messageId") for t in recorded), exchange.sent["messageId"]]
-        ours = [*(_move_of(t) for t in recorded), move]
+        ours = [*(move_of(t) for t in recorded), move]
         carried = [e.move for e in returned.history[: len(expected)]]
         # Same messages by id, and the same moves in them: a peer may not rewrite either side's words.
         if [m.get("messageId") for m in history[: len(expected)]] != expected or carried != ours:
@@ -586,7 +591,7 @@ def inbound_cancel(*, agent: Agent, task_id: str, delivered: frozenset[str]) -> 
         if negotiation is None or negotiation.task_state == "canceled":
             return
         history = tuple(
-            Entry(role="agent" if t.side == Turn.Side.OURS else "user", move=_move_of(t), text=t.message)
+            Entry(role="agent" if t.side == Turn.Side.OURS else "user", move=move_of(t), text=t.message)
             for t in negotiation.turns.order_by("seq")
             if t.raw.get("messageId") in delivered
         )
@@ -597,23 +602,6 @@ def inbound_cancel(*, agent: Agent, task_id: str, delivered: frozenset[str]) -> 
 
 
 # Shared pieces.
-
-
-def turns_record(negotiation: Negotiation) -> TaskRecord:
-    """The negotiation's Task as recorded in its turns (roles as on the wire)."""
-    ours: Role = "user" if negotiation.direction == Negotiation.Direction.OUTBOUND else "agent"
-    theirs: Role = "agent" if ours == "user" else "user"
-    history = tuple(
-        Entry(role=ours if t.side == Turn.Side.OURS else theirs, move=_move_of(t), text=t.message)
-        for t in negotiation.turns.order_by("seq")
-    )
-    return TaskRecord(state=negotiation.task_state or "submitted", history=history)
-
-
-def _move_of(turn: Turn) -> Move | None:
-    if not turn.action:
-        return None
-    return Move(turn.action, turn.message, turn.terms, turn.offer_id, turn.accepts_offer_id)
 
 
 def _add_turn(

@@ -9,9 +9,9 @@ from urllib.parse import urlencode
 from django.db.models import QuerySet
 from django.views.generic import DetailView, ListView
 
-from agents.selectors import visible_agents
-from agents.views import term_pairs
-from negotiations import selectors
+from agents.selectors import OPERATE, agent_currency, visible_agents
+from agents.views import pretty_json, term_pairs
+from negotiations import negotiator, selectors
 from negotiations.forms import BoardFilterForm
 from negotiations.models import Negotiation, Turn
 from parley.views import TenantMixin
@@ -68,12 +68,10 @@ class NegotiationListView(TenantMixin, ListView):
         return context
 
 
-class NegotiationDetailView(TenantMixin, DetailView):
-    """One negotiation: its header, every turn in order and the settlement, if it has one."""
+class NegotiationPageMixin(TenantMixin):
+    """One negotiation of the tenant, if the member sees its agent; else a 404."""
 
-    template_name = "negotiations/detail.html"
-    fragment_template_name = "negotiations/_detail.html"
-    context_object_name = "negotiation"
+    context_object_name: str | None = "negotiation"
 
     def get_queryset(self) -> QuerySet[Negotiation]:
         return (
@@ -81,6 +79,15 @@ class NegotiationDetailView(TenantMixin, DetailView):
             .filter(agent__in=visible_agents(membership=self.membership))
             .select_related("agent", "intent", "settlement")
         )
+
+
+class NegotiationDetailView(NegotiationPageMixin, DetailView):
+    """One negotiation: its header with what deciding our moves cost in all, every turn in order
+    (ours with what deciding it cost, in the agent's model's currency) and the settlement, if it
+    has one. Owners and operators get a link to the decision prompt."""
+
+    template_name = "negotiations/detail.html"
+    fragment_template_name = "negotiations/_detail.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
@@ -96,5 +103,28 @@ class NegotiationDetailView(TenantMixin, DetailView):
             settlement=settlement,
             settlement_terms=term_pairs(settlement.terms) if settlement else [],
             disputed=term_pairs(settlement.disputed) if settlement else [],
+            currency=agent_currency(agent=self.object.agent),
+            can_operate=self.membership.role in OPERATE,
         )
+        return context
+
+
+class DecisionPromptView(NegotiationPageMixin, DetailView):
+    """The prompt of the negotiation's next decision as its agent's chat model would get it: the
+    system message, the record message and the move tool's JSON Schema
+    (:func:`negotiations.selectors.decision_prompt`). Reads only. For owners and operators, as the
+    system-message preview; others get a 403, and another tenant's negotiation is a 404.
+    """
+
+    allowed_roles = OPERATE
+    template_name = "negotiations/prompt.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        try:
+            prompt = selectors.decision_prompt(self.object)
+        except negotiator.NegotiatorError as exc:
+            context["error"] = str(exc)
+            return context
+        context.update(prompt=prompt, parameters_json=pretty_json(prompt.tool.parameters))
         return context

@@ -3,6 +3,7 @@ and settlement, the board's filters, counterparty text as data, tenancy."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,9 +13,13 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from a2a_gateway.representative import intake_capture
-from agents.models import Agent, Intent
+from agents.models import Agent, Intent, ModelEndpoint
+from negotiations import selectors
 from negotiations.models import Negotiation, Settlement, Turn
 from parley.models import Tenant
+from tests.chat_server import ChatServer
+from tests.conftest import on_chat_model
+from tests.negotiating_policy import NegotiatingPolicy
 from tests.negotiations.pages import FLOOR, inbound, inbound_deal, outbound
 
 pytestmark = pytest.mark.django_db
@@ -94,6 +99,32 @@ def test_a_negotiation_reads_with_every_turn_and_its_settlement(api: APIClient, 
     }
 
 
+def test_a_negotiation_and_its_turns_say_what_deciding_our_moves_cost(
+    api: APIClient, agent: Agent, chat: ChatServer
+) -> None:
+    agent.term_guards = FLOOR
+    agent.save()
+    on_chat_model(agent, chat)
+    ModelEndpoint.objects.filter(name="house-model").update(currency="EUR")
+    chat.responder = NegotiatingPolicy()
+    inbound(agent, {"action": "propose", "message": "€800?", "terms": {"amount": 800, "currency": "EUR"}})
+    n = Negotiation.objects.get(agent=agent)
+
+    body = ok(api.get(f"/api/v1/negotiations/{n.pk}"))
+    (row,) = ok(api.get("/api/v1/negotiations"))["results"]
+
+    # 10 input and 5 output tokens at 2 and 8 EUR per million.
+    usage = {"input_tokens": 10, "output_tokens": 5, "cost": "0.000060"}
+    assert (body["usage"], body["currency"], row["usage"]) == (usage, "EUR", usage)
+    assert "currency" not in row
+    assert [
+        (t["side"], t["model"], t["input_tokens"], t["output_tokens"], t["cost"]) for t in body["turns"]
+    ] == [
+        ("theirs", "", 0, 0, "0.000000"),
+        ("ours", "house-model", 10, 5, "0.000060"),
+    ]
+
+
 def test_an_open_negotiation_has_no_settlement_yet(api: APIClient, agent: Agent) -> None:
     n = outbound(agent, "Idris Haddad", turns=0)
 
@@ -104,6 +135,11 @@ def test_an_open_negotiation_has_no_settlement_yet(api: APIClient, agent: Agent)
         [],
         0,
         None,
+    )
+    # The offline strategy costs nothing, in no currency.
+    assert (body["usage"], body["currency"]) == (
+        {"input_tokens": 0, "output_tokens": 0, "cost": "0.000000"},
+        "",
     )
 
 
@@ -211,6 +247,7 @@ def test_another_tenants_negotiation_is_404_and_its_ids_are_no_filter(
     assert [r["id"] for r in ok(api.get("/api/v1/negotiations"))["results"]] == [str(deal.pk)]
     assert [r["id"] for r in ok(other_api.get("/api/v1/negotiations"))["results"]] == [str(theirs.pk)]
     assert error(other_api.get(f"/api/v1/negotiations/{deal.pk}"), 404)
+    assert error(other_api.get(f"/api/v1/negotiations/{deal.pk}/prompt"), 404)["code"] == "not_found"
 
 
 def test_settlements_list_and_read_with_filters(
@@ -268,6 +305,55 @@ def test_intake_requests_list_and_read_by_agent(
     assert list(error(api.get(f"/api/v1/intake-requests?agent={seller.pk}"), 400)["fields"]) == ["agent"]
     assert error(other_api.get(f"/api/v1/intake-requests/{first.pk}"), 404)
     assert ok(other_api.get("/api/v1/intake-requests"))["results"] == []
+
+
+def test_the_prompt_is_the_next_decisions_as_the_negotiator_builds_it(
+    tenant: Tenant,
+    key_for: Callable[..., str],
+    client_for: Callable[[str], APIClient],
+    agent: Agent,
+    intent: Intent,
+    chat: ChatServer,
+) -> None:
+    on_chat_model(agent, chat)
+    n = outbound(agent, "Idris Haddad", intent=intent)
+    reader = client_for(key_for(tenant, scopes=("read",), name="reader"))
+
+    body = ok(reader.get(f"/api/v1/negotiations/{n.pk}/prompt"))
+
+    prompt = selectors.decision_prompt(n)
+    assert body == {
+        "model": "house-model",
+        "sent": True,
+        "messages": prompt.messages,
+        "tool": {
+            "name": "decide_move",
+            "description": prompt.tool.description,
+            "parameters": prompt.tool.parameters,
+        },
+    }
+    assert "Current intent: Bring in a fractional CFO." in body["messages"][0]["content"]
+    assert "2. They — counter: Move 2." in body["messages"][1]["content"]
+    assert chat.requests == []
+
+
+def test_on_offline_the_prompt_is_not_sent(api: APIClient, deal: Negotiation) -> None:
+    body = ok(api.get(f"/api/v1/negotiations/{deal.pk}/prompt"))
+
+    assert (body["model"], body["sent"]) == ("offline", False)
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+
+
+def test_a_prompt_the_negotiator_cannot_build_is_409_naming_why(
+    api: APIClient, agent: Agent, intent: Intent
+) -> None:
+    Intent.objects.filter(pk=intent.pk).update(term_guards=[{"term": "amount", "op": "<", "value": 1}])
+    n = outbound(agent, "Idris Haddad", intent=intent)
+
+    assert error(api.get(f"/api/v1/negotiations/{n.pk}/prompt"), 409) == {
+        "code": "conflict",
+        "message": "The prompt cannot be built: intent term guard 1 has op '<'; use one of <=, >=, ==, in",
+    }
 
 
 @pytest.mark.parametrize("path", ["negotiations", "settlements", "intake-requests"])

@@ -250,6 +250,27 @@ def test_a_stopped_negotiation_stops_its_model(buyer: Agent, chat: ChatServer) -
 
 
 @pytest.mark.django_db
+def test_a_model_slow_to_begin_answering_is_given_up_at_the_turn_timeout(
+    buyer: Agent, chat: ChatServer
+) -> None:
+    buyer.turn_timeout = 1
+    buyer.save()
+    # Silent for longer than the endpoint's own timeout (5 s): only the turn timeout can end it first.
+    chat.script(hang(30))
+
+    with pytest.raises(NegotiatorError, match="did not decide within the turn timeout of 1 s"):
+        decide(buyer)
+
+
+@pytest.mark.django_db
+def test_a_stop_while_the_model_has_not_begun_answering_gives_it_up(buyer: Agent, chat: ChatServer) -> None:
+    chat.script(hang(30))
+
+    with pytest.raises(NegotiatorError, match="stopped while its model decided"):
+        decide(buyer, stopped=lambda: bool(chat.requests))
+
+
+@pytest.mark.django_db
 def test_a_model_without_an_endpoint_is_named(buyer: Agent) -> None:
     buyer.model = "gone"
 

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from django.contrib.auth.models import AbstractUser
 from django.test import Client
+from django.urls import reverse
 from django.utils.html import escape
 
-from agents.models import Agent, Intent
+from agents.models import Agent, Intent, ModelEndpoint
+from negotiations import selectors
 from negotiations.models import Negotiation, Settlement, Turn
-from parley.models import Tenant
+from parley.models import Membership, Tenant
+from tests.chat_server import ChatServer
+from tests.conftest import on_chat_model
+from tests.negotiating_policy import NegotiatingPolicy
 from tests.negotiations.pages import FLOOR, detail_url, inbound, inbound_deal, outbound
+from tests.parley.tenancy import member
 
 pytestmark = pytest.mark.django_db
 
@@ -147,6 +156,42 @@ class TestPage:
             in html
         )
 
+    def test_what_deciding_our_moves_cost_per_turn_and_in_all(
+        self, logged_in: Client, agent: Agent, chat: ChatServer
+    ) -> None:
+        agent.term_guards = FLOOR
+        agent.save()
+        on_chat_model(agent, chat)
+        ModelEndpoint.objects.filter(name="house-model").update(currency="EUR")
+        chat.responder = NegotiatingPolicy()
+        for amount in (800, 850):
+            inbound(
+                agent,
+                {
+                    "action": "propose",
+                    "message": f"€{amount}?",
+                    "terms": {"amount": amount, "currency": "EUR"},
+                },
+            )
+        n = Negotiation.objects.get(agent=agent)
+
+        html = page(logged_in, n)
+
+        # 10 input and 5 output tokens a decision at 2 and 8 EUR per million.
+        used = "Decided by model house-model · 10 tokens in, 5 out · cost 0.000060 EUR"
+        assert html.count(f'<p class="meta usage">{used}</p>') == 2
+        assert html.index("Turn 2") < html.index(used) < html.index("Turn 3")
+        assert (
+            "<dt>Model usage</dt><dd>20 tokens in, 10 out · cost 0.000120 EUR "
+            '<span class="meta">(deciding our moves, failed decisions included)</span></dd>'
+        ) in html
+
+    def test_the_offline_strategy_costs_nothing(self, logged_in: Client, deal: Negotiation) -> None:
+        html = page(logged_in, deal)
+
+        assert 'class="meta usage"' not in html
+        assert "<dt>Model usage</dt><dd>0 tokens in, 0 out · cost 0.000000 <span" in html
+
 
 class TestEscaping:
     def test_html_a_counterparty_wrote_is_shown_as_text(self, logged_in: Client, deal: Negotiation) -> None:
@@ -198,6 +243,94 @@ class TestLive:
         fragment = page(logged_in, n, fragment="1")
         assert 'data-announce="Open, 4 turns"' in fragment
         assert '<p class="said">€850?</p>' in fragment
+
+
+def prompt_url(n: Negotiation, tenant: Tenant | None = None) -> str:
+    return reverse("negotiations:prompt", kwargs={"tenant": (tenant or n.tenant).slug, "pk": n.pk})
+
+
+class TestDecisionPrompt:
+    @pytest.fixture
+    def ops(self, client: Client, operator: AbstractUser) -> Client:
+        client.force_login(operator)
+        return client
+
+    def test_shows_the_system_message_the_record_and_the_tool_schema(
+        self, ops: Client, agent: Agent, chat: ChatServer
+    ) -> None:
+        on_chat_model(agent, chat)
+        n = outbound(agent, "Idris Haddad")
+        Negotiation.objects.filter(pk=n.pk).update(guidance=["Up to €1,100 a day."])
+        n.refresh_from_db()
+        before = list(Turn.objects.filter(negotiation=n).values_list("seq", "updated_at"))
+
+        response = ops.get(prompt_url(n))
+
+        html = response.content.decode()
+        assert response.status_code == 200
+        prompt = selectors.decision_prompt(n)
+        system, record = (m["content"] for m in prompt.messages)
+        assert f'<h2>System message</h2>\n<pre class="prompt-system">{escape(system)}</pre>' in html
+        assert f'<h2>Record message</h2>\n<pre class="prompt-user">{escape(record)}</pre>' in html
+        parameters = json.dumps(prompt.tool.parameters, indent=2, ensure_ascii=False)
+        assert f'<pre class="prompt-tool">{escape(parameters)}</pre>' in html
+        assert "<h2>Tool <code>decide_move</code></h2>" in html
+        assert "- Up to €1,100 a day." in system
+        assert "Sent to the model <code>house-model</code>." in html
+        assert "offline" not in html
+        assert list(Turn.objects.filter(negotiation=n).values_list("seq", "updated_at")) == before
+        assert chat.requests == []  # a preview asks no model
+
+    def test_on_offline_it_says_the_strategy_decides_and_shows_what_a_model_would_see(
+        self, ops: Client, deal: Negotiation
+    ) -> None:
+        html = ops.get(prompt_url(deal)).content.decode()
+
+        assert (
+            "This agent's model is <code>offline</code>: its boulware concession strategy decides each "
+            "move, and no prompt is sent. Below is what a chat model would be shown."
+        ) in html
+        assert "They contacted us: the next decision comes with the counterparty's next message" in html
+        assert '<pre class="prompt-system">' in html
+
+    def test_what_the_negotiator_cannot_build_is_named(
+        self, ops: Client, agent: Agent, intent: Intent
+    ) -> None:
+        Intent.objects.filter(pk=intent.pk).update(term_guards=[{"term": "amount", "op": "<", "value": 1}])
+        n = outbound(agent, "Idris Haddad", intent=intent)
+
+        html = ops.get(prompt_url(n)).content.decode()
+
+        assert (
+            "It cannot be built, and the negotiator could not decide either: intent term guard 1 has op "
+            "&#x27;&lt;&#x27;; use one of &lt;=, &gt;=, ==, in"
+        ) in html
+        assert "prompt-system" not in html
+
+    def test_the_negotiation_page_links_it_for_operators_and_owners_only(
+        self, client: Client, tenant: Tenant, operator: AbstractUser, deal: Negotiation
+    ) -> None:
+        link = f'<a href="{prompt_url(deal)}">Decision prompt</a>'
+        owner = member(tenant, "omar", Membership.Role.OWNER)
+        for user in (operator, owner):
+            client.force_login(user)
+            assert link in page(client, deal)
+            assert link in page(client, deal, fragment="1")
+            assert client.get(prompt_url(deal)).status_code == 200
+        for user in (deal.agent.principal, member(tenant, "vera", Membership.Role.VIEWER)):
+            client.force_login(user)
+            assert "Decision prompt" not in page(client, deal)
+            response = client.get(prompt_url(deal))
+            assert response.status_code == 403
+            assert "You act for" not in response.content.decode()
+
+    def test_another_tenants_negotiation_is_404(self, ops: Client, tenant: Tenant, seller: Agent) -> None:
+        foreign = inbound_deal(seller, opening="Globex wants you")
+
+        for url in (prompt_url(foreign, tenant), prompt_url(foreign)):
+            response = ops.get(url)
+            assert response.status_code == 404
+            assert "Globex wants you" not in response.content.decode()
 
 
 class TestTenancy:

@@ -1,7 +1,12 @@
-"""``manage.py demo``: run "Bring in a fractional CFO" on a real server on loopback and print the result."""
+"""``manage.py demo``: run "Bring in a fractional CFO" on a real server on loopback and print the result.
+
+On the ``offline`` model by default (no key, no network); ``--model-url``, ``--model`` and
+``--model-key-env`` put every agent on one chat-completions model instead.
+"""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -28,17 +33,37 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
         parser.add_argument("--browser", action="store_true", help="wait for Tomas to answer in the browser")
         parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each stage")
+        parser.add_argument(
+            "--model-url",
+            default="",
+            help="base URL of an OpenAI-compatible chat-completions endpoint (with --model): every agent "
+            "runs on it instead of offline, e.g. https://openrouter.ai/api/v1",
+        )
+        parser.add_argument(
+            "--model", default="", help="the model id that endpoint serves (with --model-url)"
+        )
+        parser.add_argument(
+            "--model-key-env",
+            default="",
+            help="the environment variable holding the endpoint's API key (omit for one that takes none)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        model = _model(options)
         port = options["port"] or _free_port()
         base = f"http://127.0.0.1:{port}"
         settings.PUBLIC_BASE_URL = base
         call_command("migrate", verbosity=0)
-        world = demo.demo_seed()
+        world = demo.demo_seed(model)
         server = _serve(port)
         self.stdout.write(
             f"Parley is serving on {base} (in-process worker, {settings.DATABASES['default']['ENGINE']})."
         )
+        if model is None:
+            self.stdout.write("Every agent runs on the offline model: no key, no network.")
+        else:
+            key = f"key from ${options['model_key_env']}" if model.api_key else "no key"
+            self.stdout.write(f"Every agent runs on the model {model.name} at {model.base_url} ({key}).")
         urls = [agent_url(a) for a in world.cfo_agents]
         run = run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
         self.stdout.write(f"Tomas's agent starts: {demo.demo_task(urls)}\n")
@@ -62,6 +87,7 @@ class Command(BaseCommand):
             raise CommandError(f"The run ended {run.status}: {run.end_reason}")
         self.stdout.write("The run is done. Its report:\n")
         self.stdout.write(run.output + "\n")
+        self._print_usage(demo.demo_usage(world, run))
         self._print_pairs(demo.demo_pairs(world))
         if options["browser"]:
             self.stdout.write(f"\nStill serving on {base} so you can look around; press Ctrl-C to stop.")
@@ -84,6 +110,17 @@ class Command(BaseCommand):
                 raise CommandError(f"Timed out waiting; the run is {run.status}.")
             time.sleep(0.2)
 
+    def _print_usage(self, usage: demo.DemoUsage) -> None:
+        moves = (
+            f"{', '.join(usage.turn_models)} decided {usage.model_moves} negotiation moves"
+            if usage.turn_models
+            else "the offline strategy decided every negotiation move"
+        )
+        self.stdout.write(
+            f"Models used: {', '.join(usage.run_models) or 'none'} answered the run's steps; {moves}; "
+            f"{usage.input_tokens} tokens in, {usage.output_tokens} out.\n"
+        )
+
     def _print_pairs(self, pairs: list[demo.SidePair]) -> None:
         self.stdout.write("Settlements, as each side recorded them:")
         for pair in pairs:
@@ -100,6 +137,19 @@ class Command(BaseCommand):
             raise CommandError(
                 "The demo's settlements do not meet its bar (distinct outcomes, matching verdicts)."
             )
+
+
+def _model(options: dict[str, Any]) -> demo.DemoModel | None:
+    """The model the flags name, None for ``offline``; refused with the reason before anything starts."""
+    url, name, key_env = options["model_url"], options["model"], options["model_key_env"]
+    if not (url or name or key_env):
+        return None
+    if not (url and name):
+        raise CommandError("Give --model-url and --model together (and --model-key-env if it needs a key).")
+    try:
+        return demo.demo_model(url=url, name=name, key_env=key_env, environ=os.environ)
+    except demo.DemoModelError as exc:
+        raise CommandError(str(exc)) from exc
 
 
 def _free_port() -> int:

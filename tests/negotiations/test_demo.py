@@ -1,0 +1,147 @@
+"""``manage.py demo`` on a chat-completions model: the flags, their refusals, and the whole scenario
+run as ``make demo`` runs it (its own process, the embedded default) with every agent on a loopback
+chat-completions server whose policy plays Tomas's run and every negotiation turn."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from agents.models import OFFLINE, Agent, ModelEndpoint
+from negotiations import demo
+from negotiations.model_negotiator import MOVE_TOOL
+from parley import devstack
+from tests.chat_server import ChatServer
+from tests.negotiating_policy import AgentLoopPolicy
+
+KEY_ENV = "PARLEY_DEMO_TEST_KEY"
+
+
+def run_demo(*arguments: str, database: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``manage.py demo`` as ``make demo`` runs it: base settings, SQLite at ``database``, no Redis."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    env.update(environ, DATABASE_URL=f"sqlite:///{database}")
+    return subprocess.run(
+        [sys.executable, "manage.py", "demo", *arguments],
+        cwd=devstack.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_demo_runs_with_every_agent_on_a_chat_model(tmp_path: Path) -> None:
+    policy = AgentLoopPolicy()
+    with ChatServer(responder=policy) as chat:
+        done = run_demo(
+            "--model-url",
+            chat.url,
+            "--model",
+            "house-model",
+            "--model-key-env",
+            KEY_ENV,
+            database=tmp_path / "demo.sqlite3",
+            environ={KEY_ENV: "sk-demo"},
+        )
+
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert f"Every agent runs on the model house-model at {chat.url} (key from ${KEY_ENV})." in out
+    assert "The agent stops and asks Tomas: What is the most (or least) I may agree to per day?" in out
+    assert re.search(
+        r"Models used: house-model answered the run's steps; house-model decided \d+ negotiation", out
+    )
+    assert out.count("verdicts match: yes") == 3
+    settled = re.findall(r"^    acme \(Tomas\)  (\w+) \(basis (\w+)\)", out, re.M)
+    assert settled == [("agreed", "reference"), ("declined", "state"), ("unconfirmed", "state")]
+    # Every model call went to the server, with the key: the run's four steps and every move.
+    assert {r.headers["authorization"] for r in chat.requests} == {"Bearer sk-demo"}
+    assert {r.body["model"] for r in chat.requests} == {"house-model"}
+    assert policy.decisions == len(chat.requests) - 4
+    assert policy.finished == 1
+    # The run's last step carries what it did: negotiate with the three CFOs, ask Tomas, answer them.
+    steps = [
+        r.body for r in chat.requests if MOVE_TOOL not in {t["function"]["name"] for t in r.body["tools"]}
+    ]
+    calls = [c["function"] for m in steps[-1]["messages"] for c in m.get("tool_calls") or []]
+    assert [c["name"] for c in calls] == ["negotiate", "ask_user", "answer"]
+    targets = json.loads(calls[0]["arguments"])["targets"]
+    assert [t["url"].rsplit("/a2a/", 1)[1] for t in targets] == [
+        "cfo-guild/idris",
+        "cfo-guild/noor",
+        "cfo-guild/priya",
+    ]
+    assert json.loads(calls[2]["arguments"])["guidance"] == "Up to €1,100 a day."
+
+
+@pytest.mark.parametrize(
+    ("arguments", "environ", "refusal"),
+    [
+        (
+            ["--model-url", "ftp://models.example/v1", "--model", "m"],
+            {},
+            "--model-url 'ftp://models.example/v1' is not an http(s) URL of a chat-completions endpoint",
+        ),
+        (["--model-url", "https:///v1", "--model", "m"], {}, "is not an http(s) URL"),
+        (
+            ["--model-url", "https://models.example/v1", "--model", "m", "--model-key-env", KEY_ENV],
+            {},
+            f"--model-key-env names {KEY_ENV}, which is not set in the environment",
+        ),
+        (
+            ["--model-url", "https://models.example/v1", "--model", "m", "--model-key-env", KEY_ENV],
+            {KEY_ENV: ""},
+            f"--model-key-env names {KEY_ENV}, which is not set in the environment",
+        ),
+        (
+            ["--model-url", "https://models.example/v1", "--model", OFFLINE],
+            {},
+            "the model cannot be used: name: 'offline' is the built-in model; choose another name.",
+        ),
+        (
+            ["--model-url", "https://user:pw@models.example/v1", "--model", "m"],
+            {},
+            "base_url: Give the URL without user:password@",
+        ),
+        (["--model", "m"], {}, "Give --model-url and --model together"),
+        (["--model-key-env", KEY_ENV], {KEY_ENV: "k"}, "Give --model-url and --model together"),
+    ],
+)
+def test_a_model_it_cannot_use_is_refused_before_anything_starts(
+    monkeypatch: pytest.MonkeyPatch, arguments: list[str], environ: dict[str, str], refusal: str
+) -> None:
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+
+    # No database access is allowed here: a refusal that migrated or seeded anything would fail.
+    with pytest.raises(CommandError) as refused:
+        call_command("demo", *arguments)
+
+    assert refusal in str(refused.value)
+
+
+@pytest.mark.django_db
+def test_the_seed_puts_every_agent_on_the_model_or_leaves_them_offline() -> None:
+    world = demo.demo_seed(demo.DemoModel(name="house-model", base_url="http://127.0.0.1:9/v1", api_key="k"))
+
+    agents = [world.tomas_agent, *world.cfo_agents]
+    assert {a.model for a in agents} == {"house-model"}
+    endpoints = ModelEndpoint.objects.order_by("tenant__slug")
+    assert [(e.tenant.slug, e.name, e.upstream_model, e.base_url, e.api_key) for e in endpoints] == [
+        ("acme", "house-model", "house-model", "http://127.0.0.1:9/v1", "k"),
+        ("cfo-guild", "house-model", "house-model", "http://127.0.0.1:9/v1", "k"),
+    ]
+
+    demo.demo_seed()
+
+    assert set(Agent.objects.values_list("model", flat=True)) == {OFFLINE}
+    assert not ModelEndpoint.objects.exists()
