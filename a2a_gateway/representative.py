@@ -37,7 +37,6 @@ to count; the representative stores none itself.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -58,7 +57,16 @@ from django.urls import reverse
 from django.utils import timezone
 
 from a2a_gateway.models import A2ATask, GroundingDocument, IntakeRequest, ModelUsage
-from agents.llm import ChatMessage, ChatModel, ModelError, ModelReply, ToolCall, ToolSpec, model_for
+from agents.llm import (
+    BadArguments,
+    ChatMessage,
+    ChatModel,
+    ModelError,
+    ModelReply,
+    ToolCall,
+    ToolSpec,
+    model_for,
+)
 from agents.models import Agent
 from negotiations.models import Negotiation
 from parley import live
@@ -326,10 +334,10 @@ def _tool_result(
             intake_id,
         )
     try:
-        arguments = json.loads(call.arguments or "{}")
-    except ValueError:
+        arguments = call.parsed_arguments()
+    except BadArguments:
         arguments = None
-    if not isinstance(arguments, dict) or set(arguments) - {"summary", "details"}:
+    if arguments is None or set(arguments) - {"summary", "details"}:
         return (
             f"{INTAKE_TOOL_NAME} takes only summary and details (strings); it always goes to "
             f"{agent.name}'s team. Nothing was recorded.",
