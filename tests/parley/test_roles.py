@@ -151,6 +151,7 @@ PAGES = [
     # negotiations
     Page("negotiations:list", "get", EVERY_MEMBER),
     Page("negotiations:detail", "get", EVERY_MEMBER, pk=lambda w: w.negotiation.pk),
+    Page("negotiations:prompt", "get", OPERATORS, pk=lambda w: w.negotiation.pk),
     # the public face: intake owners see theirs too (tests/a2a_gateway/test_intake.py); none here is one
     Page("a2a_gateway:intake", "get", OPERATORS),
     Page("a2a_gateway:card", "get", OPERATORS, pk=lambda w: w.agent.pk),
