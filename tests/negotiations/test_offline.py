@@ -158,6 +158,25 @@ def test_without_a_limit_it_asks_and_reads_the_answer() -> None:
     assert answered.terms == eur(1400)
 
 
+def test_a_reply_of_ours_without_a_move_is_no_move_of_ours() -> None:
+    """A holding reply (the party was being consulted) spends none of our time: the opening after it
+    is the one we would have made at once, and their offer is still weighed."""
+    agent = Agent(terms=TERMS)
+    held = TaskRecord(
+        "input-required",
+        (
+            Entry("user", Move("propose", "€1,330?", eur(1330), "t0")),
+            Entry("agent", None, "I am consulting the party I act for."),
+        ),
+    )
+    at_once = exchange([], [eur(1330)], our_role="agent")
+
+    after = decide(agent, held, our_role="agent", guidance=["At least €1,000 a day."])
+
+    assert after == decide(agent, at_once, our_role="agent", guidance=["At least €1,000 a day."])
+    assert after == Move("propose", "I can offer €1,400.", eur(1400))
+
+
 # --- Tit-for-tat --------------------------------------------------------------------------
 
 
