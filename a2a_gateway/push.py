@@ -31,9 +31,11 @@ from a2a.server.context import ServerCallContext
 from a2a.server.tasks import BasePushNotificationSender, PushNotificationConfigStore
 from a2a.server.tasks.push_notification_config_store import normalize_push_notification_config
 from a2a.server.tasks.push_notification_sender import PushNotificationEvent
-from a2a.types import TaskPushNotificationConfig
+from a2a.types import Task, TaskPushNotificationConfig
 from a2a.utils.errors import InvalidParamsError
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connections
 from django.db.models import Exists, OuterRef, QuerySet
 from google.protobuf.json_format import MessageToDict, ParseDict
 
@@ -192,12 +194,8 @@ class DjangoPushConfigStore(PushNotificationConfigStore):
         return [_parse(row) async for row in rows]
 
     async def get_info_for_dispatch(self, task_id: str) -> list[TaskPushNotificationConfig]:
-        """Every config of the task whose owner (and tenant) is the task's own: the ones to deliver to."""
-        of_the_task = A2ATask.objects.filter(
-            task_id=task_id, owner=OuterRef("owner"), tenant_id=OuterRef("tenant_id")
-        )
-        rows = PushConfig.objects.filter(Exists(of_the_task), task_id=task_id).order_by("created_at")
-        return [_parse(row) async for row in rows]
+        """The configs to deliver the task's events to (:func:`dispatch_configs`)."""
+        return [_parse(row) async for row in dispatch_configs(task_id)]
 
     async def delete_info(
         self, task_id: str, context: ServerCallContext, config_id: str | None = None
@@ -209,6 +207,29 @@ class DjangoPushConfigStore(PushNotificationConfigStore):
                 return  # no config has such an id, and Postgres would refuse a NUL in the query
             rows = rows.filter(config_id=config_id)
         await rows.adelete()
+
+
+def dispatch_configs(task_id: str) -> QuerySet[PushConfig]:
+    """Every config of the task whose owner (and tenant) is the task's own, oldest first."""
+    of_the_task = A2ATask.objects.filter(
+        task_id=task_id, owner=OuterRef("owner"), tenant_id=OuterRef("tenant_id")
+    )
+    return PushConfig.objects.filter(Exists(of_the_task), task_id=task_id).order_by("created_at")
+
+
+async def push_task(task: Task) -> None:
+    """Push ``task`` itself (a StreamResponse ``{"task": …}``) to its configs (:func:`dispatch_configs`),
+    as :class:`PushSender` pushes an event; best-effort, and done when every delivery is.
+
+    For a change made outside a request (a worker's): the async ORM calls run on asgiref's shared
+    thread, whose database connection is closed afterwards.
+    """
+    sender = PushSender(DjangoPushConfigStore())
+    try:
+        await sender.send_notification(task.id, task)
+    finally:
+        await sender.aclose()
+        await sync_to_async(connections.close_all)()
 
 
 def _configs(context: ServerCallContext) -> QuerySet[PushConfig]:

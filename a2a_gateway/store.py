@@ -8,6 +8,7 @@ agent can never read another's Tasks, whatever id it is given.
 from __future__ import annotations
 
 from datetime import UTC
+from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import TaskStore
@@ -61,26 +62,32 @@ def owner_for(agent: Agent, caller: str) -> str:
     return f"{agent.pk}|{caller}"
 
 
+def stored_task(row: A2ATask) -> Task:
+    """The Task ``row`` holds."""
+    return ParseDict(row.data, Task(), ignore_unknown_fields=True)
+
+
+def row_fields(task: Task) -> dict[str, Any]:
+    """What an :class:`A2ATask` row keeps of ``task`` besides its ids, owner and agent."""
+    timestamp = task.status.timestamp.ToDatetime(tzinfo=UTC) if task.status.HasField("timestamp") else None
+    return {
+        "context_id": task.context_id,
+        "state": TaskState.Name(task.status.state),
+        "status_timestamp": timestamp,
+        "data": MessageToDict(task),
+    }
+
+
 class DjangoTaskStore(TaskStore):
     """Tasks as protobuf JSON in :class:`a2a_gateway.models.A2ATask`, owner-scoped."""
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
         agent = call_agent(context)
-        timestamp = (
-            task.status.timestamp.ToDatetime(tzinfo=UTC) if task.status.HasField("timestamp") else None
-        )
         # The filter scopes the lookup; what a new row gets is the kwargs and defaults alone.
         await _tasks(context).aupdate_or_create(
             task_id=task.id,
             owner=owner_of(context),
-            defaults={
-                "tenant_id": agent.tenant_id,
-                "agent": agent,
-                "context_id": task.context_id,
-                "state": TaskState.Name(task.status.state),
-                "status_timestamp": timestamp,
-                "data": MessageToDict(task),
-            },
+            defaults={"tenant_id": agent.tenant_id, "agent": agent, **row_fields(task)},
         )
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
@@ -88,7 +95,7 @@ class DjangoTaskStore(TaskStore):
             # No task has such an id, and asking Postgres would fail (NUL): the caller gets -32001.
             return None
         row = await _tasks(context).filter(task_id=task_id).afirst()
-        return ParseDict(row.data, Task(), ignore_unknown_fields=True) if row else None
+        return stored_task(row) if row else None
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         rows = _tasks(context)
@@ -103,9 +110,7 @@ class DjangoTaskStore(TaskStore):
         total = await rows.acount()
         size = min(params.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         start = _page_start(params.page_token)
-        page = [
-            ParseDict(r.data, Task(), ignore_unknown_fields=True) async for r in rows[start : start + size]
-        ]
+        page = [stored_task(r) async for r in rows[start : start + size]]
         next_token = encode_page_token(str(start + size)) if start + size < total else None
         return ListTasksResponse(tasks=page, next_page_token=next_token, total_size=total, page_size=size)
 
