@@ -6,4 +6,5 @@ app_name = "negotiations"
 urlpatterns = [
     path("negotiations/", views.NegotiationListView.as_view(), name="list"),
     path("negotiations/<uuid:pk>/", views.NegotiationDetailView.as_view(), name="detail"),
+    path("negotiations/<uuid:pk>/answer/", views.NegotiationAnswerView.as_view(), name="answer"),
 ]
