@@ -685,7 +685,7 @@ def _refuse_unless_parked(negotiation: Negotiation) -> None:
             code="already_answered",
         )
     raise GuidanceRefused(
-        f"This negotiation is not waiting on its party: it is {negotiation.get_status_display()}.",
+        f"This negotiation is not waiting on its party: it is {negotiation.get_status_display().lower()}.",
         code="not_waiting",
     )
 
