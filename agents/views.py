@@ -75,8 +75,9 @@ def term_pairs(terms: object) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class Waiting:
-    """Something else that waits on the party under a question's thread: a negotiation parked for
-    guidance, with the counterparty's last move (None before they moved) and its terms as pairs."""
+    """A negotiation parked on the party for guidance — under a question's thread, or with a question
+    of its own (:class:`ParkedItem`) — with the counterparty's last move (None before they moved) and
+    its terms as pairs."""
 
     negotiation: Any
     last_move: Any
