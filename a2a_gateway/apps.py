@@ -6,9 +6,11 @@ class A2AGatewayConfig(AppConfig):
     verbose_name = "A2A gateway"
 
     def ready(self) -> None:
-        """Validate the agent fields the public endpoint reads whenever an agent is cleaned."""
-        from a2a_gateway import cards, cors, hosts
+        """Validate the agent fields the public endpoint reads whenever an agent is cleaned, and send
+        the reply to an answered inbound negotiation at once where its Task has push notifications."""
+        from a2a_gateway import cards, cors, hosts, replies
         from agents.models import Agent, register_agent_check
+        from negotiations.services import register_answered_hook
 
         def card_overrides(agent: Agent) -> None:
             if agent.tenant_id is not None:  # the card names the tenant
@@ -17,3 +19,4 @@ class A2AGatewayConfig(AppConfig):
         register_agent_check(card_overrides)
         register_agent_check(hosts.check_host_name)
         register_agent_check(cors.check_cors_origins)
+        register_answered_hook(replies.on_answered)

@@ -47,7 +47,7 @@ from a2a.helpers import get_message_text, new_data_part, new_task_from_user_mess
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
-from a2a.types import Message, Role, Task, TaskState
+from a2a.types import Artifact, Message, Role, Task, TaskState
 from a2a.utils.errors import A2AError, InternalError, InvalidParamsError, UnsupportedOperationError
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -58,7 +58,7 @@ from a2a_gateway import agent_exchange, representative
 from a2a_gateway.caps import TURN_RELEASE
 from a2a_gateway.errors import BUSY_CODE, Refused
 from a2a_gateway.models import A2ATask
-from a2a_gateway.store import call_agent, id_problem, owner_of
+from a2a_gateway.store import call_agent, id_problem, owner_of, stored_task
 from agents.models import Agent
 from negotiations import services
 from negotiations.wire import MoveError, TaskRecord, nul_path, state_name, task_record_from_proto
@@ -80,7 +80,8 @@ REPLY_ARTIFACT_ID = "negotiator:reply"
 TRY_AGAIN = str(Agent._meta.get_field("try_again_text").default)
 # Where the gateway leaves admit's verdict, in the call context's state: the message is a visitor's.
 FOR_VISITOR = "for_visitor"
-_STATES = {
+# The state a reply stamps (negotiations name it in A2A 0.3 words) as a2a-sdk's enum.
+STATES = {
     "input-required": TaskState.TASK_STATE_INPUT_REQUIRED,
     "completed": TaskState.TASK_STATE_COMPLETED,
     "rejected": TaskState.TASK_STATE_REJECTED,
@@ -237,31 +238,37 @@ async def _answer(agent: Agent, context: RequestContext, event_queue: EventQueue
         return
     message = ParseDict(reply.message, Message())
     await updater.update_status(TaskState.TASK_STATE_WORKING, message=message)
-    # The answer is also an artifact, replaced each turn, for clients that read only artifacts.
-    await updater.add_artifact(list(message.parts), artifact_id=REPLY_ARTIFACT_ID, name="reply")
-    state = _STATES[reply.state]
+    for artifact in [*reply_artifacts(reply, message), *evaluation_artifacts(reply)]:
+        await updater.add_artifact(list(artifact.parts), artifact_id=artifact.artifact_id, name=artifact.name)
+    await updater.update_status(STATES[reply.state])
+
+
+def reply_artifacts(reply: services.InboundReply, message: Message) -> list[Artifact]:
+    """The artifacts our reply ``message`` puts on its Task: itself as :data:`REPLY_ARTIFACT_ID`,
+    replaced each turn, for clients that read only artifacts; and, when it ends the Task, the
+    outcome as :data:`OUTCOME_ARTIFACT_ID` ``{state, status, basis, reason, terms?}``."""
+    artifacts = [Artifact(artifact_id=REPLY_ARTIFACT_ID, name="reply", parts=list(message.parts))]
     # On terminal replies only, as the Index peer does (index-wire-protocol.md §1, step 7): an
     # open task can carry a settlement ("unanswered"), but its verdict is still "open".
-    if reply.settlement is not None and state in FINISHED:
+    if reply.settlement is not None and STATES[reply.state] in FINISHED:
         s = reply.settlement
-        outcome = {
-            "state": reply.state,
-            "status": s.outcome,
-            "basis": s.basis,
-            "reason": s.reason,
-        }
+        outcome = {"state": reply.state, "status": s.outcome, "basis": s.basis, "reason": s.reason}
         if s.terms:
             outcome["terms"] = s.terms
-        await updater.add_artifact(
-            [new_data_part(outcome)],
-            artifact_id=OUTCOME_ARTIFACT_ID,
-            name="negotiation-outcome",
+        artifacts.append(
+            Artifact(
+                artifact_id=OUTCOME_ARTIFACT_ID, name="negotiation-outcome", parts=[new_data_part(outcome)]
+            )
         )
-    for artifact in reply.artifacts:
-        await updater.add_artifact(
-            [new_data_part(artifact["data"])], artifact_id=artifact["artifactId"], name=artifact["name"]
-        )
-    await updater.update_status(state)
+    return artifacts
+
+
+def evaluation_artifacts(reply: services.InboundReply) -> list[Artifact]:
+    """What the agent's evaluation hook attached to the turn's moves, one data part each."""
+    return [
+        Artifact(artifact_id=a["artifactId"], name=a["name"], parts=[new_data_part(a["data"])])
+        for a in reply.artifacts
+    ]
 
 
 async def _answer_visitor(
@@ -425,7 +432,7 @@ def _turn(
         )
         if canceled is None:
             return reply
-        task = ParseDict(canceled.data, Task(), ignore_unknown_fields=True)
+        task = stored_task(canceled)
         services.inbound_cancel(agent=agent, task_id=task_id, delivered=_message_ids(task))
         return None
     finally:

@@ -31,10 +31,11 @@ from a2a.server.context import ServerCallContext
 from a2a.server.tasks import BasePushNotificationSender, PushNotificationConfigStore
 from a2a.server.tasks.push_notification_config_store import normalize_push_notification_config
 from a2a.server.tasks.push_notification_sender import PushNotificationEvent
-from a2a.types import TaskPushNotificationConfig
+from a2a.types import Task, TaskPushNotificationConfig
 from a2a.utils.errors import InvalidParamsError
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connections
 from django.db.models import QuerySet
 from google.protobuf.json_format import MessageToDict, ParseDict
 
@@ -193,8 +194,8 @@ class DjangoPushConfigStore(PushNotificationConfigStore):
         return [_parse(row) async for row in rows]
 
     async def get_info_for_dispatch(self, task_id: str) -> list[TaskPushNotificationConfig]:
-        """Every config of the task whose owner (and tenant) is the task's own: the ones to deliver to."""
-        return await sync_to_async(_dispatch_configs)(task_id)
+        """Every config of the task whose owner (and tenant) is the task's own (:func:`dispatch_configs`)."""
+        return await sync_to_async(dispatch_configs)(task_id)
 
     async def delete_info(
         self, task_id: str, context: ServerCallContext, config_id: str | None = None
@@ -208,13 +209,29 @@ class DjangoPushConfigStore(PushNotificationConfigStore):
         await rows.adelete()
 
 
+async def push_task(task: Task) -> None:
+    """Push ``task`` itself (a StreamResponse ``{"task": …}``) to its configs (:func:`dispatch_configs`),
+    as :class:`PushSender` pushes an event; best-effort, and done when every delivery is.
+
+    For a change made outside a request (a worker's): the async ORM calls run on asgiref's shared
+    thread, whose database connection is closed afterwards.
+    """
+    sender = PushSender(DjangoPushConfigStore())
+    try:
+        await sender.send_notification(task.id, task)
+    finally:
+        await sender.aclose()
+        await sync_to_async(connections.close_all)()
+
+
 def _configs(context: ServerCallContext) -> QuerySet[PushConfig]:
     """The push configs of this call's owner, within the agent's tenant."""
     return PushConfig.objects.for_tenant(call_agent(context).tenant_id).filter(owner=owner_of(context))
 
 
-def _dispatch_configs(task_id: str) -> list[TaskPushNotificationConfig]:
-    """:meth:`DjangoPushConfigStore.get_info_for_dispatch`, for every event of every task.
+def dispatch_configs(task_id: str) -> list[TaskPushNotificationConfig]:
+    """The configs to deliver the task's events to: every config of the task whose owner (and
+    tenant) is the task's own, oldest first; read for every event of every task.
 
     Most tasks have no config: one plain query says so. The task's partition is read only
     when there are some (a config may be stored before its task, or for an id another

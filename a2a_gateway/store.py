@@ -65,6 +65,22 @@ def owner_for(agent: Agent, caller: str) -> str:
     return f"{agent.pk}|{caller}"
 
 
+def stored_task(row: A2ATask) -> Task:
+    """The Task ``row`` holds."""
+    return ParseDict(row.data, Task(), ignore_unknown_fields=True)
+
+
+def row_fields(task: Task) -> dict[str, Any]:
+    """What an :class:`A2ATask` row keeps of ``task`` besides its ids, owner and agent."""
+    timestamp = task.status.timestamp.ToDatetime(tzinfo=UTC) if task.status.HasField("timestamp") else None
+    return {
+        "context_id": task.context_id,
+        "state": TaskState.Name(task.status.state),
+        "status_timestamp": timestamp,
+        "data": MessageToDict(task),
+    }
+
+
 class DjangoTaskStore(TaskStore):
     """Tasks as protobuf JSON in :class:`a2a_gateway.models.A2ATask`, owner-scoped."""
 
@@ -74,23 +90,14 @@ class DjangoTaskStore(TaskStore):
         Raises IntegrityError for a task id another partition holds (ids are unique over all).
         """
         agent = call_agent(context)
-        timestamp = (
-            task.status.timestamp.ToDatetime(tzinfo=UTC) if task.status.HasField("timestamp") else None
-        )
-        fields = {
-            "context_id": task.context_id,
-            "state": TaskState.Name(task.status.state),
-            "status_timestamp": timestamp,
-            "data": MessageToDict(task),
-        }
-        await sync_to_async(_task_write)(agent, owner_of(context), task.id, fields)
+        await sync_to_async(_task_write)(agent, owner_of(context), task.id, row_fields(task))
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         if id_problem(task_id):
             # No task has such an id, and asking Postgres would fail (NUL): the caller gets -32001.
             return None
         row = await _tasks(context).filter(task_id=task_id).afirst()
-        return ParseDict(row.data, Task(), ignore_unknown_fields=True) if row else None
+        return stored_task(row) if row else None
 
     async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         rows = _tasks(context)
@@ -105,9 +112,7 @@ class DjangoTaskStore(TaskStore):
         total = await rows.acount()
         size = min(params.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         start = _page_start(params.page_token)
-        page = [
-            ParseDict(r.data, Task(), ignore_unknown_fields=True) async for r in rows[start : start + size]
-        ]
+        page = [stored_task(r) async for r in rows[start : start + size]]
         next_token = encode_page_token(str(start + size)) if start + size < total else None
         return ListTasksResponse(tasks=page, next_page_token=next_token, total_size=total, page_size=size)
 

@@ -110,6 +110,27 @@ def waiting_on_party(*, tenant: Tenant, pairs: Iterable[tuple[Any, Any]]) -> dic
     return found
 
 
+# What else waits on the party with a question of its own, outside any run (an inbound negotiation
+# parked for guidance), as (item, the counterparty's last move or None) pairs. ``negotiations``
+# registers its source when it loads, as for :func:`waiting_on_party`.
+ParkedSource = Callable[..., Sequence[tuple[Any, Any]]]
+_parked_sources: list[ParkedSource] = []
+
+
+def register_parked_source(source: ParkedSource) -> None:
+    """Add ``source(*, tenant, agents)`` to what :func:`parked_for` asks. Idempotent."""
+    if source not in _parked_sources:
+        _parked_sources.append(source)
+
+
+def parked_for(*, membership: Membership) -> list[tuple[Any, Any]]:
+    """What waits on the parties of the agents the member sees (:func:`visible_agents`) with a
+    question of its own, from every registered source in turn, each oldest first; each source reads
+    in a fixed number of queries, however many there are."""
+    agents = visible_agents(membership=membership)
+    return [row for source in _parked_sources for row in source(tenant=membership.tenant_id, agents=agents)]
+
+
 def questions_of(*, membership: Membership) -> QuerySet[Question]:
     """The questions of the runs the member sees (:func:`visible_runs`), with run and agent loaded
     (for permission checks)."""

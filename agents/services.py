@@ -844,7 +844,7 @@ def _record_approved(run: Run, call_id: str, name: str, outcome: tools.Outcome) 
         tool_call_complete(run=run, tool_call_id=call_id, result=outcome.text)
 
 
-def _require_may_act(user: User, agent_id: Any, tenant_id: int, *, doing: str) -> None:
+def require_may_act(user: User, agent_id: Any, tenant_id: int, *, doing: str) -> None:
     """Raise :class:`NotAllowed` unless ``user`` may act for the agent (see
     :func:`agents.selectors.can_answer_for`); ``doing`` ends the message ("answer its questions")."""
     membership = Membership.objects.filter(user=user, tenant_id=tenant_id).first()
@@ -855,7 +855,7 @@ def _require_may_act(user: User, agent_id: Any, tenant_id: int, *, doing: str) -
 
 def _check_may_answer(question: Question, user: User) -> None:
     run = Run.objects.for_tenant(question.tenant_id).only("agent_id").get(pk=question.run_id)
-    _require_may_act(user, run.agent_id, question.tenant_id, doing="answer its questions")
+    require_may_act(user, run.agent_id, question.tenant_id, doing="answer its questions")
 
 
 def _lock_open(question: Question, kind: str) -> Question:
@@ -903,7 +903,7 @@ def run_cancel(*, run: Run, user: User | None) -> Run:
     for the agent and :class:`RunError` for a run that already ended.
     """
     if user is not None:
-        _require_may_act(user, run.agent_id, run.tenant_id, doing="cancel its runs")
+        require_may_act(user, run.agent_id, run.tenant_id, doing="cancel its runs")
     who = f"by {user.get_username()}" if user is not None else "by the host"
     with transaction.atomic():
         locked = Run.objects.for_tenant(run.tenant_id).select_for_update().get(pk=run.pk)

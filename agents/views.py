@@ -75,8 +75,9 @@ def term_pairs(terms: object) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class Waiting:
-    """Something else that waits on the party under a question's thread: a negotiation parked for
-    guidance, with the counterparty's last move (None before they moved) and its terms as pairs."""
+    """A negotiation parked on the party for guidance — under a question's thread, or with a question
+    of its own (:class:`ParkedItem`) — with the counterparty's last move (None before they moved) and
+    its terms as pairs."""
 
     negotiation: Any
     last_move: Any
@@ -113,10 +114,36 @@ def inbox_items(*, tenant: Tenant, membership: Membership) -> list[InboxItem]:
     ]
 
 
+@dataclass(frozen=True)
+class ParkedItem:
+    """Something waiting on the party with a question of its own, outside any run (an inbound
+    negotiation parked for guidance), and whether the member may answer it."""
+
+    waiting: Waiting
+    can_answer: bool
+
+
+def parked_items(*, membership: Membership) -> list[ParkedItem]:
+    """What waits on the parties the member sees with a question of its own
+    (:func:`selectors.parked_for`), each with the counterparty's last move."""
+    return [
+        ParkedItem(
+            waiting=Waiting(n, move, term_pairs(move.terms if move is not None else None)),
+            can_answer=selectors.can_answer_as(membership=membership, principal_id=n.agent.principal_id),
+        )
+        for n, move in selectors.parked_for(membership=membership)
+    ]
+
+
 def inbox_context(*, tenant: Tenant, membership: Membership) -> dict[str, Any]:
-    """What the inbox's live regions show the member: their open questions and latest runs."""
+    """What the inbox's live regions show the member: their open questions (those of runs, then those
+    parked on their own) and latest runs."""
+    items = inbox_items(tenant=tenant, membership=membership)
+    parked = parked_items(membership=membership)
     return {
-        "items": inbox_items(tenant=tenant, membership=membership),
+        "items": items,
+        "parked": parked,
+        "open_count": len(items) + len(parked),
         "runs": selectors.runs_for(tenant=tenant, membership=membership),
         "sees_every_party": selectors.sees_every_party(membership),
         "is_viewer": membership.role == Membership.Role.VIEWER,

@@ -25,6 +25,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from agents.configuration import InUse
 from agents.services import NotAllowed, QuestionAlreadyAnswered, RunError
+from negotiations.services import GuidanceRefused
 
 INVALID_MESSAGE = "The request is not valid; see fields."
 
@@ -62,6 +63,8 @@ def _translate(exc: Exception) -> Exception:
         return exceptions.ValidationError({exc.field: [str(exc)]})
     if isinstance(exc, QuestionAlreadyAnswered | RunError | InUse):
         return Conflict(str(exc))
+    if isinstance(exc, GuidanceRefused):  # its code says why: outbound, not_waiting, already_answered
+        return Conflict(str(exc), code=exc.code)
     return exc
 
 

@@ -2,7 +2,8 @@
 settlements, settlements on their own, and the intake requests visitors left.
 
 ``/api/v1/negotiations`` (and ``/{id}/prompt``, the prompt of a negotiation's next decision),
-``/api/v1/settlements`` and ``/api/v1/intake-requests``: reads only (the ``read`` scope). What a
+``/api/v1/settlements`` and ``/api/v1/intake-requests``: reads (the ``read`` scope), and the
+party's answer to an inbound negotiation waiting on it (``write``). What a
 counterparty wrote (turn messages, terms, names) is their data, returned as JSON values as it was
 recorded, never interpreted.
 """
@@ -20,13 +21,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from a2a_gateway.models import IntakeRequest
+from agents.forms import MAX_TEXT
 from agents.models import Agent, Intent
 from agents.selectors import agent_currency
 from api.base import TenantViewSet
 from api.errors import Conflict
 from api.fields import of_tenant
 from api.schema import ERROR_SCHEMA
-from negotiations import negotiator, selectors
+from negotiations import negotiator, selectors, services
 from negotiations.models import Negotiation, Settlement, Turn
 
 # Longest counterparty name or URL part the filter searches for, as on the dashboard's board.
@@ -225,6 +227,13 @@ class NegotiationFilter(django_filters.FilterSet):
         return queryset.filter(selectors.counterparty_matches(value))
 
 
+class GuidanceSerializer(serializers.Serializer[Any]):
+    answer = serializers.CharField(
+        max_length=MAX_TEXT,
+        help_text="The party's answer to `parked_question`: it becomes the negotiation's standing guidance.",
+    )
+
+
 @extend_schema_view(
     list=extend_schema(summary="List negotiations, newest first"),
     retrieve=extend_schema(
@@ -259,6 +268,25 @@ class NegotiationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenan
         except negotiator.NegotiatorError as exc:
             raise Conflict(f"The prompt cannot be built: {exc}") from exc
         return Response(DecisionPromptSerializer(prompt).data)
+
+    @extend_schema(
+        summary="Answer an inbound negotiation waiting on its party",
+        request=GuidanceSerializer,
+        responses=NegotiationDetailSerializer,
+        description="An inbound negotiation whose agent asked its party (status `waiting`, the question "
+        "in `parked_question`) takes the answer as standing guidance and is open again; the counterparty "
+        "has been told the party is being consulted. Its next message is answered with the guidance — at "
+        "once, when it registered a push notification config on the A2A Task. A 409 names why it is "
+        "refused: `outbound` (its run asks the party), `not_waiting`, or `already_answered`.",
+    )
+    @action(detail=True, methods=["post"])
+    def answer(self, request: Request, pk: str | None = None) -> Response:
+        body = GuidanceSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        negotiation = services.negotiation_guidance_give(
+            negotiation=self.get_object(), answer=body.validated_data["answer"], user=None
+        )
+        return Response(NegotiationDetailSerializer(self.get_queryset().get(pk=negotiation.pk)).data)
 
 
 class SettlementFilter(django_filters.FilterSet):

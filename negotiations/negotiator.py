@@ -514,7 +514,7 @@ def _decide_offline(
         if not broken:
             return _guarded(agent, _stamped(move))
         feedback = (*feedback, *broken)
-    return _guarded(agent, _park(agent, feedback, can_ask=can_ask, on_the_wire=our_role == "agent"))
+    return _guarded(agent, _park(agent, feedback, can_ask=can_ask))
 
 
 def _decide_on_model(
@@ -576,7 +576,7 @@ def _decide_on_model(
             return Decision(_guarded(agent, _stamped(move), usage=usage), usage)
         feedback, broke = (*feedback, *broken), broke + 1
         if broke >= GUARD_ATTEMPTS:
-            parked = _park(agent, feedback, can_ask=can_ask, on_the_wire=brief.our_role == "agent")
+            parked = _park(agent, feedback, can_ask=can_ask)
             return Decision(_guarded(agent, parked, usage=usage), usage)
         reasons = "; ".join(v.reason for v in broken)
         messages = [
@@ -654,13 +654,13 @@ def _admissible(agent: Agent, move: Move, *, can_ask: bool) -> Move:
     return replace(move, terms=None, accepts_offer_id="") if not agent.terms.strip() else move
 
 
-def _park(agent: Agent, feedback: tuple[Violation, ...], *, can_ask: bool, on_the_wire: bool) -> Move:
+def _park(agent: Agent, feedback: tuple[Violation, ...], *, can_ask: bool) -> Move:
     """The move after the last failed attempt: ask the party about the limits broken, or reject.
 
-    Outbound the ask is intercepted before the wire, so it names each limit
-    ("amount: at most €1,100"); inbound it is the reply the counterparty reads,
-    so it names only the terms — never a hidden limit. The reject is the
-    agent's first action that ends the task otherwise than completed.
+    An ask never reaches the wire — outbound it is intercepted before it, inbound
+    the counterparty gets a holding reply — so it names each limit ("amount: at
+    most €1,100"). The reject is the agent's first action that ends the task
+    otherwise than completed.
     """
     guards = list(dict.fromkeys(v.guard for v in feedback))
     if not can_ask:
@@ -671,9 +671,6 @@ def _park(agent: Agent, feedback: tuple[Violation, ...], *, can_ask: bool, on_th
         if reject is None:
             raise NegotiatorError("every move breaks a limit and the agent has no action that declines")
         return Move(reject, "I cannot agree to terms within my instructions, so I must decline.")
-    if on_the_wire:
-        terms = ", ".join(dict.fromkeys(g.term for g in guards))
-        return Move(ASK, f"I need to check {terms} with the party I act for before I can answer.")
     limits = "; ".join(g.describe() for g in guards)
     return Move(ASK, f"Every move I could make breaks one of your limits ({limits}). How should I go on?")
 

@@ -267,7 +267,7 @@ def next_value(s: Situation) -> float | None:
         our_last = ours[-1] if ours else s.limit.opening
         value = tit_for_tat_offer(our_last, theirs[-2], theirs[-1], s.limit) if len(theirs) >= 2 else our_last
     else:
-        t = sum(1 for e in s.record.history if e.role == s.our_role)
+        t = sum(1 for e in s.record.history if e.role == s.our_role and e.move is not None)
         value = time_dependent_offer(s.limit.opening, s.limit.value, t, s.max_moves - 1, BETA[s.strategy])
     # Round away from the reservation, so a rounded offer never crosses it.
     rounded = round(value, 6)
@@ -276,7 +276,8 @@ def next_value(s: Situation) -> float | None:
 
 def decide(s: Situation) -> Move:
     """One move for ``s``. The platform mints ``offerId`` afterwards; this never does."""
-    ours = [e for e in s.record.history if e.role == s.our_role]
+    # Our messages without a move (a holding or try-again reply) are not moves: they spend no time.
+    ours = [e for e in s.record.history if e.role == s.our_role and e.move is not None]
     theirs = [e for e in s.record.history if e.role != s.our_role and e.move is not None]
     last_theirs = theirs[-1].move if theirs else None
     t = len(ours)

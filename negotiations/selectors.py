@@ -234,13 +234,13 @@ def _detail(n: Negotiation) -> str:
 def waiting_for_party(
     *, tenant: Tenant | int, pairs: set[tuple[Any, Any]]
 ) -> dict[tuple[Any, Any], list[tuple[Negotiation, Turn | None]]]:
-    """The tenant's negotiations waiting on the party (status ``waiting``) under each ``(agent_id,
-    intent_id)`` of ``pairs``, oldest first, keyed by that pair; a pair with none is left out.
+    """The tenant's outbound negotiations waiting on the party (status ``waiting``) under each
+    ``(agent_id, intent_id)`` of ``pairs``, oldest first, keyed by that pair; a pair with none is left out.
 
-    Each comes paired with the counterparty's latest Turn (action, message,
-    terms, offerId; its raw message left unloaded), None before they moved.
-    Two queries however many pairs and negotiations: what the party's inbox
-    shows next to a question.
+    What the party's inbox shows next to a question: the run's own negotiations,
+    which its question came from (an inbound one has a question of its own,
+    :func:`parked_inbound`). Each comes paired with the counterparty's latest
+    Turn (:func:`_their_last_turns`). Two queries however many pairs and negotiations.
     """
     if not pairs:
         return {}
@@ -249,10 +249,38 @@ def waiting_for_party(
         match |= Q(agent_id=agent_id, intent_id=intent_id)
     rows = list(
         Negotiation.objects.for_tenant(tenant)
-        .filter(match, status=Negotiation.Status.WAITING)
+        .filter(match, status=Negotiation.Status.WAITING, direction=Negotiation.Direction.OUTBOUND)
         .order_by("created_at", "pk")
     )
-    last_moves = {
+    last_moves = _their_last_turns(tenant, rows)
+    found: dict[tuple[Any, Any], list[tuple[Negotiation, Turn | None]]] = {}
+    for n in rows:
+        found.setdefault((n.agent_id, n.intent_id), []).append((n, last_moves.get(n.pk)))
+    return found
+
+
+def parked_inbound(*, tenant: Tenant | int, agents: QuerySet[Agent]) -> list[tuple[Negotiation, Turn | None]]:
+    """The tenant's inbound negotiations of ``agents`` waiting on their party, oldest first: each asks
+    it ``parked_question`` and takes its answer (:func:`negotiations.services.negotiation_guidance_give`).
+
+    Loaded with agent, its principal and intent, each paired with the
+    counterparty's latest Turn (:func:`_their_last_turns`): two queries,
+    however many. What the party's inbox lists with an answer box.
+    """
+    rows = list(
+        Negotiation.objects.for_tenant(tenant)
+        .filter(agent__in=agents, status=Negotiation.Status.WAITING, direction=Negotiation.Direction.INBOUND)
+        .select_related("agent__principal", "intent")
+        .order_by("created_at", "pk")
+    )
+    last_moves = _their_last_turns(tenant, rows)
+    return [(n, last_moves.get(n.pk)) for n in rows]
+
+
+def _their_last_turns(tenant: Tenant | int, rows: list[Negotiation]) -> dict[Any, Turn]:
+    """The counterparty's latest Turn of each of ``rows`` by negotiation id (action, message, terms,
+    offerId; its raw message left unloaded); one without a move of theirs is left out. One query."""
+    return {
         turn.negotiation_id: turn
         for turn in Turn.objects.for_tenant(tenant)
         .filter(negotiation__in=[n.pk for n in rows], side=Turn.Side.THEIRS)
@@ -260,7 +288,3 @@ def waiting_for_party(
         .order_by("negotiation_id", "-seq")
         .distinct("negotiation_id")
     }
-    found: dict[tuple[Any, Any], list[tuple[Negotiation, Turn | None]]] = {}
-    for n in rows:
-        found.setdefault((n.agent_id, n.intent_id), []).append((n, last_moves.get(n.pk)))
-    return found

@@ -24,13 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from agents import tools
 from agents.models import Agent, Intent, Run
-from agents.services import run_budget_spent, run_usage_add, tool_call_complete
+from agents.services import require_may_act, run_budget_spent, run_usage_add, tool_call_complete
 from negotiations import client, digest, evaluation, negotiator, selectors
 from negotiations.models import Batch, Negotiation, Settlement, Turn
 from negotiations.selectors import move_of, turns_record
@@ -46,6 +48,20 @@ NAME_LIMIT: int = Negotiation._meta.get_field("counterparty_name").max_length or
 EVALUATION_ARTIFACT = "turn-evaluation"
 # Seconds between two looks at whether a negotiation was stopped while its model decides.
 STOPPED_POLL_SECONDS = 0.5
+
+# Our reply to a move while the negotiation waits on our party: the seed's inbound ``ask`` kept off
+# the wire (index-wire-protocol.md §3). Text only, so it carries no move and both sides' verdicts pass
+# over it (§2 step 2); a reader of history sees the text (§1 "To read a move").
+HOLDING_TEXT = (
+    "I am consulting the party I act for before I answer. Send your next message on this task later, "
+    "or register a push notification config on it to get my answer as soon as it is decided."
+)
+HOLDING = Entry(role="agent", move=None, text=HOLDING_TEXT)
+# What an outbound negotiation parks on when their reply carries no move (their holding reply, say).
+HELD_QUESTION = (
+    "They replied without a move, so there is nothing to answer yet (they may be consulting the party "
+    "they act for). Tell me when to send them my next move, and anything to change in it."
+)
 
 
 class NegotiationBusy(Exception):
@@ -140,9 +156,10 @@ def batch_answer(*, run: Run, tool_call_id: str, ids: list[str], guidance: str) 
 
     Outbound negotiations continue at once — an ``unanswered`` one too, whose
     settlement then follows the exchange; inbound ones keep the guidance for
-    the counterparty's next message (event ``recorded``). Unknown, failed and
-    finally settled ids are skipped with the reason, as is an outbound one whose
-    pump is still taking turns.
+    the counterparty's next message (event ``recorded``), one parked on the
+    party answered as :func:`negotiation_guidance_give` answers it. Unknown,
+    failed and finally settled ids are skipped with the reason, as is an
+    outbound one whose pump is still taking turns.
     """
     with transaction.atomic():
         batch = Batch.objects.create(tenant_id=run.tenant_id, run=run, tool_call_id=tool_call_id)
@@ -176,13 +193,11 @@ def _answer_one(run: Run, batch: Batch, raw_id: str, guidance: str) -> dict[str,
             "kind": "skipped",
             "reason": "still in progress — its result comes with the call that started it",
         }
+    if not outbound:
+        _guidance_add(negotiation, guidance)
+        return {**_who(negotiation), "kind": "recorded", "reason": "guidance kept for their next message"}
     negotiation.guidance = [*negotiation.guidance, guidance]
     negotiation.parked_question = ""
-    if not outbound:
-        if negotiation.status == Negotiation.Status.WAITING:
-            negotiation.status = Negotiation.Status.OPEN
-        negotiation.save(update_fields=["guidance", "parked_question", "status", "updated_at"])
-        return {**_who(negotiation), "kind": "recorded", "reason": "guidance kept for their next message"}
     # Waiting, out of turns, unanswered, or failed after its Task existed: it goes on (a retry).
     negotiation.status, negotiation.batch, negotiation.event = Negotiation.Status.OPEN, batch, None
     negotiation.error = ""
@@ -284,14 +299,7 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
         return None
     move = decision.move
     if move.action == negotiator.ASK:
-        negotiation.status, negotiation.parked_question = Negotiation.Status.WAITING, move.message
-        negotiation.save(update_fields=["status", "parked_question", "updated_at"])
-        return {
-            **_who(negotiation),
-            "kind": "asking",
-            "question": move.message,
-            "last": _their_last(negotiation),
-        }
+        return _asking(negotiation, move.message)
     try:
         exchange = client.send_move(
             url=negotiation.counterparty_url,
@@ -316,7 +324,23 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
             "state": negotiation.task_state,
             "settlement": _settlement_view(settlement),
         }
+    if not turns[-1].action:
+        # An open task and a reply without a move (a Parley agent consulting its party, a try-again
+        # text): there is nothing to answer, and moving again at once would only spend turns.
+        return _asking(negotiation, HELD_QUESTION)
     return None
+
+
+def _asking(negotiation: Negotiation, question: str) -> dict[str, Any]:
+    """Park the outbound ``negotiation`` on our party with ``question``: the event its batch hears."""
+    _park(negotiation, question)
+    negotiation.save(update_fields=["status", "parked_question", "updated_at"])
+    return {
+        **_who(negotiation),
+        "kind": "asking",
+        "question": question,
+        "last": _their_last(negotiation),
+    }
 
 
 def _record_exchange(
@@ -479,6 +503,13 @@ def inbound_turn(
 ) -> InboundReply:
     """Answer one inbound move ``incoming`` (an A2A 1.0 JSON Message) on the Task ``prior``.
 
+    A negotiator's ``ask`` is for the party, never the wire: the negotiation
+    parks waiting on the party with the question, and the counterparty gets
+    the holding reply (:data:`HOLDING_TEXT` as one text part, no move, the task
+    ``input-required``). While it waits, their further moves get the holding
+    reply again, undecided; once the party answers, the next reply is decided
+    with that guidance (:func:`negotiation_guidance_give`).
+
     Raises :class:`negotiations.wire.MoveError` for a message without a valid
     move, :class:`NegotiationClosed` for a negotiation settled for good,
     :class:`NegotiationBusy` for a first message while the agent holds a binding
@@ -488,38 +519,18 @@ def inbound_turn(
     about both moves after they are committed; a failing hook only costs their artifacts.
     """
     their_move = inbound_check(agent=agent, task_id=task_id, incoming=incoming)
-    negotiation = (
-        Negotiation.objects.for_tenant(agent.tenant_id)
-        .filter(agent=agent, direction=Negotiation.Direction.INBOUND, task_id=task_id)
-        .first()
-    )
+    negotiation = _inbound_on(agent, task_id)
     intent = negotiation.intent if negotiation else selectors.inbound_intent(agent)
     record = TaskRecord(state="working", history=(*prior.history, Entry(role="user", move=their_move)))
-    try:
-        decision = negotiator.decide(
-            agent=agent,
-            record=record,
-            our_role="agent",
-            guidance=negotiation.guidance if negotiation else [],
-            can_ask=True,
-            max_moves=agent.max_turns,
-            intent=intent,
-        )
-    except negotiator.NegotiatorError as exc:
-        if negotiation is not None:
-            _spend(negotiation, exc.usage, None)
-        raise
-    move, usage = decision.move, decision.usage
-    asked = move.action == negotiator.ASK
-    state = "input-required" if asked else negotiator.task_state_for(agent, move.action)
-    reply = {
-        "messageId": str(uuid.uuid4()),
-        "role": "ROLE_AGENT",
-        "taskId": task_id,
-        "contextId": context_id,
-        "parts": [{"data": move.to_data()}],
-    }
-    final = TaskRecord(state=state, history=(*record.history, Entry(role="agent", move=move)))
+    parked = negotiation is not None and negotiation.status == Negotiation.Status.WAITING
+    decision = None if parked else _inbound_decide(agent, negotiation, record, intent)
+    move = decision.move if decision is not None else None
+    usage = decision.usage if decision is not None else negotiator.Usage()
+    asked = move is not None and move.action == negotiator.ASK
+    ours = HOLDING if move is None or asked else Entry(role="agent", move=move)
+    state = _reply_state(agent, ours)
+    reply = _reply_message(task_id, context_id, ours)
+    final = TaskRecord(state=state, history=(*record.history, ours))
     with transaction.atomic():
         if negotiation is None and intent is not None:
             # The gateway refused this at admission; check again under the intent's lock, which
@@ -554,15 +565,83 @@ def inbound_turn(
         negotiation.output_tokens += usage.output_tokens
         negotiation.cost += usage.cost
         negotiation.task_state = state
-        negotiation.turn_count = sum(1 for e in final.history if e.role == "agent")
-        # The status follows this exchange: our ask parks it, anything else leaves it open until
-        # _settle finds that a side closed.
-        negotiation.status = Negotiation.Status.WAITING if asked else Negotiation.Status.OPEN
-        negotiation.parked_question = move.message if asked else ""
+        negotiation.turn_count = _our_moves(final)
+        # The status follows this exchange: our ask parks it, a decided move leaves it open until
+        # _settle finds that a side closed, and a holding reply to a parked one leaves it as it
+        # is (the party may have answered meanwhile).
+        if asked:
+            assert move is not None
+            _park(negotiation, move.message)
+        elif not parked:
+            negotiation.status, negotiation.parked_question = Negotiation.Status.OPEN, ""
         settlement = _settle(negotiation, final, our_role="agent")
         negotiation.save()
     artifacts = _evaluate(agent, negotiation, turns)
     return InboundReply(message=reply, state=state, settlement=settlement, artifacts=artifacts)
+
+
+def _inbound_on(agent: Agent, task_id: str) -> Negotiation | None:
+    """``agent``'s inbound negotiation on the Task ``task_id``, if its first turn is recorded."""
+    return (
+        Negotiation.objects.for_tenant(agent.tenant_id)
+        .filter(agent=agent, direction=Negotiation.Direction.INBOUND, task_id=task_id)
+        .first()
+    )
+
+
+def _inbound_decide(
+    agent: Agent, negotiation: Negotiation | None, record: TaskRecord, intent: Intent | None
+) -> negotiator.Decision:
+    """Our next move on the inbound Task ``record``, with the negotiation's standing guidance; it may
+    ask. A failed decision's spend is counted on the negotiation, when there is one yet."""
+    try:
+        return negotiator.decide(
+            agent=agent,
+            record=record,
+            our_role="agent",
+            guidance=negotiation.guidance if negotiation else [],
+            can_ask=True,
+            max_moves=agent.max_turns,
+            intent=intent,
+        )
+    except negotiator.NegotiatorError as exc:
+        if negotiation is not None:
+            _spend(negotiation, exc.usage, None)
+        raise
+
+
+def _reply_state(agent: Agent, ours: Entry) -> str:
+    """The state our reply ``ours`` stamps: its action's, or input-required for one without a move."""
+    return "input-required" if ours.move is None else negotiator.task_state_for(agent, ours.move.action)
+
+
+def _reply_message(task_id: str, context_id: str, ours: Entry) -> dict[str, Any]:
+    """Our reply as an A2A 1.0 JSON Message: the move as one data part, or, without one, the text as
+    one text part."""
+    part: dict[str, Any] = {"data": ours.move.to_data()} if ours.move is not None else {"text": ours.text}
+    return {
+        "messageId": str(uuid.uuid4()),
+        "role": "ROLE_AGENT",
+        "taskId": task_id,
+        "contextId": context_id,
+        "parts": [part],
+    }
+
+
+def _our_moves(record: TaskRecord) -> int:
+    """The moves we (the agent role) made in ``record``: a reply without a move is none."""
+    return sum(1 for e in record.history if e.role == "agent" and e.move is not None)
+
+
+def _park(negotiation: Negotiation, question: str) -> None:
+    """Park ``negotiation`` (locked) on its party with ``question``; the caller saves it."""
+    negotiation.status, negotiation.parked_question = Negotiation.Status.WAITING, question
+    publish_on_commit(
+        event="negotiation.waiting",
+        tenant_id=negotiation.tenant_id,
+        party_id=negotiation.agent.principal_id,
+        payload=_event_head(negotiation),
+    )
 
 
 def inbound_cancel(*, agent: Agent, task_id: str, delivered: frozenset[str]) -> None:
@@ -599,6 +678,195 @@ def inbound_cancel(*, agent: Agent, task_id: str, delivered: frozenset[str]) -> 
         negotiation.parked_question = ""
         _settle(negotiation, TaskRecord(state="canceled", history=history), our_role="agent")
         negotiation.save(update_fields=["task_state", "parked_question", "status", "updated_at"])
+
+
+# The party's answer to an inbound negotiation parked on it.
+
+
+class GuidanceRefused(Exception):
+    """An answer the negotiation does not take, nothing changed; ``code`` names why: ``outbound``
+    (its run asks the party and answers it), ``not_waiting``, ``already_answered``."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TaskMovedOn(Exception):
+    """Raised by a ``put`` of :func:`inbound_reply_decided`: the Task no longer ends with our holding
+    reply, so the reply decided for it is not kept."""
+
+
+AnsweredHook = Callable[[Negotiation], None]
+# Told of each inbound negotiation whose party has just answered, inside the transaction that records
+# it: the A2A gateway sends the decided reply at once where the counterparty asked for push
+# notifications, and nothing here imports the gateway (DESIGN.md §3).
+_answered_hooks: list[AnsweredHook] = []
+
+
+def register_answered_hook(hook: AnsweredHook) -> None:
+    """Call ``hook(negotiation)`` whenever an inbound negotiation's party answers it. Idempotent."""
+    if hook not in _answered_hooks:
+        _answered_hooks.append(hook)
+
+
+def negotiation_guidance_give(*, negotiation: Negotiation, answer: str, user: User | None) -> Negotiation:
+    """Answer the question the inbound ``negotiation`` parked on: ``answer`` becomes standing guidance.
+
+    The question is cleared and the negotiation open again: the counterparty's
+    next message is answered with the guidance, and where they registered a
+    push notification config on the Task, the reply is decided and sent at
+    once (the registered hooks, after commit). ``user`` None is the host
+    through its API. Returns the negotiation as saved.
+
+    Raises :class:`agents.services.NotAllowed` unless ``user`` may act for the
+    agent (:func:`agents.services.require_may_act`), ``ValidationError`` at
+    ``answer`` for an empty one, and :class:`GuidanceRefused` for an outbound
+    negotiation, one not waiting on its party, or one answered before whose
+    reply has not gone out.
+    """
+    if user is not None:
+        require_may_act(user, negotiation.agent_id, negotiation.tenant_id, doing="answer its negotiations")
+    answer = answer.strip()
+    if not answer:
+        raise ValidationError({"answer": "The answer is empty."})
+    with transaction.atomic():
+        negotiation = (
+            Negotiation.objects.for_tenant(negotiation.tenant_id)
+            .select_for_update()
+            .select_related("agent")
+            .get(pk=negotiation.pk)
+        )
+        _refuse_unless_parked(negotiation)
+        _guidance_add(negotiation, answer)
+    return negotiation
+
+
+def _refuse_unless_parked(negotiation: Negotiation) -> None:
+    """Raise :class:`GuidanceRefused` unless ``negotiation`` is inbound and waiting on its party."""
+    if negotiation.direction == Negotiation.Direction.OUTBOUND:
+        raise GuidanceRefused(
+            "This negotiation is outbound: the run that opened it asks its party and answers it.",
+            code="outbound",
+        )
+    if negotiation.status == Negotiation.Status.WAITING:
+        return
+    if _holding_turn(negotiation) is not None:
+        raise GuidanceRefused(
+            "This negotiation's question was already answered; the answer goes out with the reply to "
+            "their next message.",
+            code="already_answered",
+        )
+    raise GuidanceRefused(
+        f"This negotiation is not waiting on its party: it is {negotiation.get_status_display().lower()}.",
+        code="not_waiting",
+    )
+
+
+def _guidance_add(negotiation: Negotiation, guidance: str) -> None:
+    """Add ``guidance`` to the inbound ``negotiation`` (locked) and save it; one parked on its party is
+    open again, and the answered hooks and event hear of it."""
+    answered = negotiation.status == Negotiation.Status.WAITING
+    negotiation.guidance = [*negotiation.guidance, guidance]
+    negotiation.parked_question = ""
+    if answered:
+        negotiation.status = Negotiation.Status.OPEN
+    negotiation.save(update_fields=["guidance", "parked_question", "status", "updated_at"])
+    if not answered:
+        return
+    publish_on_commit(
+        event="negotiation.answered",
+        tenant_id=negotiation.tenant_id,
+        party_id=negotiation.agent.principal_id,
+        payload=_event_head(negotiation),
+    )
+    for hook in _answered_hooks:
+        hook(negotiation)
+
+
+def _holding_turn(negotiation: Negotiation) -> Turn | None:
+    """The holding reply that ends the open inbound ``negotiation``: its party answered and its reply
+    is still to be decided. None otherwise."""
+    if negotiation.status != Negotiation.Status.OPEN:
+        return None
+    last = negotiation.turns.order_by("-seq").first()
+    return last if last is not None and last.side == Turn.Side.OURS and not last.action else None
+
+
+def inbound_reply_decided(
+    *, agent: Agent, task_id: str, prior: TaskRecord, put: Callable[[InboundReply], None]
+) -> InboundReply | None:
+    """Decide and record the reply to the counterparty's last move on ``task_id`` now, with the
+    guidance its party gave, instead of at their next message.
+
+    ``prior`` is the Task as stored, our holding reply last. Only for an
+    inbound negotiation of ``agent`` that its party answered and whose last
+    turn is still that holding reply (else None, nothing written: their next
+    message got the answer first, or it was decided already). A decision that
+    asks the party again parks the negotiation with the new question and writes
+    no turn: the counterparty already holds our holding reply. Otherwise our
+    move is recorded like :func:`inbound_turn`'s reply and ``put(reply)`` —
+    which puts it on the Task — runs in the same transaction; when it raises
+    :class:`TaskMovedOn`, nothing is kept and the result is None. The
+    evaluation hook is asked after commit. Raises
+    :class:`negotiations.negotiator.NegotiatorError` when no move can be made.
+    """
+    negotiation = _inbound_on(agent, task_id)
+    holding = _holding_turn(negotiation) if negotiation is not None else None
+    if negotiation is None or holding is None:
+        return None
+    record = TaskRecord(state="working", history=prior.history)
+    decision = _inbound_decide(agent, negotiation, record, negotiation.intent)
+    move = decision.move
+    ours = Entry(role="agent", move=move)
+    state = _reply_state(agent, ours)
+    reply = _reply_message(task_id, negotiation.context_id, ours)
+    try:
+        with transaction.atomic():
+            negotiation = (
+                Negotiation.objects.for_tenant(agent.tenant_id)
+                .select_for_update()
+                .select_related("agent")
+                .get(pk=negotiation.pk)
+            )
+            # Under the lock: a message of theirs may have been answered since the decision.
+            if _holding_turn(negotiation) != holding:
+                return None
+            negotiation.input_tokens += decision.usage.input_tokens
+            negotiation.output_tokens += decision.usage.output_tokens
+            negotiation.cost += decision.usage.cost
+            if move.action == negotiator.ASK:
+                _park(negotiation, move.message)
+                negotiation.save(
+                    update_fields=[
+                        "status",
+                        "parked_question",
+                        "input_tokens",
+                        "output_tokens",
+                        "cost",
+                        "updated_at",
+                    ]
+                )
+                return None
+            final = TaskRecord(state=state, history=(*record.history, ours))
+            turn = _add_turn(
+                negotiation,
+                holding.seq + 1,
+                ours,
+                reply,
+                our_role="agent",
+                state=state,
+                usage=decision.usage,
+            )
+            negotiation.task_state = state
+            negotiation.turn_count = _our_moves(final)
+            settlement = _settle(negotiation, final, our_role="agent")
+            negotiation.save()
+            put(InboundReply(message=reply, state=state, settlement=settlement))
+    except TaskMovedOn:
+        return None
+    artifacts = _evaluate(agent, negotiation, [turn])
+    return InboundReply(message=reply, state=state, settlement=settlement, artifacts=artifacts)
 
 
 # Shared pieces.

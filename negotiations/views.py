@@ -1,4 +1,5 @@
-"""Dashboard pages of negotiations: the board and one negotiation with its turns. Thin."""
+"""Dashboard pages of negotiations: the board, one negotiation with its turns, and the party's answer
+to an inbound one parked on it. Thin."""
 
 from __future__ import annotations
 
@@ -6,15 +7,23 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.views import View
 from django.views.generic import DetailView, ListView
 
+from agents.forms import AnswerForm
 from agents.selectors import OPERATE, agent_currency, visible_agents
-from agents.views import pretty_json, term_pairs
-from negotiations import negotiator, selectors
+from agents.services import NotAllowed
+from agents.views import form_errors, inbox_context, pretty_json, region_response, term_pairs
+from negotiations import negotiator, selectors, services
 from negotiations.forms import BoardFilterForm
 from negotiations.models import Negotiation, Turn
-from parley.views import TenantMixin
+from parley.models import Membership
+from parley.views import TenantMixin, is_htmx
 
 
 @dataclass(frozen=True)
@@ -68,17 +77,21 @@ class NegotiationListView(TenantMixin, ListView):
         return context
 
 
+def visible_negotiations(membership: Membership) -> QuerySet[Negotiation]:
+    """The negotiations of the agents the member sees (:func:`agents.selectors.visible_agents`): another
+    tenant's, or another party's, are a 404."""
+    return Negotiation.objects.for_tenant(membership.tenant_id).filter(
+        agent__in=visible_agents(membership=membership)
+    )
+
+
 class NegotiationPageMixin(TenantMixin):
     """One negotiation of the tenant, if the member sees its agent; else a 404."""
 
     context_object_name: str | None = "negotiation"
 
     def get_queryset(self) -> QuerySet[Negotiation]:
-        return (
-            Negotiation.objects.for_tenant(self.tenant)
-            .filter(agent__in=visible_agents(membership=self.membership))
-            .select_related("agent", "intent", "settlement")
-        )
+        return visible_negotiations(self.membership).select_related("agent", "intent", "settlement")
 
 
 class NegotiationDetailView(NegotiationPageMixin, DetailView):
@@ -128,3 +141,39 @@ class DecisionPromptView(NegotiationPageMixin, DetailView):
             return context
         context.update(prompt=prompt, parameters_json=pretty_json(prompt.tool.parameters))
         return context
+
+
+class NegotiationAnswerView(TenantMixin, View):
+    """POST ``answer`` to an inbound negotiation waiting on its party: it becomes the negotiation's
+    standing guidance (:func:`services.negotiation_guidance_give`).
+
+    An htmx request gets the inbox's questions region freshly rendered, the
+    outcome in a ``role="status"`` element; a plain one is redirected to the
+    negotiation's page, which says what happened. Refused with nothing changed,
+    saying why: empty, not waiting, answered before. Another tenant's or
+    another party's negotiation is a 404; a member who may not answer for the
+    agent (a viewer) gets a 403.
+    """
+
+    def post(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
+        negotiation = get_object_or_404(visible_negotiations(self.membership), pk=pk)
+        form = AnswerForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, form_errors(form))
+        else:
+            try:
+                services.negotiation_guidance_give(
+                    negotiation=negotiation, answer=form.cleaned_data["answer"], user=self.membership.user
+                )
+            except NotAllowed as exc:
+                raise PermissionDenied(str(exc)) from exc
+            except services.GuidanceRefused as exc:
+                messages.error(request, str(exc))
+            else:
+                messages.success(request, "Answer sent. Your agent replies to them with it.")
+        if not is_htmx(request):
+            return redirect("negotiations:detail", tenant=self.tenant.slug, pk=negotiation.pk)
+        context = inbox_context(tenant=self.tenant, membership=self.membership)
+        return region_response(
+            request, "agents/_questions.html", context, tenant=self.tenant, membership=self.membership
+        )

@@ -34,6 +34,8 @@ EVENTS = frozenset(
         "run.fallback",
         "negotiation.turn",
         "negotiation.settled",
+        "negotiation.waiting",
+        "negotiation.answered",
         "intake.received",
         "exchange.completed",
         "exchange.failed",

@@ -15,11 +15,13 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import ClientConfig, ClientFactory
+from a2a.helpers import get_message_text
 from a2a.types import (
     AgentCard,
     AuthenticationInfo,
     DeleteTaskPushNotificationConfigRequest,
     GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
     ListTaskPushNotificationConfigsRequest,
     SendMessageRequest,
     Task,
@@ -34,6 +36,9 @@ from google.protobuf.json_format import MessageToDict
 from a2a_gateway.models import A2ATask, PushConfig
 from a2a_gateway.push import DjangoPushConfigStore, PublicOnlyTransport, PushURLRefused, vetted_address
 from agents.models import Agent
+from negotiations import services
+from negotiations.models import Negotiation
+from parley.celery import app as celery_app
 from tests.a2a_gateway.conftest import Endpoint, counts, endpoint_of, proposal, run, user_message
 from tests.a2a_gateway.servers import PushReceiver, on_wire, web_process
 from tests.conftest import LiveStack, wait_until
@@ -385,3 +390,89 @@ def test_an_event_goes_to_the_configs_of_the_tasks_own_partition_only(seller: Ag
     assert asyncio.run(dispatch("t-1")) == ["first", "second"]
     assert asyncio.run(dispatch("t-2")) == []
     assert asyncio.run(dispatch("t-3")) == []
+
+
+# The reply to an inbound ask, pushed at once once the party answers
+
+
+@pytest.fixture
+def asking_seller(seller: Agent) -> Agent:
+    """The seller without its floor: its offline negotiator asks its party for the limit."""
+    seller.term_guards = []
+    seller.save()
+    return seller
+
+
+@pytest.fixture
+def tasks_here(settings: Any) -> Iterator[None]:
+    """Celery tasks sent from this process run in it, at once, with pushes to loopback allowed: the
+    live worker pushes to public addresses only (``A2A_PUSH_ALLOW_PRIVATE`` off)."""
+    settings.A2A_PUSH_ALLOW_PRIVATE = True
+    before = celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates
+    celery_app.conf.task_always_eager = celery_app.conf.task_eager_propagates = True
+    yield
+    celery_app.conf.task_always_eager, celery_app.conf.task_eager_propagates = before
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_the_reply_to_an_inbound_ask_is_pushed_as_soon_as_the_party_answers(
+    private_pushes_origin: str, asking_seller: Agent, receiver: PushReceiver, tasks_here: None, wire: str
+) -> None:
+    endpoint = seller_at(private_pushes_origin, asking_seller)
+    card = on_wire(endpoint.card(), wire)
+    push = TaskPushNotificationConfig(url=receiver.url, token="tok-1")
+
+    async def send(client: Any) -> Task:
+        [event] = [
+            e async for e in client.send_message(SendMessageRequest(message=user_message(proposal(800))))
+        ]
+        return event.task
+
+    held = with_client(card, send, push_notification_config=push)
+    assert held.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert get_message_text(held.history[-1]) == services.HOLDING_TEXT
+    wait_until(lambda: len(receiver.received) == 5, what="the pushes of the holding reply's turn")
+    negotiation = Negotiation.objects.get(agent=asking_seller, task_id=held.id)
+
+    services.negotiation_guidance_give(negotiation=negotiation, answer="At least €1,000 a day.", user=None)
+
+    [(headers, body)] = receiver.received[5:]
+    assert headers["x-a2a-notification-token"] == "tok-1"
+    pushed = body["task"]
+    reply = pushed["history"][-1]
+    assert [m["messageId"] for m in pushed["history"][:-1]] == [m.message_id for m in held.history]
+    assert (reply["role"], reply["taskId"], reply["contextId"]) == ("ROLE_AGENT", held.id, held.context_id)
+    [part] = reply["parts"]
+    assert (part["data"]["action"], part["data"]["terms"]) == ("propose", {"amount": 1400, "currency": "EUR"})
+    assert pushed["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert [(a["artifactId"], a["parts"]) for a in pushed["artifacts"]] == [("negotiator:reply", [part])]
+    # The stored Task is the one pushed, as GetTask reads it on the caller's wire.
+    stored = with_client(card, lambda client: client.get_task(GetTaskRequest(id=held.id)))
+    assert MessageToDict(stored) == pushed
+    # Recorded as our turn, the move that went out.
+    assert list(negotiation.turns.order_by("seq").values_list("side", "action")) == [
+        ("theirs", "propose"),
+        ("ours", ""),
+        ("ours", "propose"),
+    ]
+    assert negotiation.turns.get(seq=3).raw == reply
+    negotiation.refresh_from_db()
+    assert (negotiation.status, negotiation.turn_count, negotiation.guidance) == (
+        Negotiation.Status.OPEN,
+        1,
+        ["At least €1,000 a day."],
+    )
+
+
+def test_without_a_push_config_the_answer_waits_for_their_next_message(
+    seller_endpoint: Endpoint, asking_seller: Agent, tasks_here: None
+) -> None:
+    held = seller_endpoint.send(user_message(proposal(800)))
+    negotiation = Negotiation.objects.get(agent=asking_seller, task_id=held.id)
+
+    services.negotiation_guidance_give(negotiation=negotiation, answer="At least €1,000 a day.", user=None)
+
+    assert negotiation.turns.count() == 2
+    assert A2ATask.objects.get(task_id=held.id).data["history"][-1]["parts"] == [
+        {"text": services.HOLDING_TEXT}
+    ]

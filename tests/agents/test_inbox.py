@@ -1,4 +1,5 @@
-"""The inbox: whose questions each role sees, the negotiations they came from, answering by htmx,
+"""The inbox: whose questions each role sees, the negotiations they came from, inbound negotiations
+parked on their party with questions of their own, answering by htmx,
 answers given elsewhere, and a fixed number of queries however many questions are open."""
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from django.utils.html import escape
 from agents import services
 from agents.models import Agent, Intent, Message, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES
+from negotiations import services as negotiation_services
 from negotiations.models import Negotiation, Turn
 from parley.models import Event, Membership, Tenant
 from tests.agents.conftest import step
+from tests.agents.pages import QUESTION as PARKED_QUESTION
 from tests.agents.pages import member
+from tests.negotiations.pages import inbound
 
 TASK = "Find me a fractional CFO for two days a week."
 ANSWER = "https://cfo.example/a2a"
@@ -412,3 +416,199 @@ class TestLive:
         fragment = logged_in.get(inbox_url(), {"fragment": "1"}).content.decode()
         assert ASK_FOR_COUNTERPARTIES not in fragment
         assert 'data-announce="No open questions"' in fragment
+
+
+def parked(agent: Agent, task_id: str = "task-1", amount: int = 800) -> Negotiation:
+    """An inbound negotiation of ``agent`` (which has no limit) parked on its party by the real
+    service: they offered ``amount`` a day and the agent asked for its limit."""
+    move = {
+        "action": "propose",
+        "message": f"Would €{amount} a day work?",
+        "terms": {"amount": amount, "currency": "EUR"},
+        "offerId": f"offer-{task_id}",
+    }
+    inbound(agent, move, task_id)
+    n = Negotiation.objects.get(agent=agent, task_id=task_id)
+    assert n.status == Negotiation.Status.WAITING
+    return n
+
+
+def guidance_url(n: Negotiation) -> str:
+    return reverse("negotiations:answer", kwargs={"tenant": n.tenant.slug, "pk": n.pk})
+
+
+class TestParkedNegotiations:
+    def test_an_inbound_negotiation_parked_on_the_party_is_listed_with_its_question_and_a_form(
+        self, logged_in: Client, agent: Agent, intent: Intent
+    ) -> None:
+        n = parked(agent)
+
+        html = logged_in.get(inbox_url()).content.decode()
+
+        assert "Questions from your agents (1)" in html
+        assert f'<p class="question-text" id="question-{n.pk}">{escape(PARKED_QUESTION)}</p>' in html
+        assert 'Their last move: <strong class="action">propose</strong>' in html
+        assert '<blockquote class="said">Would €800 a day work?</blockquote>' in html
+        assert "<div><dt>amount</dt><dd>800</dd></div><div><dt>currency</dt><dd>EUR</dd></div>" in html
+        assert f"Intent: {intent.statement}" in html
+        assert f'action="{guidance_url(n)}"' in html
+        assert f'hx-post="{guidance_url(n)}" hx-target="#questions"' in html
+        assert f'<label for="answer-{n.pk}">Your answer</label>' in html
+
+    def test_it_is_answered_on_its_own_not_under_a_question_of_the_same_thread(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        question = asked(agent)
+        n = parked(agent)
+        assert n.intent_id == question.run.intent_id
+
+        html = logged_in.get(inbox_url()).content.decode()
+
+        assert "Questions from your agents (2)" in html
+        assert 'class="waiting"' not in html
+        assert html.count(f'id="item-{n.pk}"') == 1
+
+    @pytest.mark.parametrize(
+        ("role", "sees", "form"),
+        [
+            (Membership.Role.OWNER, True, True),
+            (Membership.Role.OPERATOR, True, True),
+            (Membership.Role.VIEWER, True, False),
+            (Membership.Role.PRINCIPAL, False, False),  # another party of the tenant
+        ],
+    )
+    def test_who_sees_it_and_who_may_answer_it(
+        self, client: Client, tenant: Tenant, agent: Agent, role: str, sees: bool, form: bool
+    ) -> None:
+        n = parked(agent)
+        client.force_login(member(tenant, "someone", role))
+
+        html = client.get(inbox_url()).content.decode()
+
+        assert (f'id="item-{n.pk}"' in html, f'action="{guidance_url(n)}"' in html) == (sees, form)
+        if sees and not form:
+            assert "Waiting for the agent's party to answer." in html
+
+    def test_the_answer_by_htmx_becomes_guidance_and_the_item_leaves_the_region(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        n = parked(agent)
+        other = parked(agent, "task-2", 850)
+
+        response = logged_in.post(
+            guidance_url(n), {"answer": " At least €1,000 a day. "}, **htmx("questions")
+        )
+
+        html = response.content.decode()
+        assert response.status_code == 200
+        assert html.startswith('\n<section id="questions" data-live="questions"')
+        assert 'data-announce="1 open question"' in html
+        assert f'id="item-{n.pk}"' not in html
+        assert f'id="item-{other.pk}"' in html
+        assert '<li class="success">Answer sent. Your agent replies to them with it.</li>' in html
+        n.refresh_from_db()
+        assert (n.status, n.parked_question, n.guidance) == (
+            Negotiation.Status.OPEN,
+            "",
+            ["At least €1,000 a day."],
+        )
+        assert Event.objects.filter(kind="negotiation.answered", payload__negotiation=str(n.pk)).exists()
+
+    def test_without_javascript_the_answer_redirects_to_the_negotiation_which_says_so(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        n = parked(agent)
+
+        response = logged_in.post(guidance_url(n), {"answer": "At least €1,000 a day."}, follow=True)
+
+        detail = reverse("negotiations:detail", kwargs={"tenant": "acme", "pk": n.pk})
+        assert response.redirect_chain == [(detail, 302)]
+        html = response.content.decode()
+        assert '<li class="success">Answer sent. Your agent replies to them with it.</li>' in html
+        assert '<dt>Standing guidance</dt><dd><ul class="plain"><li>At least €1,000 a day.</li>' in html
+
+    @pytest.mark.parametrize(
+        ("answer", "refusal"),
+        [
+            ("  ", "The answer is empty."),
+            (
+                "Twice.",
+                "This negotiation&#x27;s question was already answered; the answer goes out with the reply "
+                "to their next message.",
+            ),
+        ],
+    )
+    def test_a_refused_answer_says_why_and_changes_nothing(
+        self, logged_in: Client, agent: Agent, answer: str, refusal: str
+    ) -> None:
+        n = parked(agent)
+        if answer == "Twice.":
+            negotiation_services.negotiation_guidance_give(negotiation=n, answer="Once.", user=None)
+        before = Negotiation.objects.filter(pk=n.pk).values().get()
+
+        html = logged_in.post(guidance_url(n), {"answer": answer}, **htmx("questions")).content.decode()
+
+        assert f'<li class="error">{refusal}</li>' in html
+        assert Negotiation.objects.filter(pk=n.pk).values().get() == before
+
+    def test_a_viewer_gets_403_and_another_party_or_tenant_404_and_nothing_changes(
+        self, client: Client, tenant: Tenant, other_tenant: Tenant, agent: Agent
+    ) -> None:
+        n = parked(agent)
+        before = Negotiation.objects.filter(pk=n.pk).values().get()
+        viewer = member(tenant, "vera", Membership.Role.VIEWER)
+        ines = member(tenant, "ines", Membership.Role.PRINCIPAL)
+        stranger = member(other_tenant, "gus", Membership.Role.OWNER)
+        foreign = reverse("negotiations:answer", kwargs={"tenant": "globex", "pk": n.pk})
+
+        for user, url, status in (
+            (viewer, guidance_url(n), 403),
+            (ines, guidance_url(n), 404),
+            (stranger, foreign, 404),
+        ):
+            client.force_login(user)
+            assert client.post(url, {"answer": "Mine now."}, **htmx("questions")).status_code == status
+
+        assert Negotiation.objects.filter(pk=n.pk).values().get() == before
+        assert not Event.objects.filter(kind="negotiation.answered").exists()
+
+    def test_parked_and_answered_elsewhere_the_live_fragment_follows(
+        self, logged_in: Client, operator: AbstractUser, agent: Agent
+    ) -> None:
+        n = parked(agent)
+
+        assert Event.objects.filter(kind="negotiation.waiting", payload__negotiation=str(n.pk)).exists()
+        fragment = logged_in.get(inbox_url(), {"fragment": "1"}).content.decode()
+        assert 'data-announce="1 open question"' in fragment
+        assert f'id="form-{n.pk}" data-key="{n.pk}" hx-preserve="true"' in fragment
+
+        negotiation_services.negotiation_guidance_give(
+            negotiation=n, answer="At least €1,000.", user=operator
+        )
+
+        fragment = logged_in.get(inbox_url(), {"fragment": "1"}).content.decode()
+        assert f'id="item-{n.pk}"' not in fragment
+        assert 'data-announce="No open questions"' in fragment
+
+    def test_the_number_of_queries_does_not_grow_with_them(
+        self, client: Client, operator: AbstractUser, agent: Agent, ines_agent: Agent
+    ) -> None:
+        client.force_login(operator)
+        parked(agent, "task-1")
+
+        def queries() -> int:
+            with CaptureQueriesContext(connection) as ctx:
+                response = client.get(inbox_url())
+            assert response.status_code == 200
+            return len(ctx)
+
+        one = queries()
+        parked(agent, "task-2", 850)
+        ines_agent.terms = agent.terms
+        ines_agent.save()
+        parked(ines_agent, "task-3", 900)
+
+        assert queries() == one
+        html = client.get(inbox_url()).content.decode()
+        assert "Questions from the agents (3)" in html
+        assert "(for ines)" in html

@@ -61,6 +61,7 @@ BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/api/v1/grounding-documents/{id}"): {"title": "Taken over"},
     ("PATCH", "/api/v1/intents/{id}"): {"external_id": "taken"},
     ("PATCH", "/api/v1/model-endpoints/{id}"): {"name": "taken"},
+    ("POST", "/api/v1/negotiations/{id}/answer"): {"answer": "At least 1,000 a day."},
     ("POST", "/api/v1/questions/{id}/answer"): {"answer": "Yes."},
     ("POST", "/api/v1/runs/{id}/cancel"): {},
     ("PATCH", "/api/v1/tools/{id}"): {"description": "Taken over."},

@@ -1,5 +1,6 @@
 """``/api/v1/negotiations``, ``/api/v1/settlements`` and ``/api/v1/intake-requests``: read with turns
-and settlement, the board's filters, counterparty text as data, tenancy."""
+and settlement, the board's filters, counterparty text as data, tenancy; the party's answer to an inbound
+negotiation waiting on it."""
 
 from __future__ import annotations
 
@@ -373,3 +374,94 @@ def test_the_list_reads_in_a_fixed_number_of_queries(api: APIClient, agent: Agen
         outbound(agent, name, status="settled", settlement=DECLINED)
 
     assert queries() == one
+
+
+# The party's answer to an inbound negotiation parked on it.
+
+ANSWER = "At least €1,000 a day."
+
+
+@pytest.fixture
+def parked(agent: Agent, intent: Intent) -> Negotiation:
+    """Tomas's agent, which knows no limit, was offered €800 a day and asked Tomas (the real service)."""
+    inbound(agent, {"action": "propose", "message": "€800?", "terms": {"amount": 800, "currency": "EUR"}})
+    negotiation = Negotiation.objects.get(agent=agent)
+    assert negotiation.status == Negotiation.Status.WAITING
+    return negotiation
+
+
+def answer(client: APIClient, negotiation: Negotiation, body: Any, **headers: str) -> Any:
+    return client.post(f"/api/v1/negotiations/{negotiation.pk}/answer", body, format="json", **headers)
+
+
+def test_the_answer_becomes_standing_guidance_once_whatever_the_retries(
+    api: APIClient, parked: Negotiation
+) -> None:
+    first = answer(api, parked, {"answer": f" {ANSWER} "}, HTTP_IDEMPOTENCY_KEY="answer-1")
+    retry = answer(api, parked, {"answer": f" {ANSWER} "}, HTTP_IDEMPOTENCY_KEY="answer-1")
+
+    body = ok(first)
+    assert (body["id"], body["direction"], body["status"]) == (str(parked.pk), "inbound", "open")
+    assert (body["guidance"], body["parked_question"]) == ([ANSWER], "")
+    assert [(t["side"], t["action"]) for t in body["turns"]] == [("theirs", "propose"), ("ours", "")]
+    assert (retry.headers["Idempotent-Replayed"], ok(retry)) == ("true", body)
+    parked.refresh_from_db()
+    assert parked.guidance == [ANSWER]
+    # Their next message is answered with it: a seller's opening at 140% of its floor.
+    reply = inbound(parked.agent, {"action": "propose", "message": "€850?", "terms": {"amount": 850}})
+    assert reply.message["parts"][0]["data"]["terms"] == {"amount": 1400, "currency": "EUR"}
+
+
+def test_an_answer_it_does_not_take_is_409_naming_why(
+    api: APIClient, agent: Agent, intent: Intent, parked: Negotiation
+) -> None:
+    ok(answer(api, parked, {"answer": ANSWER}))
+    again = error(answer(api, parked, {"answer": "Make it 1,200."}), 409)
+    assert again == {
+        "code": "already_answered",
+        "message": "This negotiation's question was already answered; the answer goes out with the reply to "
+        "their next message.",
+    }
+    inbound(agent, {"action": "propose", "message": "€850?", "terms": {"amount": 850, "currency": "EUR"}})
+    assert error(answer(api, parked, {"answer": ANSWER}), 409) == {
+        "code": "not_waiting",
+        "message": "This negotiation is not waiting on its party: it is open.",
+    }
+    waiting = outbound(agent, "Noor Lindqvist", intent=intent, status=Negotiation.Status.WAITING)
+    assert error(answer(api, waiting, {"answer": ANSWER}), 409)["code"] == "outbound"
+    parked.refresh_from_db()
+    waiting.refresh_from_db()
+    assert (parked.guidance, waiting.guidance) == ([ANSWER], [])
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"answer": "   "}, "This field may not be blank."),
+        ({}, "This field is required."),
+        ({"answer": "x" * 4001}, "Ensure this field has no more than 4000 characters."),
+    ],
+)
+def test_an_empty_or_long_answer_is_400_naming_answer(
+    api: APIClient, parked: Negotiation, body: dict[str, Any], message: str
+) -> None:
+    assert error(answer(api, parked, body), 400)["fields"] == {"answer": [message]}
+    parked.refresh_from_db()
+    assert parked.status == Negotiation.Status.WAITING
+
+
+def test_a_read_key_cannot_answer_and_another_tenant_finds_nothing(
+    parked: Negotiation,
+    tenant: Tenant,
+    key_for: Any,
+    client_for: Any,
+    other_api: APIClient,
+) -> None:
+    reader = client_for(key_for(tenant, scopes=("read",)))
+
+    assert error(answer(reader, parked, {"answer": ANSWER}), 403)["message"] == (
+        "This API key lacks the 'write' scope this operation needs."
+    )
+    assert error(answer(other_api, parked, {"answer": ANSWER}), 404)["code"] == "not_found"
+    parked.refresh_from_db()
+    assert (parked.status, parked.guidance) == (Negotiation.Status.WAITING, [])

@@ -11,12 +11,14 @@ import httpx
 import pytest
 
 from agents.models import Agent
+from negotiations import services
 from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.verdict import settle
 from negotiations.wire import task_record_from_json
 from tests.interop.conftest import counts
 from tests.interop.index_peer import (
     TERMINAL_ACTIONS,
+    TERMINAL_STATES,
     IndexClient,
     IndexClientError,
     ScriptedBuyer,
@@ -117,3 +119,36 @@ def test_a_message_to_a_finished_task_keeps_the_sdks_32004_on_the_1_0_wire(selle
     assert error["message"] == f"Task {task['id']} is in terminal state: TASK_STATE_COMPLETED"
     assert response.json()["id"] == 7
     assert counts() == before
+
+
+def test_while_our_party_is_consulted_the_index_client_reads_the_holding_reply_then_gets_a_deal(
+    seller_url: str, seller: Agent
+) -> None:
+    """Our seller knows no floor, so it asks its party: the Index client's reply is the holding text
+    (no move, input-required), each time it sends until the party has answered; then it is answered
+    with the party's guidance, to a deal both sides verify alike."""
+    seller.term_guards = []
+    seller.save()
+    client = IndexClient(ScriptedBuyer(opening=800, step=100, ceiling=1100))
+
+    first = client.initiate(seller_url)
+    again = client.continue_(seller_url, first.task)
+
+    for turn in (first, again):
+        assert (turn.outcome, turn.decision) == ("input-required", None)
+        assert turn.task["history"][-1]["parts"] == [{"kind": "text", "text": services.HOLDING_TEXT}]
+    negotiation = Negotiation.objects.get(agent=seller, task_id=first.task["id"])
+    assert negotiation.status == Negotiation.Status.WAITING
+
+    services.negotiation_guidance_give(negotiation=negotiation, answer="At least €700 a day.", user=None)
+    turn = again
+    while turn.outcome not in TERMINAL_STATES and turns_of(turn.task) < 10:
+        turn = client.continue_(seller_url, turn.task)
+
+    assert turn.outcome == "completed"
+    theirs = settle(task_record_from_json(turn.task), our_role="user", terminal_actions=TERMINAL_ACTIONS)
+    ours = Settlement.objects.get(negotiation=negotiation)
+    assert theirs is not None
+    assert (ours.outcome, ours.basis) == ("agreed", "reference")
+    assert (theirs.outcome, theirs.basis, theirs.terms) == (ours.outcome, ours.basis, ours.terms)
+    assert negotiation.turns.count() == len(turn.task["history"])

@@ -158,6 +158,25 @@ def test_without_a_limit_it_asks_and_reads_the_answer() -> None:
     assert answered.terms == eur(1400)
 
 
+def test_a_reply_of_ours_without_a_move_is_no_move_of_ours() -> None:
+    """A holding reply (the party was being consulted) spends none of our time: the opening after it
+    is the one we would have made at once, and their offer is still weighed."""
+    agent = Agent(terms=TERMS)
+    held = TaskRecord(
+        "input-required",
+        (
+            Entry("user", Move("propose", "€1,330?", eur(1330), "t0")),
+            Entry("agent", None, "I am consulting the party I act for."),
+        ),
+    )
+    at_once = exchange([], [eur(1330)], our_role="agent")
+
+    after = decide(agent, held, our_role="agent", guidance=["At least €1,000 a day."])
+
+    assert after == decide(agent, at_once, our_role="agent", guidance=["At least €1,000 a day."])
+    assert after == Move("propose", "I can offer €1,400.", eur(1400))
+
+
 # --- Tit-for-tat --------------------------------------------------------------------------
 
 
@@ -235,12 +254,13 @@ def test_after_two_failures_it_asks_the_party_naming_the_limits() -> None:
     )
 
 
-def test_inbound_the_question_goes_over_the_wire_so_it_names_no_limit() -> None:
+def test_inbound_the_question_stays_off_the_wire_so_it_names_the_limit_for_the_party() -> None:
     agent = seller("boulware", {"term": "amount", "op": "<=", "value": 900, "currency": "EUR"})
 
     move = decide(agent, exchange([], [eur(800)], our_role="agent"), our_role="agent")
 
-    assert move == Move("ask", "I need to check amount with the party I act for before I can answer.")
+    assert move.action == "ask"
+    assert "amount: at most €900" in move.message
 
 
 def test_after_two_failures_without_a_party_to_ask_it_rejects() -> None:

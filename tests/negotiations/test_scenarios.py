@@ -17,9 +17,9 @@ import pytest
 
 from a2a_gateway.cards import agent_url
 from agents.models import Agent, Intent, Question, Run
-from agents.services import run_start
-from negotiations import negotiator
-from negotiations.models import Negotiation, Settlement
+from agents.services import question_answer, run_start
+from negotiations import negotiator, services
+from negotiations.models import Negotiation, Settlement, Turn
 from parley.models import Tenant
 from tests.conftest import LiveStack, wait_until
 
@@ -181,3 +181,48 @@ def test_currency_mismatch(live_stack: LiveStack) -> None:
     outcome = negotiate(kim, jo, "Hire a designer for a week.")
 
     assert outcome.verdict == ("declined", "state", None)
+
+
+def test_a_seller_that_asks_its_party_holds_and_the_buyer_waits_until_told_to_go_on(
+    live_stack: LiveStack,
+) -> None:
+    """Idris's agent knows no floor, so it asks Idris and Tomas's agent gets the holding reply. It
+    records that as their turn without a move and asks Tomas when to go on, rather than spend its
+    turns on a counterparty with nothing to say. Once both parties have answered, the exchange goes
+    on to a deal both sides verify alike."""
+    buyer_agent, buyer_intent = Party("tomas", "Tomas Berg", [eur("<=", 1100)]).create("Hire a CFO.")
+    seller_agent, _ = Party("idris", "Idris Haddad", []).create("Sell CFO days.")
+    run = run_start(
+        agent=buyer_agent, intent=buyer_intent, task=f"Hire a CFO. Talk to {agent_url(seller_agent)}"
+    )
+
+    question = wait_until(
+        lambda: Question.objects.filter(run=run, answered_at=None).first(), what="Tomas's agent to ask him"
+    )
+    ours = Negotiation.objects.get(agent=buyer_agent)
+    theirs = Negotiation.objects.get(agent=seller_agent, task_id=ours.task_id)
+    assert question.question == services.HELD_QUESTION
+    assert (ours.status, ours.parked_question) == (Negotiation.Status.WAITING, services.HELD_QUESTION)
+    assert [(t.side, t.action, t.message) for t in ours.turns.order_by("seq")][1:] == [
+        (Turn.Side.THEIRS, "", services.HOLDING_TEXT)
+    ]
+    assert theirs.status == Negotiation.Status.WAITING
+    assert theirs.parked_question.startswith("What is your limit on amount")
+
+    services.negotiation_guidance_give(negotiation=theirs, answer="At least €700 a day.", user=None)
+    question_answer(question=question, answer="Go on now.", user=None)
+
+    def ended() -> Run | None:
+        run.refresh_from_db()
+        return run if run.status not in Run.ACTIVE else None
+
+    wait_until(ended, timeout=120, what="the buyer's run to end")
+    assert run.status == Run.Status.DONE, run.end_reason
+    mine = Settlement.objects.get(negotiation=ours)
+    yours = Settlement.objects.get(negotiation=theirs)
+    assert (mine.outcome, mine.basis) == ("agreed", "reference")
+    assert (yours.outcome, yours.basis, yours.terms) == (mine.outcome, mine.basis, mine.terms)
+    # The same record on both sides, holding reply included.
+    assert list(ours.turns.order_by("seq").values_list("raw__messageId", "action")) == list(
+        theirs.turns.order_by("seq").values_list("raw__messageId", "action")
+    )

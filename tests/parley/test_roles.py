@@ -60,6 +60,7 @@ class World:
     question: Question
     approval: Question
     negotiation: Negotiation
+    parked: Negotiation  # an inbound one waiting on the party
     spare: Membership  # a viewer nobody depends on: one to change or remove
     newcomer: AbstractUser  # an account that is no member yet
     key: ApiKey
@@ -152,6 +153,14 @@ PAGES = [
     Page("negotiations:list", "get", EVERY_MEMBER),
     Page("negotiations:detail", "get", EVERY_MEMBER, pk=lambda w: w.negotiation.pk),
     Page("negotiations:prompt", "get", OPERATORS, pk=lambda w: w.negotiation.pk),
+    Page(
+        "negotiations:answer",
+        "post",
+        THE_PARTY,
+        pk=lambda w: w.parked.pk,
+        data=lambda w: {"answer": "At least 1,000 a day."},
+        ok=302,
+    ),
     # the public face: intake owners see theirs too (tests/a2a_gateway/test_intake.py); none here is one
     Page("a2a_gateway:intake", "get", OPERATORS),
     Page("a2a_gateway:card", "get", OPERATORS, pk=lambda w: w.agent.pk),
@@ -271,6 +280,14 @@ def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, pre
     negotiation = Negotiation.objects.create(
         tenant=tenant, agent=agent, intent=question.run.intent, direction=Negotiation.Direction.OUTBOUND
     )
+    parked = Negotiation.objects.create(
+        tenant=tenant,
+        agent=agent,
+        direction=Negotiation.Direction.INBOUND,
+        task_id=f"{prefix}-task",
+        status=Negotiation.Status.WAITING,
+        parked_question="Your floor?",
+    )
     spare = member(tenant, f"{prefix}-spare", Membership.Role.VIEWER)
     key, _ = services.api_key_create(tenant=tenant, name=f"{prefix} key", scopes=["read"], user=owner)  # type: ignore[arg-type]
     webhook = webhooks.webhook_endpoint_create(
@@ -287,6 +304,7 @@ def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, pre
         question=question,
         approval=approval,
         negotiation=negotiation,
+        parked=parked,
         spare=Membership.objects.get(user=spare, tenant=tenant),
         newcomer=get_user_model().objects.create_user(f"{prefix}-newcomer", password=PASSWORD),
         key=key,
