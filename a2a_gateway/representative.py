@@ -43,7 +43,6 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from a2a.helpers import get_message_text
@@ -62,9 +61,9 @@ from agents.llm import (
     ChatMessage,
     ChatModel,
     ModelError,
-    ModelReply,
     ToolCall,
     ToolSpec,
+    Usage,
     model_for,
 )
 from agents.models import Agent
@@ -143,24 +142,6 @@ class Exchange:
 
     question: str
     answer: str
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Model usage of one turn: tokens, and ``cost`` in the answering endpoint's currency."""
-
-    model: str = ""
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: Decimal = Decimal(0)
-
-    def plus(self, reply: ModelReply) -> Usage:
-        return Usage(
-            model=reply.model or self.model,
-            input_tokens=self.input_tokens + reply.input_tokens,
-            output_tokens=self.output_tokens + reply.output_tokens,
-            cost=self.cost + reply.cost,
-        )
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,27 @@ class ModelReply:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """Model work added up over calls: tokens, and ``cost`` in the answering endpoint's currency;
+    ``model`` is the name of the model that answered last ("" before any, and for ``offline``,
+    which costs nothing)."""
+
+    model: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: Decimal = Decimal(0)
+
+    def plus(self, reply: ModelReply) -> Usage:
+        """This usage with ``reply``'s added."""
+        return Usage(
+            model=reply.model or self.model,
+            input_tokens=self.input_tokens + reply.input_tokens,
+            output_tokens=self.output_tokens + reply.output_tokens,
+            cost=self.cost + reply.cost,
+        )
+
+
+@dataclass(frozen=True)
 class Retry:
     """One failed try about to be retried: ``wait`` seconds before try ``attempt + 1``."""
 

@@ -46,7 +46,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
-from decimal import Decimal
 from typing import Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -61,6 +60,7 @@ from agents.llm import (
     ModelError,
     ModelReply,
     ToolSpec,
+    Usage,
     model_for,
 )
 from agents.models import OFFLINE, Agent, Intent
@@ -84,26 +84,6 @@ _FIELD = re.compile(r"([A-Za-z_]\w*)\s*(?:\(([^)]*)\))?")
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _NEXT_WEEKDAY = re.compile(r"next ([a-z]+)")
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-
-
-@dataclass(frozen=True)
-class Usage:
-    """What deciding one move cost: tokens, and ``cost`` in the endpoint's currency; ``model`` is
-    the name of the model that answered last ("" for ``offline``, which costs nothing)."""
-
-    model: str = ""
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: Decimal = Decimal(0)
-
-    def plus(self, reply: ModelReply) -> Usage:
-        """This usage with ``reply``'s added."""
-        return Usage(
-            model=reply.model or self.model,
-            input_tokens=self.input_tokens + reply.input_tokens,
-            output_tokens=self.output_tokens + reply.output_tokens,
-            cost=self.cost + reply.cost,
-        )
 
 
 @dataclass(frozen=True)
