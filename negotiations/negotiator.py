@@ -528,20 +528,15 @@ def _decide_on_model(
                     model, messages, [tool], deadline=deadline, give_up=lambda: timed_out() or stopped()
                 )
                 call.record(reply.model, reply.input_tokens, reply.output_tokens)
-        except ModelCancelled as exc:
-            why = (
-                f"the model did not decide within the turn timeout of {agent.turn_timeout:g} s"
-                if timed_out()
-                else "the negotiation was stopped while its model decided"
-            )
-            raise NegotiatorError(why, usage=usage) from exc
         except ModelError as exc:
+            # Past the turn's deadline the client fails or is cancelled; either way it is the timeout.
             if timed_out():
-                raise NegotiatorError(
-                    f"the model did not decide within the turn timeout of {agent.turn_timeout:g} s",
-                    usage=usage,
-                ) from exc
-            raise NegotiatorError(f"the model could not decide: {exc}", usage=usage) from exc
+                why = f"the model did not decide within the turn timeout of {agent.turn_timeout:g} s"
+            elif isinstance(exc, ModelCancelled):
+                why = "the negotiation was stopped while its model decided"
+            else:
+                why = f"the model could not decide: {exc}"
+            raise NegotiatorError(why, usage=usage) from exc
         usage = usage.plus(reply)
         try:
             move = model_negotiator.read_move(reply, brief)

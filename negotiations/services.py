@@ -272,7 +272,7 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
             "turns": negotiation.turn_count,
             "last": _their_last(negotiation),
         }
-    run = negotiation.batch.run if negotiation.batch_id is not None and negotiation.batch else None
+    run = negotiation.batch.run if negotiation.batch else None
     if run is not None and (spent := run_budget_spent(run)):
         return _fail(negotiation, f"the run it serves can spend no more: {spent}")
     try:
@@ -425,6 +425,14 @@ def _still_open(negotiation: Negotiation) -> bool:
     )
 
 
+def _add_usage(negotiation: Negotiation, usage: negotiator.Usage) -> None:
+    """Add ``usage`` to the totals of ``negotiation``, a row locked in the caller's transaction,
+    which saves it."""
+    negotiation.input_tokens += usage.input_tokens
+    negotiation.output_tokens += usage.output_tokens
+    negotiation.cost += usage.cost
+
+
 def _spend(negotiation: Negotiation, usage: negotiator.Usage, run: Run | None) -> None:
     """Count what deciding one outbound move cost: on the negotiation, and on the run it serves
     (its token and cost budget; the tenant's monthly budget adds runs' costs)."""
@@ -561,9 +569,7 @@ def inbound_turn(
                 negotiation, known + 2, final.history[-1], reply, our_role="agent", state=state, usage=usage
             ),
         ]
-        negotiation.input_tokens += usage.input_tokens
-        negotiation.output_tokens += usage.output_tokens
-        negotiation.cost += usage.cost
+        _add_usage(negotiation, usage)
         negotiation.task_state = state
         negotiation.turn_count = _our_moves(final)
         # The status follows this exchange: our ask parks it, a decided move leaves it open until
@@ -832,9 +838,7 @@ def inbound_reply_decided(
             # Under the lock: a message of theirs may have been answered since the decision.
             if _holding_turn(negotiation) != holding:
                 return None
-            negotiation.input_tokens += decision.usage.input_tokens
-            negotiation.output_tokens += decision.usage.output_tokens
-            negotiation.cost += decision.usage.cost
+            _add_usage(negotiation, decision.usage)
             if move.action == negotiator.ASK:
                 _park(negotiation, move.message)
                 negotiation.save(
