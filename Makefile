@@ -19,6 +19,7 @@ demo: $(STAMP)
 	env -u REDIS_URL DATABASE_URL=sqlite:///demo.sqlite3 $(BIN)/python manage.py demo $(DEMO_ARGS)
 
 test: $(STAMP)
+	scripts/ensure-chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -280,11 +280,12 @@ def parked_inbound(*, tenant: Tenant | int, agents: QuerySet[Agent]) -> list[tup
 def _their_last_turns(tenant: Tenant | int, rows: list[Negotiation]) -> dict[Any, Turn]:
     """The counterparty's latest Turn of each of ``rows`` by negotiation id (action, message, terms,
     offerId; its raw message left unloaded); one without a move of theirs is left out. One query."""
+    theirs = Turn.objects.for_tenant(tenant).filter(side=Turn.Side.THEIRS)
+    # A correlated subquery rather than Postgres's DISTINCT ON, so the embedded default's SQLite runs it.
+    latest = theirs.filter(negotiation=OuterRef("negotiation")).order_by("-seq").values("seq")[:1]
     return {
         turn.negotiation_id: turn
-        for turn in Turn.objects.for_tenant(tenant)
-        .filter(negotiation__in=[n.pk for n in rows], side=Turn.Side.THEIRS)
-        .defer("raw", "artifact")
-        .order_by("negotiation_id", "-seq")
-        .distinct("negotiation_id")
+        for turn in theirs.filter(negotiation__in=[n.pk for n in rows], seq=Subquery(latest)).defer(
+            "raw", "artifact"
+        )
     }

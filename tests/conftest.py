@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import redis
 from asgiref.sync import async_to_sync
@@ -33,6 +34,42 @@ from parley.models import Membership, Tenant
 from tests.chat_server import ChatServer
 
 PASSWORD = "correct-horse-battery"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Stop at once, naming the service, when Postgres or Redis does not answer: otherwise every
+    test fails on its own with a connection error."""
+    if settings.EMBEDDED:
+        return  # parley.settings.test_sqlite: nothing outside this process
+    db = settings.DATABASES["default"]
+    try:
+        psycopg.connect(
+            host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname="postgres", connect_timeout=5
+        ).close()
+    except psycopg.OperationalError as error:
+        pytest.exit(f"Postgres at {db['HOST']}:{db['PORT']} (TEST_DATABASE_URL) does not answer: {error}", 3)
+    for url in (settings.REDIS_URL, settings.TEST_SPARE_REDIS_URL):
+        try:
+            redis.Redis.from_url(url, socket_timeout=5).ping()
+        except redis.RedisError as error:
+            pytest.exit(f"Redis at {url} does not answer: {error}", 3)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On the embedded default (``parley.settings.test_sqlite``) leave out what needs a service it does
+    not have: the live stack (Postgres shared with other processes), Redis, and Chromium (whose tests
+    all drive the live stack)."""
+    if not settings.EMBEDDED:
+        return
+    kept, left_out = [], []
+    for item in items:
+        needs_services = "live_stack" in getattr(item, "fixturenames", ()) or any(
+            item.get_closest_marker(name) for name in ("browser", "redis")
+        )
+        (left_out if needs_services else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
 
 
 def free_port() -> int:
@@ -82,8 +119,8 @@ def live_stack(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) 
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "parley.settings.test",
-        "DATABASE_URL": database_url(),
-        "REDIS_URL": settings.REDIS_URL,
+        "TEST_DATABASE_URL": database_url(),
+        "TEST_REDIS_URL": settings.REDIS_URL,
         "PUBLIC_BASE_URL": url,
         "A2A_SEND_TIMEOUT": "30",
         "LOG_LEVEL": "WARNING",

@@ -1,15 +1,34 @@
 """Settings for the test suite: the real Postgres and Redis on this machine.
 
-``DATABASE_URL`` and ``REDIS_URL`` may be overridden from the environment; the
-defaults point at the services this machine starts before a session and CI.
+The suite never reads ``DATABASE_URL`` or ``REDIS_URL``, which name a
+developer's own services; it reads its own, so two checkouts (or the suite and
+``make run``) on one machine can be kept apart:
+
+* ``TEST_DATABASE_URL`` — the database the suite creates, uses and drops
+  (default ``postgres://postgres@127.0.0.1:5432/test_parley``);
+* ``TEST_REDIS_URL`` — the Redis database of the live stack: broker, channel
+  layer, caps (default ``redis://127.0.0.1:6379/13``); the suite empties it;
+* ``TEST_SPARE_REDIS_URL`` — a second Redis database, for tests that need a
+  broker no other process takes from (default ``redis://127.0.0.1:6379/14``);
+  the suite empties it too.
+
+The processes the suite starts (web, workers) load these settings as well, so
+they find the same databases through the environment they inherit.
 """
 
 import os
 
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/parley")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/13")
+os.environ["DATABASE_URL"] = os.environ.get(
+    "TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test_parley"
+)
+os.environ["REDIS_URL"] = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 
 from parley.settings.base import *  # noqa: F403
+from parley.settings.base import DATABASES, env
+
+# The suite's database is the one named, not Django's "test_" + its name.
+DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"]}
+TEST_SPARE_REDIS_URL = env.str("TEST_SPARE_REDIS_URL", default="redis://127.0.0.1:6379/14")
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 

@@ -19,7 +19,7 @@ from tests.chat_server import ChatServer, hang, text
 from tests.conftest import database_url, wait_until
 
 # A broker of its own: the session's live stack must not take this test's task.
-BROKER = settings.REDIS_URL.rsplit("/", 1)[0] + "/14"
+BROKER = settings.TEST_SPARE_REDIS_URL
 
 
 @pytest.fixture
@@ -29,8 +29,8 @@ def start_worker() -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "parley.settings.test",
-        "DATABASE_URL": database_url(),
-        "REDIS_URL": BROKER,
+        "TEST_DATABASE_URL": database_url(),
+        "TEST_REDIS_URL": BROKER,
         "CELERY_VISIBILITY_TIMEOUT": "2",
         "CELERY_RESTORE_INTERVAL": "0.5",
         "LOG_LEVEL": "WARNING",

@@ -3,6 +3,8 @@ host on loopback whose one operation needs the party's approval."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -20,7 +22,8 @@ from parley import live
 from tests.conftest import wait_until
 from tests.loopback import LoopbackServer
 
-CHROMIUM = "/usr/bin/chromium"
+# The browser `make test` made sure of (scripts/ensure-chromium): CHROMIUM, or chromium on the PATH.
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",

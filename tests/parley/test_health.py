@@ -52,7 +52,7 @@ def test_the_live_web_process_answers_health(live_stack: LiveStack) -> None:
 def web_without_database(live_stack: LiveStack) -> Iterator[str]:
     """A web process whose database is a port where nothing listens."""
     port = free_port()
-    env = {**live_stack.env, "DATABASE_URL": f"postgres://postgres@127.0.0.1:{free_port()}/parley"}
+    env = {**live_stack.env, "TEST_DATABASE_URL": f"postgres://postgres@127.0.0.1:{free_port()}/parley"}
     web = devstack.start_web(port, env, subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
 
@@ -110,7 +110,7 @@ def test_a_worker_that_does_not_answer_is_unhealthy(live_stack: LiveStack) -> No
 
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_check_without_its_broker_fails(live_stack: LiveStack) -> None:
-    env = {**live_stack.env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    env = {**live_stack.env, "TEST_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
 
     result = worker_check(LiveStack(url=live_stack.url, env=env))
 
