@@ -113,7 +113,10 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # channels-redis waits for a socket's next message in 5-second BZPOPMIN blocks, and
+            # redis-py 8 gives up on any read after 5 s by default: an idle socket's consumer would
+            # die (redis-py#4091). A read may take the block and then some; a dead Redis still fails.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
         }
     }
 
