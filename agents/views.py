@@ -330,7 +330,6 @@ class RunListView(FilteredListView):
     and ``status``. ``?fragment=1`` renders the live region alone.
     """
 
-    model = Run
     template_name = "agents/run_list.html"
     fragment_template_name = "agents/_run_list.html"
     context_object_name = "runs"

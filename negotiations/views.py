@@ -44,7 +44,6 @@ class NegotiationListView(FilteredListView):
     region alone.
     """
 
-    model = Negotiation
     template_name = "negotiations/list.html"
     fragment_template_name = "negotiations/_list.html"
     context_object_name = "negotiations"
@@ -59,8 +58,7 @@ class NegotiationListView(FilteredListView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        rows: QuerySet[Negotiation] = self.object_list
-        context.update(settled_count=rows.filter(status=Negotiation.Status.SETTLED).count())
+        context.update(settled_count=self.selected.filter(status=Negotiation.Status.SETTLED).count())
         return context
 
 

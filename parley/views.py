@@ -66,7 +66,7 @@ class TenantMixin(LoginRequiredMixin):
         return context
 
 
-class FilteredListView(TenantMixin, ListView):  # type: ignore[type-arg]
+class FilteredListView(TenantMixin, ListView):
     """A dashboard list with optional GET filters, 50 rows a page, kept live.
 
     A subclass says how to build its filter form (:meth:`filter_form`, a form with
@@ -74,7 +74,8 @@ class FilteredListView(TenantMixin, ListView):  # type: ignore[type-arg]
     (:meth:`rows`). Invalid filters list nothing; the template shows their errors
     at their fields. The context adds ``filters``, ``filtered`` (any given),
     ``page_query`` (the filters as ``"a=1&"``, for the pager's links) and
-    ``live_src`` (this page's live regions with the same filters and page).
+    ``live_src`` (this page's live regions with the same filters and page). ``selected`` holds
+    every row the filters select, before the page is cut.
     """
 
     paginate_by = 50
@@ -87,9 +88,9 @@ class FilteredListView(TenantMixin, ListView):  # type: ignore[type-arg]
 
     def get_queryset(self) -> QuerySet[Any]:
         self.filters = self.filter_form()
-        if not self.filters.is_valid():
-            return self.model._default_manager.none()
-        return self.rows(**self.filters.cleaned_data)
+        valid = self.filters.is_valid()
+        self.selected = self.rows(**self.filters.cleaned_data) if valid else self.rows().none()
+        return self.selected
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)

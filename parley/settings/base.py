@@ -5,6 +5,7 @@ With no ``DATABASE_URL`` and no ``REDIS_URL`` this is the *embedded default*
 thread inside the process, and the in-memory Channels layer.
 """
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent.parent
 env = environ.Env()
 
 DEBUG = env.bool("DEBUG", default=False)
-SECRET_KEY = env.str("SECRET_KEY", default="parley-embedded-default-not-for-production")
+# The embedded default's key is public (it is in this file): parley.settings.production refuses it.
+EMBEDDED_SECRET_KEY = "parley-embedded-default-not-for-production"
+SECRET_KEY = env.str("SECRET_KEY", default=EMBEDDED_SECRET_KEY)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 PUBLIC_BASE_URL = env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
 
@@ -134,6 +137,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": 1,
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Where `celery -A parley beat` keeps the periodic tasks' last run times (shelve files: the name plus
+# suffixes): outside the checkout, in the system's temporary directory, unless set.
+CELERY_BEAT_SCHEDULE_FILENAME = env.str(
+    "CELERY_BEAT_SCHEDULE_FILENAME", default=str(Path(tempfile.gettempdir()) / "parley-celerybeat-schedule")
+)
 # Periodic tasks; `celery -A parley beat` sends them (the embedded default runs beat in-process).
 CELERY_BEAT_SCHEDULE = {
     "expire-runs": {"task": "agents.tasks.runs_expire_due", "schedule": 60.0},
