@@ -6,7 +6,8 @@ models' own ``clean`` — with the checks other apps add through
 :func:`agents.models.register_agent_check` — which ``ModelForm`` runs, so these pages and the
 admin refuse the same things in the same words, each at its field.
 
-Every error message starts with the field's label ("Term guards: …").
+The form's own error messages start with the field's label ("Term guards: …"); what the models
+and their checks refuse is shown at its field in their own words, the words the host API answers.
 """
 
 from __future__ import annotations
@@ -25,8 +26,17 @@ from django.forms.fields import InvalidJSONInput
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from agents import host_operations
-from agents.models import AGENT_SETTINGS, ANSWERING_ROLES, OFFLINE, Agent, ModelEndpoint, Tool, agents_naming
+from agents.guardrails import Action, Match, Stage
+from agents.models import (
+    AGENT_SETTINGS,
+    ANSWERING_ROLES,
+    OFFLINE,
+    Agent,
+    ModelEndpoint,
+    Tool,
+    agents_naming,
+    entry_of,
+)
 from parley import keys, strict_json
 from parley.models import Tenant
 
@@ -195,7 +205,21 @@ def model_choices(tenant: Tenant, named: Iterable[str]) -> list[tuple[str, str]]
     return choices
 
 
-class TenantModelForm(forms.ModelForm):
+class CheckedModelForm(forms.ModelForm):
+    """A ModelForm that shows what the model's checks refuse in the checks' own words.
+
+    ``ModelForm`` replaces every message of the model whose code the form field also knows
+    ("invalid", "required") with the field's stock text: "guardrails: must be a list." would read
+    "Enter a valid JSON.", and "Enter an http:// or https:// URL." "Enter a valid URL.". The
+    model's words are the rule's, the ones the host API answers. (The operator's pages and the
+    admin use it.)
+    """
+
+    def _update_errors(self, errors: ValidationError) -> None:
+        self.add_error(None, errors)
+
+
+class TenantModelForm(CheckedModelForm):
     """A ModelForm for a row of ``tenant``: the row is the tenant's whatever was posted, and the
     value of ``unique_per_tenant`` (a field) that another row of the tenant has is refused there."""
 
@@ -216,7 +240,7 @@ class TenantModelForm(forms.ModelForm):
             if not kept:
                 return
             errors = ValidationError(kept)
-        super()._update_errors(errors)  # type: ignore[misc]
+        super()._update_errors(errors)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -549,14 +573,6 @@ class ToolForm(TenantModelForm):
         assert isinstance(target, forms.ModelChoiceField)
         target.queryset = Agent.objects.for_tenant(tenant).order_by("name")
         target.error_messages["invalid_choice"] = "Target agent: choose an agent of this tenant."
-
-    def clean_parameters(self) -> Any:
-        schema = self.cleaned_data["parameters"]
-        try:
-            host_operations.check_schema(schema)
-        except forms.ValidationError as exc:
-            raise forms.ValidationError([f"Parameters: {m}" for m in exc.messages], code="invalid") from exc
-        return schema
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -59,6 +60,29 @@ def register_intent_check(check: Callable[[Intent], None]) -> None:
     (the negotiator reads an intent's term guards). ``check`` raises ``ValidationError`` keyed by field."""
     if check not in _intent_checks:
         _intent_checks.append(check)
+
+
+def entry_error(
+    message: str, *, index: int, field: str, problem: str, code: str = "invalid"
+) -> ValidationError:
+    """A check's error about one entry of a JSON list setting (a guardrail, a term guard).
+
+    ``message`` says it whole, naming the entry, as the host API and the admin show it; ``index``
+    (the entry's 0-based position in the list), ``field`` (its key at fault, "" for the entry as a
+    whole) and ``problem`` (what ``message`` says of it, without naming the entry) let the
+    operator's row editors show it at that row and field (:func:`entry_of`).
+    """
+    # The message travels in params: used as the template, a "%" in the operator's text would break it.
+    params = {"message": message, "entry": index, "entry_field": field, "problem": problem}
+    return ValidationError("%(message)s", code=code, params=params)
+
+
+def entry_of(error: ValidationError) -> tuple[int, str, str] | None:
+    """``(index, field, problem)`` of an :func:`entry_error`; None for any other error."""
+    params = error.params if isinstance(error.params, dict) else {}
+    if "entry" not in params:
+        return None
+    return int(params["entry"]), str(params["entry_field"]), str(params["problem"])
 
 
 def default_actions() -> list[dict[str, object]]:
@@ -124,7 +148,10 @@ class Tool(TenantOwnedModel):
         """Check that the tool can run as its kind says, and that its parameters are a JSON Schema."""
         from agents import host_operations, tools
 
-        host_operations.check_schema(self.parameters)
+        try:
+            host_operations.check_schema(self.parameters)
+        except ValidationError as exc:
+            raise ValidationError({"parameters": exc.error_list}) from exc
         if self.kind == self.Kind.BUILTIN and self.name not in tools.builtin_names():
             raise ValidationError({"name": f"Built-in tools are {', '.join(tools.builtin_names())}."})
         if self.kind == self.Kind.HOST and not self.url:
@@ -333,20 +360,46 @@ class Agent(TenantOwnedModel):
         """Check what a form cannot: that no JSON setting is null, that the principal is a member
         of the tenant who may answer (not a viewer) and the intake owner a member, the guardrails,
         and that the model and its fallbacks are served (by the tenant's endpoints, priced in one
-        currency)."""
+        currency).
+
+        Raises every problem found at once, each field's first: the people and nulls are checked
+        first (the other checks read the fields), then the guardrails, the checks other apps
+        register, in order up to the first that refuses (one may read what an earlier one
+        checks: the card is built from the actions), and the models.
+        """
+        errors: dict[str, list[ValidationError]] = {}
+
+        def refused(check: Callable[[], None]) -> bool:
+            try:
+                check()
+            except ValidationError as exc:
+                for field, problems in exc.update_error_dict({}).items():
+                    errors.setdefault(field, problems)
+                return True
+            return False
+
+        if not refused(self._check_people_and_nulls):
+            refused(self._check_guardrails)
+            for check in _agent_checks:
+                if refused(partial(check, self)):
+                    break
+            refused(self._check_models)
+        if errors:
+            raise ValidationError(errors)
+
+    def _check_guardrails(self) -> None:
         from agents import guardrails
 
-        self._check_people_and_nulls()
         try:
             guardrails.validate(self.guardrails)
         except ValidationError as exc:
             raise ValidationError({"guardrails": exc.error_list}) from exc
+
+    def _check_models(self) -> None:
         if not isinstance(self.fallback_models, list) or not all(
             isinstance(name, str) and name for name in self.fallback_models
         ):
             raise ValidationError({"fallback_models": "List the fallback models' names, in order."})
-        for check in _agent_checks:
-            check(self)
         if self.tenant_id is not None:
             from agents.llm import ModelError, model_for
 
