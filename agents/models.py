@@ -10,7 +10,13 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.core.validators import (
+    MaxLengthValidator,
+    MaxValueValidator,
+    MinValueValidator,
+    RegexValidator,
+    URLValidator,
+)
 from django.db import models
 
 from parley.models import Membership, TenantOwnedModel
@@ -92,6 +98,12 @@ def default_actions() -> list[dict[str, object]]:
 currency_validator = RegexValidator(
     r"^[A-Z]{3}\Z", "A currency is three capital letters, its ISO 4217 code: EUR, USD, GBP."
 )
+# A hook the platform POSTs to (the evaluation hook) is reached over HTTP; URLField's own validator
+# also takes ftp:// and ftps://.
+http_url_validator = URLValidator(schemes=["http", "https"], message="Enter an http:// or https:// URL.")
+# The system prompt is sent with every step of every run: a book's worth (about 25,000 tokens) is
+# already more than a prompt needs, and far below what a form may send (DATA_UPLOAD_MAX_MEMORY_SIZE).
+SYSTEM_PROMPT_MAX_LENGTH = 100_000
 tool_name_validator = RegexValidator(
     r"^[A-Za-z0-9_-]{1,64}$", "A tool name is 1 to 64 letters, digits, '_' or '-' (chat completions' rule)."
 )
@@ -227,7 +239,16 @@ class Agent(TenantOwnedModel):
     party_id = models.CharField(max_length=500, blank=True, help_text="DID, profile URL or account id")
     description = models.TextField(blank=True)
     version = models.CharField(max_length=32, default="1.0.0")
-    system_prompt = models.TextField(blank=True)
+    system_prompt = models.TextField(
+        blank=True,
+        validators=[
+            MaxLengthValidator(
+                SYSTEM_PROMPT_MAX_LENGTH,
+                message="A system prompt has at most %(limit_value)d characters; "
+                "this one has %(show_value)d.",
+            )
+        ],
+    )
     terms = models.TextField(blank=True, default="amount (number)")
     allowed_actions = models.JSONField(default=default_actions)
     term_guards = models.JSONField(default=list, blank=True)
@@ -248,7 +269,10 @@ class Agent(TenantOwnedModel):
         help_text="seconds a counterparty may take to answer one move",
     )
     evaluation_url = models.URLField(
-        max_length=500, blank=True, help_text="host hook that attaches an Artifact to each turn"
+        max_length=500,
+        blank=True,
+        validators=[http_url_validator],
+        help_text="host hook that attaches an Artifact to each turn (http or https)",
     )
     fallback_models = models.JSONField(
         default=list, blank=True, help_text="model names tried in order once the primary's attempts are spent"
