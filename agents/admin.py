@@ -4,6 +4,7 @@ from django import forms
 from django.contrib import admin
 from django.db import models
 
+from agents.config_forms import CheckedModelForm
 from agents.models import Agent, Intent, ModelEndpoint, Run, Tool
 
 
@@ -13,7 +14,7 @@ class IntentInline(admin.TabularInline):
     fields = ("statement", "external_id")
 
 
-class AgentForm(forms.ModelForm):
+class AgentForm(CheckedModelForm):
     """The admin's agent form, refusing tools of another tenant."""
 
     evaluation_url = forms.URLField(
@@ -62,8 +63,21 @@ class RunAdmin(admin.ModelAdmin):
     readonly_fields = [f.name for f in Run._meta.fields]
 
 
+class ToolForm(CheckedModelForm):
+    class Meta:
+        model = Tool
+        exclude: list[str] = []
+
+
+class ModelEndpointForm(CheckedModelForm):
+    class Meta:
+        model = ModelEndpoint
+        exclude: list[str] = []
+
+
 @admin.register(Tool)
 class ToolAdmin(admin.ModelAdmin):
+    form = ToolForm
     list_display = ("name", "kind", "tenant", "suspends", "requires_approval")
     list_filter = ("tenant", "kind")
     search_fields = ("name", "description")
@@ -72,6 +86,7 @@ class ToolAdmin(admin.ModelAdmin):
 
 @admin.register(ModelEndpoint)
 class ModelEndpointAdmin(admin.ModelAdmin):
+    form = ModelEndpointForm
     list_display = ("name", "upstream_model", "base_url", "tenant")
     list_filter = ("tenant",)
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}

@@ -6,7 +6,8 @@ models' own ``clean`` — with the checks other apps add through
 :func:`agents.models.register_agent_check` — which ``ModelForm`` runs, so these pages and the
 admin refuse the same things in the same words, each at its field.
 
-Every error message starts with the field's label ("Term guards: …").
+The form's own error messages start with the field's label ("Term guards: …"); what the models
+and their checks refuse is shown at its field in their own words, the words the host API answers.
 """
 
 from __future__ import annotations
@@ -25,8 +26,17 @@ from django.forms.fields import InvalidJSONInput
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from agents import host_operations
-from agents.models import AGENT_SETTINGS, ANSWERING_ROLES, OFFLINE, Agent, ModelEndpoint, Tool, agents_naming
+from agents.guardrails import Action, Match, Stage
+from agents.models import (
+    AGENT_SETTINGS,
+    ANSWERING_ROLES,
+    OFFLINE,
+    Agent,
+    ModelEndpoint,
+    Tool,
+    agents_naming,
+    entry_of,
+)
 from parley import keys, strict_json
 from parley.models import Tenant
 
@@ -34,8 +44,10 @@ from parley.models import Tenant
 END_STATES = ("completed", "rejected", "canceled", "failed")
 # Fallback selects shown at most (more when the agent already names more).
 FALLBACK_SLOTS = 4
-# Blank action rows offered below the agent's actions: fill one in to add an action.
-EXTRA_ACTIONS = 2
+# Blank rows offered below a list's rows (actions, term guards, guardrails): fill one in to add one.
+EXTRA_ROWS = 2
+# Rows a list setting may have on the page.
+MAX_ROWS = 50
 # A2A action names travel in moves, whose ``action`` is at most 64 characters (negotiations.wire).
 ACTION_NAME_LENGTH = 64
 
@@ -51,13 +63,35 @@ def tenant_members(tenant: Tenant, *, roles: Iterable[str] | None = None, keep: 
     return users.objects.filter(member).order_by(users.USERNAME_FIELD)
 
 
+def read_json(text: str, *, label: str) -> Any:
+    """The JSON value typed as ``text`` (:func:`parley.strict_json.loads`).
+
+    Raises ``forms.ValidationError`` with the field's ``label``, the parser's reason and where it
+    broke: "Term guards: not valid JSON (Expecting ',' delimiter, line 2 column 5).", or "…: not
+    valid JSON (NaN is not a JSON number)." for JSON Postgres cannot store.
+    """
+    try:
+        return strict_json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise forms.ValidationError(
+            "%(label)s: not valid JSON (%(reason)s, line %(line)d column %(column)d).",
+            code="invalid",
+            params={"label": label, "reason": exc.msg, "line": exc.lineno, "column": exc.colno},
+        ) from exc
+    except ValueError as exc:
+        raise forms.ValidationError(
+            "%(label)s: not valid JSON (%(reason)s).",
+            code="invalid",
+            params={"label": label, "reason": str(exc)},
+        ) from exc
+
+
 class PrettyJSONField(forms.JSONField):
     """JSON in a textarea, shown indented; empty input is ``empty()`` (``[]`` or ``{}``), never null.
 
-    Text that is not JSON is refused with the label, the parser's reason and where:
-    "Term guards: not valid JSON (Expecting ',' delimiter, line 2 column 5)."; so is JSON that
-    Postgres cannot store (:func:`parley.strict_json.loads`): "Term guards: not valid JSON (NaN
-    is not a JSON number)." What the JSON must look like is the model's to say.
+    Text that is not JSON is refused with the label, the parser's reason and where
+    (:func:`read_json`): "Card fields: not valid JSON (Expecting ',' delimiter, line 2 column
+    5)."; so is JSON that Postgres cannot store. What the JSON must look like is the model's to say.
     """
 
     def __init__(self, *, empty: Callable[[], Any], rows: int = 6, **kwargs: Any) -> None:
@@ -73,20 +107,7 @@ class PrettyJSONField(forms.JSONField):
             return value
         if not value.strip():
             return self.empty()
-        try:
-            return strict_json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(
-                "%(label)s: not valid JSON (%(reason)s, line %(line)d column %(column)d).",
-                code="invalid",
-                params={"label": self.label, "reason": exc.msg, "line": exc.lineno, "column": exc.colno},
-            ) from exc
-        except ValueError as exc:
-            raise forms.ValidationError(
-                "%(label)s: not valid JSON (%(reason)s).",
-                code="invalid",
-                params={"label": self.label, "reason": str(exc)},
-            ) from exc
+        return read_json(value, label=str(self.label))
 
     def bound_data(self, data: Any, initial: Any) -> Any:
         # Shown again as typed when refused; Django's own reading raises on deep nesting.
@@ -195,7 +216,21 @@ def model_choices(tenant: Tenant, named: Iterable[str]) -> list[tuple[str, str]]
     return choices
 
 
-class TenantModelForm(forms.ModelForm):
+class CheckedModelForm(forms.ModelForm):
+    """A ModelForm that shows what the model's checks refuse in the checks' own words.
+
+    ``ModelForm`` replaces every message of the model whose code the form field also knows
+    ("invalid", "required") with the field's stock text: "guardrails: must be a list." would read
+    "Enter a valid JSON.", and "Enter an http:// or https:// URL." "Enter a valid URL.". The
+    model's words are the rule's, the ones the host API answers. (The operator's pages and the
+    admin use it.)
+    """
+
+    def _update_errors(self, errors: ValidationError) -> None:
+        self.add_error(None, errors)
+
+
+class TenantModelForm(CheckedModelForm):
     """A ModelForm for a row of ``tenant``: the row is the tenant's whatever was posted, and the
     value of ``unique_per_tenant`` (a field) that another row of the tenant has is refused there."""
 
@@ -216,7 +251,7 @@ class TenantModelForm(forms.ModelForm):
             if not kept:
                 return
             errors = ValidationError(kept)
-        super()._update_errors(errors)  # type: ignore[misc]
+        super()._update_errors(errors)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -230,15 +265,94 @@ class TenantModelForm(forms.ModelForm):
         return cleaned
 
 
-# --- Agents -----------------------------------------------------------------------------------------
+# --- Agents: the settings edited row by row -----------------------------------------------------------
 
 
-class ActionForm(forms.Form):
+class RowForm(forms.Form):
+    """One entry of a list setting, edited as a row: :meth:`entry` is the entry as the agent stores it.
+
+    A row with nothing typed in its :attr:`content` fields adds nothing (a blank new row, or a row
+    cleared to remove it).
+    """
+
+    content: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def initial_for(cls, entry: object) -> dict[str, object]:
+        """The row's initial data for a stored ``entry`` (one that is no object shows as a blank row)."""
+        return dict(entry) if isinstance(entry, dict) else {}
+
+    def is_blank(self) -> bool:
+        """Whether nothing was typed in the row; call after ``is_valid()``."""
+        return not any(self.cleaned_data.get(name) for name in self.content)
+
+    def entry(self) -> dict[str, object]:
+        """The entry the row stands for; call after ``is_valid()`` on a row that is not blank."""
+        raise NotImplementedError
+
+    def show(self, field: str, problem: str, message: str) -> None:
+        """Show a check's ``problem`` with the entry at the row's ``field`` ("Pattern: does not
+        compile …"); the whole ``message`` above the row when it has no such field."""
+        if field in self.fields:
+            self.add_error(field, f"{self.fields[field].label}: {problem}")
+        else:
+            self.add_error(None, message)
+
+
+class BaseRowFormSet(forms.BaseFormSet):
+    """A list setting edited row by row, in order; rows marked for deletion and blank rows left out.
+
+    ``noun`` names one row ("Term guard"), ``help`` says what the rows are. Checks of the whole list
+    that name an entry (:func:`agents.models.entry_error`) are shown at its row by :meth:`place`.
+    """
+
+    noun: ClassVar[str] = ""
+    help: ClassVar[str] = ""
+    form: type[RowForm]
+
+    def kept(self) -> list[RowForm]:
+        """The rows that make the list, in order; call after ``is_valid()``."""
+        return [
+            form
+            for form in self.forms
+            if form.cleaned_data and not form.cleaned_data.get("DELETE") and not form.is_blank()
+        ]
+
+    def entries(self) -> list[dict[str, object]]:
+        """The list as the agent stores it; call after ``is_valid()``."""
+        return [form.entry() for form in self.kept()]
+
+    def place(self, errors: list[ValidationError]) -> list[ValidationError]:
+        """Show each of ``errors`` that is about an entry at the entry's row; return the others."""
+        rows = self.kept()
+        unplaced = []
+        for error in errors:
+            found = entry_of(error)
+            if found is None or not 0 <= found[0] < len(rows):
+                unplaced.append(error)
+                continue
+            index, field, problem = found
+            rows[index].show(field, problem, error.messages[0])
+        return unplaced
+
+
+def row_formset(form: type[RowForm], formset: type[BaseRowFormSet], *, extra: int) -> type[BaseRowFormSet]:
+    """The formset class of ``form`` rows: ``extra`` blank rows to add with, a Delete box on each,
+    at most :data:`MAX_ROWS`."""
+    made = forms.formset_factory(
+        form, formset=formset, extra=extra, can_delete=True, max_num=MAX_ROWS, validate_max=True
+    )
+    return cast(type[BaseRowFormSet], made)
+
+
+class ActionForm(RowForm):
     """One allowed action: ``{name, description, terminal, state}`` (see ``agents.models.DEFAULT_ACTIONS``).
 
     A terminal action ends the negotiation and leaves the A2A task in its ``state``; an open one has
     no state.
     """
+
+    content = ("name", "description", "terminal", "state")
 
     name = forms.CharField(
         max_length=ACTION_NAME_LENGTH,
@@ -266,57 +380,218 @@ class ActionForm(forms.Form):
             self.add_error("state", "End state: only an action that ends the negotiation has one.")
         return cleaned
 
+    def entry(self) -> dict[str, object]:
+        terminal = bool(self.cleaned_data["terminal"])
+        return {
+            "name": self.cleaned_data["name"],
+            "description": self.cleaned_data["description"],
+            "terminal": terminal,
+            "state": self.cleaned_data["state"] if terminal else "",
+        }
 
-class BaseActionFormSet(forms.BaseFormSet):
-    """The agent's allowed actions, in order; rows marked for deletion and blank rows left out."""
+
+class BaseActionFormSet(BaseRowFormSet):
+    """The agent's allowed actions, in order."""
+
+    noun = "Action"
+    help = (
+        "The moves the agent may make, in order. An open action keeps the negotiation going; an action "
+        "that ends it leaves the task completed (a deal) or rejected, canceled or failed (no deal)."
+    )
 
     def clean(self) -> None:
         if any(self.errors):
             return
-        names = [form.cleaned_data["name"] for form in self._kept()]
+        names = [form.cleaned_data["name"] for form in self.kept()]
         if not names:
             raise forms.ValidationError("Allowed actions: the agent needs at least one action.")
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise forms.ValidationError(f"Allowed actions: {', '.join(repeated)} named more than once.")
 
-    def _kept(self) -> list[forms.Form]:
-        # A blank extra row is valid with empty cleaned_data: it adds nothing.
-        return [form for form in self.forms if form.cleaned_data and not form.cleaned_data.get("DELETE")]
 
-    def actions(self) -> list[dict[str, object]]:
-        """The actions as ``Agent.allowed_actions`` stores them; call after ``is_valid()``."""
-        return [
-            {
-                "name": form.cleaned_data["name"],
-                "description": form.cleaned_data["description"],
-                "terminal": bool(form.cleaned_data["terminal"]),
-                "state": form.cleaned_data["state"] if form.cleaned_data["terminal"] else "",
-            }
-            for form in self._kept()
-        ]
+ActionFormSet = row_formset(ActionForm, BaseActionFormSet, extra=EXTRA_ROWS)
 
 
-ActionFormSet = cast(
-    type[BaseActionFormSet],
-    forms.formset_factory(
-        ActionForm,
-        formset=BaseActionFormSet,
-        extra=EXTRA_ACTIONS,
-        can_delete=True,
-        max_num=50,
-        validate_max=True,
-    ),
-)
+def guard_value_text(value: object) -> str:
+    """A term guard's value as its row shows it, which :func:`read_guard_value` reads back as it is:
+    text as it stands, anything else (a number, true, null) as JSON; text that would read as
+    something else is quoted ("1200"); a list of such values separated by commas, or as JSON."""
+    if isinstance(value, list) and value:
+        items = [_scalar_text(item) for item in value]
+        if all("," not in item and not item.startswith("[") for item in items):
+            return ", ".join(items)
+    return _scalar_text(value)
+
+
+def _scalar_text(value: object) -> str:
+    if isinstance(value, str) and value and _read_scalar(value) == value and not value.startswith("["):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def read_guard_value(text: str, *, many: bool, label: str) -> object:
+    """The value typed in a term guard's row: JSON when it reads as JSON (a number, "quoted text",
+    true, false, null), else the text itself; a [JSON list] as such; with ``many`` (the ``in``
+    operator), values separated by commas, each read so. Raises ``forms.ValidationError`` for
+    text that opens a list and is not JSON."""
+    text = text.strip()
+    if text.startswith("["):
+        return read_json(text, label=label)
+    if many:
+        return [_read_scalar(part) for part in text.split(",") if part.strip()]
+    return _read_scalar(text)
+
+
+def _read_scalar(text: str) -> object:
+    text = text.strip()
+    try:
+        return strict_json.loads(text)
+    except ValueError:
+        return text
+
+
+# The operators a term guard may use (negotiations.negotiator.GuardOp), in the words of a limit.
+GUARD_OPS = [("<=", "<= (at most)"), (">=", ">= (at least)"), ("==", "== (exactly)"), ("in", "in (one of)")]
+
+
+class TermGuardForm(RowForm):
+    """One term guard: ``{term, op, value, currency?, aspiration?}``, what
+    :func:`negotiations.negotiator.parse_guards` reads; whether it is one is that check's to say.
+
+    The value is typed as :func:`read_guard_value` reads it; an empty currency or opening value
+    is left out.
+    """
+
+    content = ("term", "value", "currency", "aspiration")
+
+    term = forms.CharField(label="Term", required=False, strip=True)
+    op = forms.CharField(
+        label="Operator", initial="<=", strip=True, widget=forms.Select(choices=GUARD_OPS), required=False
+    )
+    value = forms.CharField(label="Value", required=False, strip=True)
+    currency = forms.CharField(label="Currency", required=False, strip=True)
+    aspiration = forms.CharField(label="Opening value", required=False, strip=True)
+
+    @classmethod
+    def initial_for(cls, guard: object) -> dict[str, object]:
+        """The row's initial data for a stored ``guard``."""
+        if not isinstance(guard, dict):
+            return {}
+        aspiration = guard.get("aspiration")
+        return {
+            "term": guard.get("term") or "",
+            "op": guard.get("op") or "",
+            "value": guard_value_text(guard.get("value")) if "value" in guard else "",
+            "currency": guard.get("currency") or "",
+            "aspiration": "" if aspiration is None else json.dumps(aspiration),
+        }
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.errors or self.is_blank():
+            return cleaned
+        if not cleaned["value"]:
+            self.add_error("value", "Value: give the limit.")
+            return cleaned
+        try:
+            many = cleaned["op"] == "in"
+            cleaned["parsed"] = read_guard_value(cleaned["value"], many=many, label="Value")
+        except ValidationError as exc:
+            self.add_error("value", exc)
+        return cleaned
+
+    def entry(self) -> dict[str, object]:
+        data = self.cleaned_data
+        guard: dict[str, object] = {"term": data["term"], "op": data["op"], "value": data["parsed"]}
+        if data["currency"]:
+            guard["currency"] = data["currency"]
+        if data["aspiration"]:
+            guard["aspiration"] = _read_scalar(data["aspiration"])
+        return guard
+
+
+class BaseTermGuardFormSet(BaseRowFormSet):
+    """The agent's term guards, in order."""
+
+    noun = "Term guard"
+    help = (
+        "The party's hard limits, checked on every outgoing move from any model: a move that breaks "
+        "one never reaches the counterparty (an intent may add its own). The value is a number, a "
+        "date (2030-01-31, today, tomorrow, next friday) or text; for in, several separated by "
+        'commas. Quote text that reads as a number: "1200". A currency makes a move naming the term '
+        "name it too; the opening value is where the offline model opens. Both are optional."
+    )
+
+
+TermGuardFormSet = row_formset(TermGuardForm, BaseTermGuardFormSet, extra=EXTRA_ROWS)
+
+
+def _choices_or_none(choices: list[tuple[str, str]]) -> forms.Select:
+    return forms.Select(choices=[("", "—"), *choices])
+
+
+class GuardrailForm(RowForm):
+    """One guardrail: ``{name, stage, action, match, pattern?}``, what :func:`agents.guardrails.validate`
+    reads; whether it is one is that check's to say. A choice left at "—" is left out."""
+
+    content = ("name", "stage", "action", "match", "pattern")
+
+    name = forms.CharField(label="Name", required=False, strip=True)
+    stage = forms.CharField(label="Stage", required=False, widget=_choices_or_none(Stage.choices))
+    action = forms.CharField(label="Action", required=False, widget=_choices_or_none(Action.choices))
+    match = forms.CharField(label="Match", required=False, widget=_choices_or_none(Match.choices))
+    pattern = forms.CharField(
+        label="Pattern",
+        required=False,
+        strip=False,
+        widget=forms.TextInput(attrs={"spellcheck": "false", "class": "code"}),
+    )
+
+    @classmethod
+    def initial_for(cls, guardrail: object) -> dict[str, object]:
+        """The row's initial data for a stored ``guardrail``."""
+        if not isinstance(guardrail, dict):
+            return {}
+        return {name: guardrail.get(name) or "" for name in cls.content}
+
+    def entry(self) -> dict[str, object]:
+        return {name: self.cleaned_data[name] for name in self.content if self.cleaned_data[name]}
+
+
+class BaseGuardrailFormSet(BaseRowFormSet):
+    """The agent's guardrails, applied in order."""
+
+    noun = "Guardrail"
+    help = (
+        "Checks where text crosses the platform's edge, applied in order: an input guardrail sees text "
+        "entering the model, an output guardrail text leaving the platform. Block refuses the whole "
+        "text; redact replaces each match. A regular expression matches its pattern (Python re "
+        "syntax); the other matches take none."
+    )
+
+
+GuardrailFormSet = row_formset(GuardrailForm, BaseGuardrailFormSet, extra=EXTRA_ROWS)
+
+
+# The agent's list settings edited row by row: setting -> (its group on the page, the rows' prefix,
+# their formset).
+ROW_SETTINGS: dict[str, tuple[str, str, type[BaseRowFormSet]]] = {
+    "term_guards": ("term-guards", "term_guards", TermGuardFormSet),
+    "allowed_actions": ("actions", "actions", ActionFormSet),
+    "guardrails": ("guardrails", "guardrails", GuardrailFormSet),
+}
 
 
 class AgentForm(TenantModelForm):
     """Create or edit an agent of ``tenant``: every setting an operator configures.
 
-    The allowed actions come from their own formset (:attr:`actions`, prefix ``actions``); the
-    model and fallbacks are chosen among ``offline`` and the tenant's endpoints; the principal and
-    the intake owner among the tenant's members; the tools among the tenant's tools. The fields
-    are grouped as :attr:`FIELDSETS` lists them (``actions`` is the formset's place).
+    The allowed actions, term guards and guardrails are edited row by row, each by its formset in
+    :attr:`rows` (:data:`ROW_SETTINGS`: the setting, its group and the formset's prefix); the
+    checks of the whole list show what they say of an entry at its row. The model and fallbacks
+    are chosen among ``offline`` and the tenant's endpoints; the principal and the intake owner
+    among the tenant's members; the tools among the tenant's tools. The fields are grouped as
+    :attr:`FIELDSETS` lists them (a group of :data:`ROW_SETTINGS` holds its rows).
     """
 
     unique_per_tenant = "slug"
@@ -330,11 +605,13 @@ class AgentForm(TenantModelForm):
         (
             "negotiation",
             "Negotiation",
-            ["terms", "term_guards", "strategy", "max_turns", "turn_timeout", "evaluation_url"],
+            ["terms", "strategy", "max_turns", "turn_timeout", "evaluation_url"],
         ),
+        ("term-guards", "Term guards", []),
         ("actions", "Allowed actions", []),
         ("model", "Model", ["model", "fallback_models"]),
-        ("runs", "Runs", ["max_steps", "history", "history_window", "on_busy", "guardrails"]),
+        ("runs", "Runs", ["max_steps", "history", "history_window", "on_busy"]),
+        ("guardrails", "Guardrails", []),
         ("tools", "Tools", ["tools"]),
         (
             "endpoint",
@@ -354,16 +631,10 @@ class AgentForm(TenantModelForm):
         ("intake", "Intake", ["intake_owner"]),
     ]
 
-    # Filled from the actions formset in clean(); never posted itself.
-    allowed_actions = forms.JSONField(disabled=True, required=False)
-    term_guards = PrettyJSONField(
-        empty=list,
-        label="Term guards",
-        help_text='Hard limits checked on every outgoing move: a JSON list of {"term", "op" (<=, >=, ==, '
-        'in), "value"}, optional "currency" and "aspiration", e.g. '
-        '[{"term": "amount", "op": "<=", "value": 1200, "currency": "EUR"}].',
-    )
-    guardrails = PrettyJSONField(empty=list, label="Guardrails", help_text=Agent.guardrails.field.help_text)
+    # Filled from their rows in clean(); never posted themselves.
+    allowed_actions = forms.JSONField(label="Allowed actions", disabled=True, required=False)
+    term_guards = forms.JSONField(label="Term guards", disabled=True, required=False)
+    guardrails = forms.JSONField(label="Guardrails", disabled=True, required=False)
     card_skills = PrettyJSONField(
         empty=list, label="Card skills", help_text=Agent.card_skills.field.help_text
     )
@@ -467,23 +738,62 @@ class AgentForm(TenantModelForm):
                 "invalid_pk_value": "Tools it offers: %(pk)s is not a tool of this tenant.",
             },
         )
-        self.actions: BaseActionFormSet = ActionFormSet(
-            self.data if self.is_bound else None,
-            prefix="actions",
-            initial=None if self.is_bound else list(agent.allowed_actions),
-        )
+        data = self.data if self.is_bound else None
+        self.rows: dict[str, BaseRowFormSet] = {}
+        for setting, (_, prefix, formset) in ROW_SETTINGS.items():
+            stored = getattr(agent, setting)
+            initial = (
+                [formset.form.initial_for(entry) for entry in stored] if isinstance(stored, list) else []
+            )
+            self.rows[setting] = formset(data, prefix=prefix, initial=None if self.is_bound else initial)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
-        if self.actions.is_valid():
-            cleaned["allowed_actions"] = self.actions.actions()
-        else:
-            self.add_error("allowed_actions", "Allowed actions: correct the actions marked below.")
+        for setting, rows in self.rows.items():
+            if rows.is_valid():
+                cleaned[setting] = rows.entries()
+            else:
+                self.add_error(setting, self._correct_rows(setting))
         return cleaned
 
-    def fieldsets(self) -> list[tuple[str, str, list[forms.BoundField]]]:
-        """(id, legend, bound fields) per group, in page order."""
-        return [(key, legend, [self[name] for name in names]) for key, legend, names in self.FIELDSETS]
+    def _update_errors(self, errors: ValidationError) -> None:
+        # What the checks say of one entry of a list edited row by row is shown at its row; the
+        # setting itself points there.
+        if hasattr(errors, "error_dict"):
+            for setting, rows in self.rows.items():
+                problems = errors.error_dict.get(setting)
+                if not problems or setting in self.errors:
+                    continue
+                unplaced = rows.place(problems)
+                if len(unplaced) < len(problems):
+                    unplaced.insert(0, ValidationError(self._correct_rows(setting)))
+                errors.error_dict[setting] = unplaced
+        super()._update_errors(errors)
+
+    def _correct_rows(self, setting: str) -> str:
+        return f"{self.fields[setting].label}: correct the {self.rows[setting].noun.lower()}s marked below."
+
+    def fieldsets(
+        self,
+    ) -> list[tuple[str, str, list[forms.BoundField], BaseRowFormSet | None, forms.BoundField | None]]:
+        """(id, legend, bound fields, the rows it holds and their setting or None twice) per group, in
+        page order."""
+        settings = {group: setting for setting, (group, _, _) in ROW_SETTINGS.items()}
+        groups = []
+        for key, legend, names in self.FIELDSETS:
+            setting = settings.get(key)
+            rows = self.rows[setting] if setting else None
+            groups.append(
+                (key, legend, [self[name] for name in names], rows, self[setting] if setting else None)
+            )
+        return groups
+
+    def anchor(self, name: str) -> str:
+        """The id on the page where the field ``name`` is shown (the error summary links it): a
+        setting edited row by row is its group."""
+        row_setting = ROW_SETTINGS.get(name)
+        field = self[name]
+        return f"group-{row_setting[0]}" if row_setting else field.id_for_label or field.auto_id
 
 
 # --- Tools ------------------------------------------------------------------------------------------
@@ -549,14 +859,6 @@ class ToolForm(TenantModelForm):
         assert isinstance(target, forms.ModelChoiceField)
         target.queryset = Agent.objects.for_tenant(tenant).order_by("name")
         target.error_messages["invalid_choice"] = "Target agent: choose an agent of this tenant."
-
-    def clean_parameters(self) -> Any:
-        schema = self.cleaned_data["parameters"]
-        try:
-            host_operations.check_schema(schema)
-        except forms.ValidationError as exc:
-            raise forms.ValidationError([f"Parameters: {m}" for m in exc.messages], code="invalid") from exc
-        return schema
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

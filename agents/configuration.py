@@ -7,8 +7,7 @@ set, the model's ``full_clean`` judges them — ``Agent.clean`` with the checks 
 ``Intent.clean`` — and the row is saved; an agent's tools are set in the same transaction. The
 rules the operator's forms add to the models' (:mod:`agents.config_forms`) are kept here too, so
 the API refuses what the pages refuse: a slug or name another row of the tenant has, fallback
-models the tenant does not serve or names twice, renaming a model endpoint agents use, tool
-parameters that are not a JSON Schema.
+models the tenant does not serve or names twice, renaming a model endpoint agents use.
 
 Errors: ``django.core.exceptions.ValidationError`` keyed by field (nothing written), and
 :class:`InUse` for a delete the tenant's other rows refuse.
@@ -22,7 +21,6 @@ from typing import Any, TypeVar, cast
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, transaction
 
-from agents import host_operations
 from agents.models import OFFLINE, Agent, Intent, ModelEndpoint, Run, Tool, agents_naming
 from parley.models import Tenant, TenantOwnedModel
 
@@ -198,11 +196,6 @@ def tool_delete(*, tool: Tool) -> None:
 
 def _tool_save(tool: Tool, values: Mapping[str, Any]) -> Tool:
     _set(tool, values)
-    try:
-        host_operations.check_schema(tool.parameters)
-    except ValidationError as exc:
-        # Tool.clean raises it for the whole row; it is about the parameters.
-        raise ValidationError({"parameters": exc.messages}) from exc
     errors = _errors(tool, unique={"name": "a tool"})
     if errors:
         raise ValidationError(errors)

@@ -63,6 +63,8 @@ from typing import Any, NotRequired, TypedDict
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from agents.models import entry_error
+
 MAX_PATTERN_LENGTH = 500
 
 
@@ -182,63 +184,69 @@ def validate(guardrails: object) -> None:
     match, an empty or duplicate name, a ``regex`` entry whose pattern is
     missing, longer than :data:`MAX_PATTERN_LENGTH`, does not compile or
     matches empty text, and a pattern on an entry that is not a ``regex``.
+    Each problem with an entry is an :func:`agents.models.entry_error`, so the
+    operator's editor shows it at the entry's row.
     """
     if not isinstance(guardrails, list):
         raise ValidationError("guardrails: must be a list.", code="invalid")
     errors: list[ValidationError] = []
     names: set[str] = set()
     for index, entry in enumerate(guardrails):
-        where = f"guardrails[{index}]"
         if not isinstance(entry, dict):
-            errors.append(ValidationError(f"{where}: must be an object.", code="invalid"))
+            errors.append(_problem(index, "", "must be an object."))
             continue
         for field in sorted(str(key) for key in entry if key not in _FIELDS):
-            errors.append(ValidationError(f"{where}.{field}: unknown field.", code="invalid"))
+            errors.append(_problem(index, field, "unknown field."))
         name = entry.get("name")
         if not isinstance(name, str) or not name.strip():
-            errors.append(ValidationError(f"{where}.name: required, and not blank.", code="required"))
+            errors.append(_problem(index, "name", "required, and not blank.", "required"))
         elif name.strip() in names:
-            errors.append(ValidationError(f'{where}.name: "{name}" is used twice.', code="duplicate"))
+            errors.append(_problem(index, "name", f'"{name}" is used twice.', "duplicate"))
         else:
             names.add(name.strip())
         for field, choices in (("stage", Stage), ("action", Action), ("match", Match)):
-            errors.extend(_choice_errors(where, field, entry.get(field), choices.values))
-        errors.extend(_pattern_errors(where, entry))
+            errors.extend(_choice_errors(index, field, entry.get(field), choices.values))
+        errors.extend(_pattern_errors(index, entry))
     if errors:
         raise ValidationError(errors)
 
 
-def _choice_errors(where: str, field: str, value: object, allowed: list[str]) -> list[ValidationError]:
+def _problem(index: int, field: str, problem: str, code: str = "invalid") -> ValidationError:
+    """The error ``guardrails[<index>].<field>: <problem>`` (no field: the entry as a whole)."""
+    where = f"guardrails[{index}]" + (f".{field}" if field else "")
+    return entry_error(f"{where}: {problem}", index=index, field=field, problem=problem, code=code)
+
+
+def _choice_errors(index: int, field: str, value: object, allowed: list[str]) -> list[ValidationError]:
     if value in allowed:
         return []
     choices = ", ".join(f'"{v}"' for v in allowed)
     if value is None:
-        return [ValidationError(f"{where}.{field}: required, one of {choices}.", code="required")]
+        return [_problem(index, field, f"required, one of {choices}.", "required")]
     shown = json.dumps(value, default=repr)
-    return [ValidationError(f"{where}.{field}: {shown} is not one of {choices}.", code="invalid_choice")]
+    return [_problem(index, field, f"{shown} is not one of {choices}.", "invalid_choice")]
 
 
-def _pattern_errors(where: str, entry: dict[Any, Any]) -> list[ValidationError]:
+def _pattern_errors(index: int, entry: dict[Any, Any]) -> list[ValidationError]:
     pattern = entry.get("pattern")
     if entry.get("match") != Match.REGEX:
         if pattern in (None, ""):
             return []
-        return [ValidationError(f'{where}.pattern: only a "regex" guardrail has one.', code="invalid")]
+        return [_problem(index, "pattern", 'only a "regex" guardrail has one.')]
     if not isinstance(pattern, str) or not pattern:
-        return [ValidationError(f"{where}.pattern: required for a regex guardrail.", code="required")]
+        return [_problem(index, "pattern", "required for a regex guardrail.", "required")]
     if len(pattern) > MAX_PATTERN_LENGTH:
         return [
-            ValidationError(
-                f"{where}.pattern: {len(pattern)} characters, more than {MAX_PATTERN_LENGTH}.",
-                code="max_length",
+            _problem(
+                index, "pattern", f"{len(pattern)} characters, more than {MAX_PATTERN_LENGTH}.", "max_length"
             )
         ]
     try:
         compiled = re.compile(pattern)
     except re.error as exc:
-        return [ValidationError(f"{where}.pattern: does not compile ({exc}).", code="invalid")]
+        return [_problem(index, "pattern", f"does not compile ({exc}).")]
     if compiled.fullmatch(""):
-        return [ValidationError(f"{where}.pattern: matches empty text.", code="invalid")]
+        return [_problem(index, "pattern", "matches empty text.")]
     return []
 
 

@@ -5,11 +5,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.core.validators import (
+    MaxLengthValidator,
+    MaxValueValidator,
+    MinValueValidator,
+    RegexValidator,
+    URLValidator,
+)
 from django.db import models
 
 from parley.models import Membership, TenantOwnedModel
@@ -61,6 +68,29 @@ def register_intent_check(check: Callable[[Intent], None]) -> None:
         _intent_checks.append(check)
 
 
+def entry_error(
+    message: str, *, index: int, field: str, problem: str, code: str = "invalid"
+) -> ValidationError:
+    """A check's error about one entry of a JSON list setting (a guardrail, a term guard).
+
+    ``message`` says it whole, naming the entry, as the host API and the admin show it; ``index``
+    (the entry's 0-based position in the list), ``field`` (its key at fault, "" for the entry as a
+    whole) and ``problem`` (what ``message`` says of it, without naming the entry) let the
+    operator's row editors show it at that row and field (:func:`entry_of`).
+    """
+    # The message travels in params: used as the template, a "%" in the operator's text would break it.
+    params = {"message": message, "entry": index, "entry_field": field, "problem": problem}
+    return ValidationError("%(message)s", code=code, params=params)
+
+
+def entry_of(error: ValidationError) -> tuple[int, str, str] | None:
+    """``(index, field, problem)`` of an :func:`entry_error`; None for any other error."""
+    params = error.params if isinstance(error.params, dict) else {}
+    if "entry" not in params:
+        return None
+    return int(params["entry"]), str(params["entry_field"]), str(params["problem"])
+
+
 def default_actions() -> list[dict[str, object]]:
     return [dict(a) for a in DEFAULT_ACTIONS]
 
@@ -68,6 +98,12 @@ def default_actions() -> list[dict[str, object]]:
 currency_validator = RegexValidator(
     r"^[A-Z]{3}\Z", "A currency is three capital letters, its ISO 4217 code: EUR, USD, GBP."
 )
+# A hook the platform POSTs to (the evaluation hook) is reached over HTTP; URLField's own validator
+# also takes ftp:// and ftps://.
+http_url_validator = URLValidator(schemes=["http", "https"], message="Enter an http:// or https:// URL.")
+# The system prompt is sent with every step of every run: a book's worth (about 25,000 tokens) is
+# already more than a prompt needs, and far below what a form may send (DATA_UPLOAD_MAX_MEMORY_SIZE).
+SYSTEM_PROMPT_MAX_LENGTH = 100_000
 tool_name_validator = RegexValidator(
     r"^[A-Za-z0-9_-]{1,64}$", "A tool name is 1 to 64 letters, digits, '_' or '-' (chat completions' rule)."
 )
@@ -124,7 +160,10 @@ class Tool(TenantOwnedModel):
         """Check that the tool can run as its kind says, and that its parameters are a JSON Schema."""
         from agents import host_operations, tools
 
-        host_operations.check_schema(self.parameters)
+        try:
+            host_operations.check_schema(self.parameters)
+        except ValidationError as exc:
+            raise ValidationError({"parameters": exc.error_list}) from exc
         if self.kind == self.Kind.BUILTIN and self.name not in tools.builtin_names():
             raise ValidationError({"name": f"Built-in tools are {', '.join(tools.builtin_names())}."})
         if self.kind == self.Kind.HOST and not self.url:
@@ -200,7 +239,16 @@ class Agent(TenantOwnedModel):
     party_id = models.CharField(max_length=500, blank=True, help_text="DID, profile URL or account id")
     description = models.TextField(blank=True)
     version = models.CharField(max_length=32, default="1.0.0")
-    system_prompt = models.TextField(blank=True)
+    system_prompt = models.TextField(
+        blank=True,
+        validators=[
+            MaxLengthValidator(
+                SYSTEM_PROMPT_MAX_LENGTH,
+                message="A system prompt has at most %(limit_value)d characters; "
+                "this one has %(show_value)d.",
+            )
+        ],
+    )
     terms = models.TextField(blank=True, default="amount (number)")
     allowed_actions = models.JSONField(default=default_actions)
     term_guards = models.JSONField(default=list, blank=True)
@@ -221,7 +269,10 @@ class Agent(TenantOwnedModel):
         help_text="seconds a counterparty may take to answer one move",
     )
     evaluation_url = models.URLField(
-        max_length=500, blank=True, help_text="host hook that attaches an Artifact to each turn"
+        max_length=500,
+        blank=True,
+        validators=[http_url_validator],
+        help_text="host hook that attaches an Artifact to each turn (http or https)",
     )
     fallback_models = models.JSONField(
         default=list, blank=True, help_text="model names tried in order once the primary's attempts are spent"
@@ -333,20 +384,46 @@ class Agent(TenantOwnedModel):
         """Check what a form cannot: that no JSON setting is null, that the principal is a member
         of the tenant who may answer (not a viewer) and the intake owner a member, the guardrails,
         and that the model and its fallbacks are served (by the tenant's endpoints, priced in one
-        currency)."""
+        currency).
+
+        Raises every problem found at once, each field's first: the people and nulls are checked
+        first (the other checks read the fields), then the guardrails, the checks other apps
+        register, in order up to the first that refuses (one may read what an earlier one
+        checks: the card is built from the actions), and the models.
+        """
+        errors: dict[str, list[ValidationError]] = {}
+
+        def refused(check: Callable[[], None]) -> bool:
+            try:
+                check()
+            except ValidationError as exc:
+                for field, problems in exc.update_error_dict({}).items():
+                    errors.setdefault(field, problems)
+                return True
+            return False
+
+        if not refused(self._check_people_and_nulls):
+            refused(self._check_guardrails)
+            for check in _agent_checks:
+                if refused(partial(check, self)):
+                    break
+            refused(self._check_models)
+        if errors:
+            raise ValidationError(errors)
+
+    def _check_guardrails(self) -> None:
         from agents import guardrails
 
-        self._check_people_and_nulls()
         try:
             guardrails.validate(self.guardrails)
         except ValidationError as exc:
             raise ValidationError({"guardrails": exc.error_list}) from exc
+
+    def _check_models(self) -> None:
         if not isinstance(self.fallback_models, list) or not all(
             isinstance(name, str) and name for name in self.fallback_models
         ):
             raise ValidationError({"fallback_models": "List the fallback models' names, in order."})
-        for check in _agent_checks:
-            check(self)
         if self.tenant_id is not None:
             from agents.llm import ModelError, model_for
 

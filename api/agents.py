@@ -88,15 +88,7 @@ class ActionsField(serializers.JSONField):
                     f"Action {index}: {message}" for problems in row.errors.values() for message in problems
                 ]
                 continue
-            terminal = bool(row.cleaned_data["terminal"])
-            actions.append(
-                {
-                    "name": row.cleaned_data["name"],
-                    "description": row.cleaned_data["description"],
-                    "terminal": terminal,
-                    "state": row.cleaned_data["state"] if terminal else "",
-                }
-            )
+            actions.append(row.entry())
         if errors:
             raise serializers.ValidationError(errors)
         return actions

@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from agents.models import Agent, Intent
-from negotiations.negotiator import NegotiatorError, parse_guards
+from agents.models import Agent, Intent, entry_error
+from negotiations.negotiator import GuardError, NegotiatorError, parse_guards
 from negotiations.offline import Vocabulary
 
 
@@ -26,18 +26,22 @@ def check_timezone(agent: Agent) -> None:
 
 def check_term_guards(agent: Agent) -> None:
     """Raises ``ValidationError`` on ``term_guards`` naming the first malformed guard (as the negotiator
-    would, see :func:`negotiations.negotiator.parse_guards`)."""
-    try:
-        parse_guards(agent.term_guards, today=timezone.now().date())
-    except NegotiatorError as exc:
-        raise ValidationError({"term_guards": str(exc)}) from exc
+    would, see :func:`negotiations.negotiator.parse_guards`), as an :func:`agents.models.entry_error`."""
+    _check_guards(agent.term_guards, where="term guard")
 
 
 def check_intent_term_guards(intent: Intent) -> None:
     """Raises ``ValidationError`` on ``term_guards`` naming the intent's first malformed guard, as
     :func:`check_term_guards` does for the agent's (registered with ``register_intent_check``)."""
+    _check_guards(intent.term_guards, where="intent term guard")
+
+
+def _check_guards(guards: object, *, where: str) -> None:
     try:
-        parse_guards(intent.term_guards, today=timezone.now().date(), where="intent term guard")
+        parse_guards(guards, today=timezone.now().date(), where=where)
+    except GuardError as exc:
+        error = entry_error(str(exc), index=exc.index - 1, field=exc.field, problem=exc.problem)
+        raise ValidationError({"term_guards": error}) from exc
     except NegotiatorError as exc:
         raise ValidationError({"term_guards": str(exc)}) from exc
 

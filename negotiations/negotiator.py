@@ -105,6 +105,17 @@ class NegotiatorError(Exception):
         self.usage = usage or Usage()
 
 
+class GuardError(NegotiatorError):
+    """A malformed term guard: the ``index``-th (from 1) of its list, wrong at its key ``field`` ("" for
+    the guard as a whole); ``problem`` is what the message says of it without naming it."""
+
+    def __init__(self, message: str, *, index: int = 0, field: str = "", problem: str = "") -> None:
+        super().__init__(message)
+        self.index = index
+        self.field = field
+        self.problem = problem or message
+
+
 @dataclass(frozen=True)
 class Violation:
     """One guard a move broke. ``reason`` is for the logs and the platform: it names the limit."""
@@ -270,8 +281,8 @@ def resolve_relative_date(text: str, today: date) -> str | None:
 def parse_guards(raw: object, *, today: date, where: str = "term guard") -> tuple[Guard, ...]:
     """The guards in ``raw`` (a list of guard dicts, see the module docstring), relative dates resolved.
 
-    Raises :class:`NegotiatorError` naming the first malformed guard, e.g.
-    "term guard 2 has op '<'; use one of <=, >=, ==, in".
+    Raises :class:`NegotiatorError` when ``raw`` is not a list, and :class:`GuardError` naming the
+    first malformed guard, e.g. "term guard 2 has op '<'; use one of <=, >=, ==, in".
     """
     if not isinstance(raw, list):
         raise NegotiatorError(f"{where}s must be a list of {{term, op, value}} objects")
@@ -279,34 +290,38 @@ def parse_guards(raw: object, *, today: date, where: str = "term guard") -> tupl
     for index, item in enumerate(raw, start=1):
         name = f"{where} {index}"
         if not isinstance(item, Mapping):
-            raise NegotiatorError(f"{name} must be an object {{term, op, value}}")
+            raise _guard_error(name, index, "", "must be an object {term, op, value}")
         term, op, value = item.get("term"), item.get("op"), item.get("value")
         if not isinstance(term, str) or not term:
-            raise NegotiatorError(f"{name} names no term")
+            raise _guard_error(name, index, "term", "names no term")
         if not isinstance(op, str) or op not in _GUARD_OPS:  # a list or object is no op (nor hashable)
-            raise NegotiatorError(f"{name} has op {op!r}; use one of <=, >=, ==, in")
+            raise _guard_error(name, index, "op", f"has op {op!r}; use one of <=, >=, ==, in")
         currency = item.get("currency") or ""
         if not isinstance(currency, str):
-            raise NegotiatorError(f"{name} has a currency that is not a string")
+            raise _guard_error(name, index, "currency", "has a currency that is not a string")
         if op == "in":
             if not isinstance(value, list) or not value or not all(_scalar(v) for v in value):
-                raise NegotiatorError(f"{name} needs a non-empty list of values for 'in'")
+                raise _guard_error(name, index, "value", "needs a non-empty list of values for 'in'")
             value = tuple(_resolved(v, today) for v in value)
         elif op == "==":
             if not _scalar(value):
-                raise NegotiatorError(f"{name} needs one value for '=='")
+                raise _guard_error(name, index, "value", "needs one value for '=='")
             value = _resolved(value, today)
         else:
             value = _resolved(value, today)
             if not offline.is_number(value) and not (isinstance(value, str) and _iso_date(value)):
-                raise NegotiatorError(f"{name} needs a number or a date for {op!r}")
+                raise _guard_error(name, index, "value", f"needs a number or a date for {op!r}")
         aspiration = item.get("aspiration")
         if aspiration is not None and not offline.is_number(aspiration):
-            raise NegotiatorError(f"{name} has an aspiration that is not a number")
+            raise _guard_error(name, index, "aspiration", "has an aspiration that is not a number")
         guards.append(
             Guard(term, _GUARD_OPS[op], value, currency, None if aspiration is None else float(aspiration))
         )
     return tuple(guards)
+
+
+def _guard_error(name: str, index: int, field: str, problem: str) -> GuardError:
+    return GuardError(f"{name} {problem}", index=index, field=field, problem=problem)
 
 
 def effective_guards(agent: Agent, intent: Intent | None = None, *, today: date) -> tuple[Guard, ...]:

@@ -49,6 +49,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     # ETags on GET responses, and 304 to a matching If-None-Match (the host API's reads).
     "django.middleware.http.ConditionalGetMiddleware",
+    # A form too large to read is shown again with a message (before the CSRF check reads it).
+    "parley.middleware.TooLargeFormMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",

@@ -12,17 +12,23 @@ import json
 import re
 from decimal import Decimal
 from html.parser import HTMLParser
-from typing import Any
+from typing import Any, get_args
+from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import AbstractUser
 from django.db import IntegrityError, transaction
+from django.template.defaultfilters import filesizeformat
 from django.test import Client
 from django.urls import reverse
+from rest_framework.test import APIClient
 
+from agents.config_forms import GUARD_OPS
 from agents.config_views import is_unique_violation
-from agents.models import Agent, ModelEndpoint, Tool
+from agents.models import SYSTEM_PROMPT_MAX_LENGTH, Agent, ModelEndpoint, Tool
+from negotiations.negotiator import GuardOp
 from parley.models import Membership, Tenant
+from parley.services import api_key_create
 from tests.agents.pages import member
 
 SCHEMA = {"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]}
@@ -33,12 +39,13 @@ DEEP_OBJECT = '{"a": ' * 50_000 + "1" + "}" * 50_000
 class PageForm(HTMLParser):
     """The fields of a page's ``<form class="config">`` as a browser submits them: text inputs and
     textareas as shown (a textarea's first newline dropped), checked boxes only, each select's
-    selected option (else its first)."""
+    selected option (else its first); nothing inside a ``<template>`` (the row JavaScript adds)."""
 
     def __init__(self, html: str) -> None:
         super().__init__()
         self.data: dict[str, list[str]] = {}
         self._in_form = False
+        self._in_template = False
         self._select: str | None = None
         self._options: list[tuple[str, bool]] = []
         self._textarea: str | None = None
@@ -52,7 +59,8 @@ class PageForm(HTMLParser):
         a = dict(attrs)
         if tag == "form" and "config" in (a.get("class") or "").split():
             self._in_form = True
-        if not self._in_form:
+        self._in_template = self._in_template or tag == "template"
+        if not self._in_form or self._in_template:
             return
         name = a.get("name")
         if tag == "input" and name and "disabled" not in a:
@@ -76,6 +84,8 @@ class PageForm(HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         if tag == "form":
             self._in_form = False
+        elif tag == "template":
+            self._in_template = False
         elif tag == "select" and self._select is not None:
             chosen = [value for value, selected in self._options if selected] or [self._options[0][0]]
             self._add(self._select, chosen[0])
@@ -308,11 +318,15 @@ def test_an_agent_is_created_with_every_field_group_and_round_trips_through_its_
             "system_prompt": ["You act for Vera. Never go below 900 EUR a day."],
             # Negotiation
             "terms": ["amount (number, EUR per day), currency"],
-            "term_guards": ['[{"term": "amount", "op": ">=", "value": 900, "currency": "EUR"}]'],
             "strategy": ["linear"],
             "max_turns": ["7"],
             "turn_timeout": ["90"],
             "evaluation_url": ["https://hooks.example/evaluate"],
+            # Term guards, in a blank row
+            "term_guards-0-term": ["amount"],
+            "term_guards-0-op": [">="],
+            "term_guards-0-value": ["900"],
+            "term_guards-0-currency": ["EUR"],
             # Allowed actions: keep propose and accept, drop counter, rename reject, add refer
             "actions-1-DELETE": ["on"],
             "actions-3-name": ["decline"],
@@ -330,7 +344,11 @@ def test_an_agent_is_created_with_every_field_group_and_round_trips_through_its_
             "history": ["window"],
             "history_window": ["5"],
             "on_busy": ["queue"],
-            "guardrails": ['[{"name": "no-email", "stage": "output", "action": "redact", "match": "email"}]'],
+            # Guardrails, in a blank row
+            "guardrails-0-name": ["no-email"],
+            "guardrails-0-stage": ["output"],
+            "guardrails-0-action": ["redact"],
+            "guardrails-0-match": ["email"],
             # Tools
             "tools": [str(ask_tool.pk), str(lookup.pk)],
             # Public endpoint
@@ -407,8 +425,21 @@ def test_an_agent_is_created_with_every_field_group_and_round_trips_through_its_
 
     # The edit page shows exactly what was saved: posted back untouched, it changes nothing.
     edit = page_form(ops, url("agent-edit", pk=vera.pk))
-    assert json.loads(edit["term_guards"][0]) == vera.term_guards
-    assert edit["term_guards"][0].startswith("[\n  {\n")  # pretty JSON
+    assert [edit[f"term_guards-0-{f}"] for f in ("term", "op", "value", "currency", "aspiration")] == [
+        ["amount"],
+        [">="],
+        ["900"],
+        ["EUR"],
+        [""],
+    ]
+    assert [edit[f"guardrails-0-{f}"] for f in ("name", "stage", "action", "match", "pattern")] == [
+        ["no-email"],
+        ["output"],
+        ["redact"],
+        ["email"],
+        [""],
+    ]
+    assert (edit["term_guards-TOTAL_FORMS"], edit["guardrails-TOTAL_FORMS"]) == (["3"], ["3"])
     assert (edit["fallback_models_0"], edit["fallback_models_1"]) == (["backup"], ["offline"])
     before = snapshot(vera)
     response = ops.post(url("agent-edit", pk=vera.pk), edit)
@@ -428,7 +459,9 @@ def test_an_edit_changes_every_field_group(
             "name": ["Tomas Ferreira"],
             "principal": [str(operator.pk)],
             "system_prompt": ["You act for Tomas Ferreira."],
-            "term_guards": ['[{"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"}]'],
+            "term_guards-0-term": ["amount"],
+            "term_guards-0-value": ["1100"],
+            "term_guards-0-currency": ["EUR"],
             "actions-0-description": ["make an offer"],
             "model": ["house"],
             "fallback_models_0": ["offline"],
@@ -477,56 +510,43 @@ def test_the_system_message_preview_shows_a_saved_edit(ops: Client, agent: Agent
 
 
 BAD_JSON = [
-    ("term_guards", '[{"term": "amount",', "Term guards: not valid JSON (Expecting property name"),
-    ("guardrails", "{oops}", "Guardrails: not valid JSON (Expecting property name enclosed in double quotes"),
     ("card_skills", "[", "Card skills: not valid JSON (Expecting value, line 1 column 2)."),
     ("card_fields", "{'a': 1}", "Card fields: not valid JSON (Expecting property name"),
     ("cors_origins", "[https://app.example.com]", "CORS origins: not valid JSON (Expecting value"),
+    (
+        "card_skills",
+        '[{"id": "x",\n  "name": "X" "description": "y"}]',
+        "Card skills: not valid JSON (Expecting ',' delimiter, line 2 column 15).",
+    ),
     # JSON Python reads but Postgres's jsonb cannot store, or too deep to read back (parley.strict_json).
     (
-        "term_guards",
-        '[{"term": "amount", "op": "<=", "value": NaN}]',
-        "Term guards: not valid JSON (NaN is not a JSON number).",
+        "card_skills",
+        '[{"id": "x", "tags": [NaN]}]',
+        "Card skills: not valid JSON (NaN is not a JSON number).",
     ),
-    (
-        "term_guards",
-        '[{"term": "amount", "op": "<=", "value": Infinity}]',
-        "Term guards: not valid JSON (Infinity is not a JSON number).",
-    ),
-    (
-        "term_guards",
-        '[{"term": "amount", "op": "<=", "value": 1e400}]',
-        "Term guards: not valid JSON (the number 1e400 is too large).",
-    ),
+    ("cors_origins", "[Infinity]", "CORS origins: not valid JSON (Infinity is not a JSON number)."),
+    ("card_fields", '{"x": 1e400}', "Card fields: not valid JSON (the number 1e400 is too large)."),
     (
         "card_fields",
         '{"capabilities": {"extensions": [{"uri": "https://e.example/x", "params": {"a": NaN}}]}}',
         "Card fields: not valid JSON (NaN is not a JSON number).",
     ),
-    ("term_guards", DEEP_OBJECT, "Term guards: not valid JSON (nested deeper than 100 levels)."),
+    ("card_skills", DEEP_OBJECT, "Card skills: not valid JSON (nested deeper than 100 levels)."),
     ("card_fields", DEEP_OBJECT, "Card fields: not valid JSON (nested deeper than 100 levels)."),
     (
-        "guardrails",
-        '[{"name": "x\\u0000", "stage": "output", "action": "redact", "match": "email"}]',
-        "Guardrails: not valid JSON (a string holds a NUL character",
+        "cors_origins",
+        '["https://x.example\\u0000"]',
+        "CORS origins: not valid JSON (a string holds a NUL character",
     ),
 ]
 
 REFUSED = [
     *BAD_JSON,
-    (
-        "guardrails",
-        '[{"name": "x", "stage": "inbound", "action": "redact", "match": "email"}]',
-        'guardrails[0].stage: "inbound" is not one of',
-    ),
     ("cors_origins", '["ftp://files.example"]', "'ftp://files.example' is not an origin"),
     ("card_fields", '{"signatures": []}', "Signatures are made by the platform, not set."),
     ("card_skills", '[{"id": "x", "bogus": 1}]', "Not a valid AgentSkill"),
     ("host_name", "Vera.Example.com", "Write the host name in lower case."),
     ("model", "gpt-unknown", "Model: gpt-unknown is not one of the choices."),
-    ("actions-2-state", "", "End state: a terminal action ends the task"),
-    ("actions-0-state", "completed", "End state: only an action that ends the negotiation has one."),
-    ("actions-1-name", "propose", "Allowed actions: correct the actions marked below."),
     ("max_steps", "-1", "Ensure this value is greater than or equal to 0."),
     # Caps that leave the agent nothing to do, and a turn timeout of no time (asyncio.wait_for(0)).
     ("max_steps", "0", "Ensure this value is greater than or equal to 1."),
@@ -536,6 +556,14 @@ REFUSED = [
     ("turn_timeout", "0", "Ensure this value is greater than or equal to 0.1."),
     ("turn_timeout", "-5", "Ensure this value is greater than or equal to 0.1."),
     ("turn_timeout", "1e308", "Ensure this value is less than or equal to 3600.0."),
+    # The hook is POSTed to: http or https only (agents.models.http_url_validator).
+    ("evaluation_url", "ftp://files.example/hook", "Enter an http:// or https:// URL."),
+    (
+        "system_prompt",
+        "x" * (SYSTEM_PROMPT_MAX_LENGTH + 1),
+        f"A system prompt has at most {SYSTEM_PROMPT_MAX_LENGTH} characters; this one has "
+        f"{SYSTEM_PROMPT_MAX_LENGTH + 1}.",
+    ),
 ]
 
 
@@ -549,24 +577,123 @@ def test_invalid_configuration_is_refused_at_its_field_and_nothing_is_saved(
 
     response = ops.post(url("agent-edit", pk=agent.pk), data)
 
-    shown = field if not field.startswith("actions-") else "allowed_actions"
-    errors = errors_of(response, shown)
+    errors = errors_of(response, field)
     assert errors, response.context["form"].errors
+    assert errors[0].startswith(message), errors
     html = response.content.decode()
-    if field.startswith("actions-"):
-        row = response.context["form"].actions.forms[int(field.split("-")[1])]
-        problems = [
-            *errors,
-            *row.errors.get("state", []),
-            *response.context["form"].actions.non_form_errors(),
-        ]
-        assert any(p.startswith(message) for p in problems), problems
-        assert 'href="#group-actions"' in html
-    else:
-        assert errors[0].startswith(message), errors
-        assert "Not saved: correct the fields marked below." in html
-        assert 'aria-invalid="true"' in html
+    assert "Not saved: correct the fields marked below." in html
+    assert f'href="#{response.context["form"][field].id_for_label}"' in html
+    assert 'aria-invalid="true"' in html
     assert snapshot(agent) == before
+
+
+# A guard and a guardrail as the page's rows post them; the tests change one cell.
+GUARD_ROW = {"term": "amount", "op": "<=", "value": "1200", "currency": "EUR", "aspiration": ""}
+GUARDRAIL_ROW = {"name": "no-email", "stage": "output", "action": "redact", "match": "email", "pattern": ""}
+
+ROW_REFUSED = [
+    # (setting, the cells changed in its first row, the cell the error is at, the error there)
+    ("term_guards", {"value": "soon"}, "value", "Value: needs a number or a date for '<='"),
+    ("term_guards", {"op": "<"}, "op", "Operator: has op '<'; use one of <=, >=, ==, in"),
+    ("term_guards", {"term": ""}, "term", "Term: names no term"),
+    ("term_guards", {"op": "in", "value": ""}, "value", "Value: give the limit."),
+    (
+        "term_guards",
+        {"op": "in", "value": '["EUR", "USD"'},
+        "value",
+        "Value: not valid JSON (Expecting ',' delimiter, line 1 column 14).",
+    ),
+    (
+        "term_guards",
+        {"aspiration": "high"},
+        "aspiration",
+        "Opening value: has an aspiration that is not a number",
+    ),
+    ("guardrails", {"stage": "inbound"}, "stage", 'Stage: "inbound" is not one of "input", "output".'),
+    ("guardrails", {"stage": ""}, "stage", 'Stage: required, one of "input", "output".'),
+    ("guardrails", {"name": ""}, "name", "Name: required, and not blank."),
+    (
+        "guardrails",
+        {"match": "regex", "pattern": "(ORD-"},
+        "pattern",
+        "Pattern: does not compile (missing ), unterminated subpattern at position 0).",
+    ),
+    ("guardrails", {"match": "regex"}, "pattern", "Pattern: required for a regex guardrail."),
+    ("guardrails", {"pattern": "ORD-"}, "pattern", 'Pattern: only a "regex" guardrail has one.'),
+    ("guardrails", {"match": "regex", "pattern": "x*"}, "pattern", "Pattern: matches empty text."),
+    (
+        "allowed_actions",
+        {"state": "completed"},
+        "state",
+        "End state: only an action that ends the negotiation",
+    ),
+    ("allowed_actions", {"terminal": "on"}, "state", "End state: a terminal action ends the task"),
+    ("allowed_actions", {"name": ""}, "name", "Name: every action needs one."),
+]
+PREFIX = {"term_guards": "term_guards", "guardrails": "guardrails", "allowed_actions": "actions"}
+SETTING_LABEL = {
+    "term_guards": "Term guards",
+    "guardrails": "Guardrails",
+    "allowed_actions": "Allowed actions",
+}
+GROUP = {"term_guards": "term-guards", "guardrails": "guardrails", "allowed_actions": "actions"}
+
+
+def with_row(data: dict[str, list[str]], prefix: str, index: int, cells: dict[str, str]) -> None:
+    for name, value in cells.items():
+        data[f"{prefix}-{index}-{name}"] = [value]
+
+
+@pytest.mark.parametrize(("setting", "cells", "at", "message"), ROW_REFUSED)
+def test_a_row_that_cannot_work_is_refused_at_its_row_and_cell_and_nothing_is_saved(
+    ops: Client, agent: Agent, setting: str, cells: dict[str, str], at: str, message: str
+) -> None:
+    """A guard, guardrail or action is refused at its row and cell, in the words of the check that
+    refuses it (the words the API answers); the setting points at its rows."""
+    data = page_form(ops, url("agent-edit", pk=agent.pk))
+    prefix = PREFIX[setting]
+    base = {"term_guards": GUARD_ROW, "guardrails": GUARDRAIL_ROW, "allowed_actions": {}}[setting]
+    with_row(data, prefix, 0, {**base, **cells})
+    before = snapshot(agent)
+
+    response = ops.post(url("agent-edit", pk=agent.pk), data)
+
+    form = response.context["form"]
+    rows = form.rows[setting]
+    assert [e for e in rows.forms[0].errors.get(at, []) if e.startswith(message)], rows.forms[0].errors
+    assert errors_of(response, setting) == [
+        f"{SETTING_LABEL[setting]}: correct the {rows.noun.lower()}s marked below."
+    ]
+    html = response.content.decode()
+    assert f'<a href="#group-{GROUP[setting]}">{SETTING_LABEL[setting]}</a>' in html
+    assert f'id="id_{prefix}-0-{at}_error"' in html
+    assert snapshot(agent) == before
+
+
+def test_a_rows_error_is_shown_at_its_row_when_rows_above_it_are_deleted_or_blank(
+    ops: Client, agent: Agent
+) -> None:
+    agent.term_guards = [
+        {"term": "amount", "op": "<=", "value": 1200},
+        {"term": "days", "op": "<=", "value": 5},
+    ]
+    agent.save()
+    data = page_form(ops, url("agent-edit", pk=agent.pk))
+    data["term_guards-0-DELETE"] = ["on"]
+    with_row(data, "term_guards", 1, {"value": "5 days"})
+    with_row(data, "guardrails", 0, GUARDRAIL_ROW)
+    with_row(data, "guardrails", 1, {**GUARDRAIL_ROW, "name": "no-email"})  # a second row, same name
+
+    response = ops.post(url("agent-edit", pk=agent.pk), data)
+
+    form = response.context["form"]
+    guards, guardrails = form.rows["term_guards"].forms, form.rows["guardrails"].forms
+    assert (guards[0].errors, guards[1].errors) == (
+        {},
+        {"value": ["Value: needs a number or a date for '<='"]},
+    )
+    assert (guardrails[0].errors, guardrails[1].errors) == ({}, {"name": ['Name: "no-email" is used twice.']})
+    assert agent.term_guards == Agent.objects.get(pk=agent.pk).term_guards
 
 
 def test_the_actions_need_distinct_names_and_at_least_one_action(ops: Client, agent: Agent) -> None:
@@ -575,7 +702,7 @@ def test_the_actions_need_distinct_names_and_at_least_one_action(ops: Client, ag
 
     data["actions-1-name"] = ["propose"]
     response = ops.post(url("agent-edit", pk=agent.pk), data)
-    assert response.context["form"].actions.non_form_errors() == [
+    assert response.context["form"].rows["allowed_actions"].non_form_errors() == [
         "Allowed actions: propose named more than once."
     ]
 
@@ -583,7 +710,7 @@ def test_the_actions_need_distinct_names_and_at_least_one_action(ops: Client, ag
     for row in range(4):
         data[f"actions-{row}-DELETE"] = ["on"]
     response = ops.post(url("agent-edit", pk=agent.pk), data)
-    assert response.context["form"].actions.non_form_errors() == [
+    assert response.context["form"].rows["allowed_actions"].non_form_errors() == [
         "Allowed actions: the agent needs at least one action."
     ]
     assert snapshot(agent) == before
@@ -715,16 +842,264 @@ def test_a_new_agent_with_a_forged_tool_is_not_created(
     assert not Agent.objects.filter(slug="vera").exists()
 
 
-def test_a_malformed_term_guard_is_refused_at_its_field(ops: Client, agent: Agent) -> None:
+# --- The page and the API refuse in the same words ---------------------------------------------------
+
+
+@pytest.fixture
+def api(tenant: Tenant, owner: AbstractUser) -> APIClient:
+    client = APIClient()
+    raw = api_key_create(tenant=tenant, name="backend", scopes=("read", "admin"), user=owner)[1]
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return client
+
+
+def api_refusal(response: Any, field: str) -> list[str]:
+    assert response.status_code == 400, response.content
+    messages: list[str] = response.json()["error"]["fields"][field]
+    return messages
+
+
+SAME_WORDS = [
+    ("card_skills", {"not": "a list"}),
+    ("card_skills", [{"id": "x", "bogus": 1}]),
+    ("card_fields", ["not", "an", "object"]),
+    ("card_fields", {"signatures": []}),
+    ("cors_origins", {"not": "a list"}),
+    ("cors_origins", ["ftp://files.example"]),
+    ("evaluation_url", "ftp://files.example/hook"),
+    ("system_prompt", "x" * (SYSTEM_PROMPT_MAX_LENGTH + 1)),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), SAME_WORDS)
+def test_a_setting_is_refused_on_the_page_in_the_words_of_the_api(
+    ops: Client, api: APIClient, agent: Agent, field: str, value: Any
+) -> None:
+    """What the model's checks say of a setting, the page shows at its field word for word (not the
+    form field's stock "Enter a valid JSON." or "Enter a valid URL.")."""
     data = page_form(ops, url("agent-edit", pk=agent.pk))
-    data["term_guards"] = ['[{"term": "amount", "op": "<", "value": 1100}]']
-    before = snapshot(agent)
+    data[field] = [value if isinstance(value, str) else json.dumps(value)]
+
+    page = errors_of(ops.post(url("agent-edit", pk=agent.pk), data), field)
+    answered = api_refusal(api.patch(f"/api/v1/agents/{agent.pk}", {field: value}, format="json"), field)
+
+    assert page == answered
+    assert not any(m.startswith("Enter a valid") and m.endswith(("JSON.", "URL.")) for m in page)
+
+
+@pytest.mark.parametrize(
+    ("setting", "entry", "cells", "at"),
+    [
+        (
+            "term_guards",
+            {"term": "amount", "op": "<=", "value": "soon"},
+            {**GUARD_ROW, "value": "soon"},
+            "value",
+        ),
+        (
+            "guardrails",
+            {"name": "no-id", "stage": "output", "action": "block", "match": "regex", "pattern": "(ORD-"},
+            {"name": "no-id", "stage": "output", "action": "block", "match": "regex", "pattern": "(ORD-"},
+            "pattern",
+        ),
+    ],
+)
+def test_a_row_is_refused_in_the_words_of_the_api(
+    ops: Client,
+    api: APIClient,
+    agent: Agent,
+    setting: str,
+    entry: dict[str, Any],
+    cells: dict[str, str],
+    at: str,
+) -> None:
+    """The row says what the API says of the same entry, less the entry's name (the row is its place)."""
+    data = page_form(ops, url("agent-edit", pk=agent.pk))
+    with_row(data, PREFIX[setting], 0, cells)
+
+    form = ops.post(url("agent-edit", pk=agent.pk), data).context["form"]
+    answered = api_refusal(
+        api.patch(f"/api/v1/agents/{agent.pk}", {setting: [entry]}, format="json"), setting
+    )
+
+    [shown] = form.rows[setting].forms[0].errors[at]
+    label, problem = shown.split(": ", 1)
+    assert label == form.rows[setting].forms[0].fields[at].label
+    assert [m.endswith(f" {problem}") or m.endswith(f": {problem}") for m in answered] == [True]
+
+
+def test_a_tools_parameters_are_refused_on_the_page_in_the_words_of_the_api(
+    ops: Client, api: APIClient, lookup: Tool
+) -> None:
+    data = page_form(ops, url("tool-edit", pk=lookup.pk))
+    data["parameters"] = ["[1, 2]"]
+
+    page = errors_of(ops.post(url("tool-edit", pk=lookup.pk), data), "parameters")
+    answered = api_refusal(
+        api.patch(f"/api/v1/tools/{lookup.pk}", {"parameters": [1, 2]}, format="json"), "parameters"
+    )
+
+    assert page == answered == ["A JSON Schema for arguments must be a JSON object."]
+
+
+# --- Term guards and guardrails, row by row ---------------------------------------------------------
+
+
+def test_the_term_guard_editor_offers_exactly_the_operators_the_negotiator_reads() -> None:
+    assert [op for op, _ in GUARD_OPS] == list(get_args(GuardOp))
+
+
+STORED_GUARDS = [
+    {"term": "amount", "op": "<=", "value": 1200, "currency": "EUR", "aspiration": 900},
+    {"term": "rate", "op": ">=", "value": 12.5},
+    {"term": "start", "op": ">=", "value": "2030-01-01"},
+    {"term": "start", "op": "<=", "value": "next friday"},
+    {"term": "code", "op": "==", "value": "1200"},
+    {"term": "remote", "op": "==", "value": True},
+    {"term": "currency", "op": "in", "value": ["EUR", "USD"]},
+    {"term": "seats", "op": "in", "value": [1, "2", "a, b"]},
+]
+# How each stored guard's value is shown in its row, to be read back as it is.
+SHOWN_VALUES = ["1200", "12.5", "2030-01-01", "next friday", '"1200"', "true", "EUR, USD", '[1, "2", "a, b"]']
+
+
+def test_stored_term_guards_show_in_their_rows_and_save_back_unchanged(ops: Client, agent: Agent) -> None:
+    agent.term_guards = STORED_GUARDS
+    agent.save()
+
+    data = page_form(ops, url("agent-edit", pk=agent.pk))
+
+    assert [data[f"term_guards-{i}-value"][0] for i in range(len(STORED_GUARDS))] == SHOWN_VALUES
+    assert (data["term_guards-0-aspiration"], data["term_guards-0-currency"]) == (["900"], ["EUR"])
+    assert data["term_guards-TOTAL_FORMS"] == [str(len(STORED_GUARDS) + 2)]
+    assert ops.post(url("agent-edit", pk=agent.pk), data).status_code == 302
+    agent.refresh_from_db()
+    assert agent.term_guards == STORED_GUARDS
+
+
+def test_term_guards_and_guardrails_are_added_changed_and_removed_row_by_row(
+    ops: Client, agent: Agent
+) -> None:
+    agent.term_guards = [
+        {"term": "amount", "op": "<=", "value": 1200},
+        {"term": "days", "op": "<=", "value": 5},
+    ]
+    agent.guardrails = [
+        {"name": "no-email", "stage": "output", "action": "redact", "match": "email"},
+        {"name": "no-phone", "stage": "output", "action": "redact", "match": "phone"},
+    ]
+    agent.save()
+    data = page_form(ops, url("agent-edit", pk=agent.pk))
+    # The first guard changes, the second is cleared (a blank row adds nothing), two are added.
+    with_row(data, "term_guards", 0, {"value": "1100", "currency": "EUR"})
+    with_row(data, "term_guards", 1, {"term": "", "value": ""})
+    with_row(data, "term_guards", 2, {"term": "currency", "op": "in", "value": "EUR, USD"})
+    with_row(data, "term_guards", 3, {"term": "code", "op": "==", "value": '"007"'})
+    # The first guardrail is deleted, one is added after the second.
+    data["guardrails-0-DELETE"] = ["on"]
+    with_row(data, "guardrails", 2, {"name": "no-ids", "stage": "input", "action": "block", "match": "regex"})
+    data["guardrails-2-pattern"] = [r"ORD-\d+"]
 
     response = ops.post(url("agent-edit", pk=agent.pk), data)
 
-    assert response.status_code == 200
-    assert errors_of(response, "term_guards")
+    assert response.status_code == 302, response.context and response.context["form"].errors
+    agent.refresh_from_db()
+    assert agent.term_guards == [
+        {"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"},
+        {"term": "currency", "op": "in", "value": ["EUR", "USD"]},
+        {"term": "code", "op": "==", "value": "007"},
+    ]
+    assert agent.guardrails == [
+        {"name": "no-phone", "stage": "output", "action": "redact", "match": "phone"},
+        {"name": "no-ids", "stage": "input", "action": "block", "match": "regex", "pattern": r"ORD-\d+"},
+    ]
+
+
+def test_the_rows_editors_are_labelled_groups_that_work_without_javascript(ops: Client, agent: Agent) -> None:
+    """Each row is a fieldset named by its legend, each cell labelled; blank rows are there to fill in,
+    and the "Add" button, which needs JavaScript, is hidden until the script shows it."""
+    html = ops.get(url("agent-edit", pk=agent.pk)).content.decode()
+
+    for prefix, noun in (("term_guards", "term guard"), ("guardrails", "guardrail"), ("actions", "action")):
+        assert f'<ol class="rows" id="{prefix}-rows">' in html
+        assert (
+            f'<button type="button" class="secondary add-row" data-rows="{prefix}" data-max="50" hidden>'
+            in html
+        )
+        assert f"Add a {noun}</button>" in html
+        assert f'<template id="{prefix}-new">' in html
+    assert "<legend>Term guard 1 (new)</legend>" in html
+    assert "<legend>Guardrail 2 (new)</legend>" in html
+    assert '<label for="id_term_guards-0-value">Value:</label>' in html
+    assert '<label for="id_guardrails-1-pattern">Pattern:</label>' in html
+    assert 'src="/static/parley/forms.js"' in html
+
+
+# --- A form too large to read ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", ["multipart", "urlencoded"])
+def test_a_form_too_large_to_read_gets_the_form_back_with_a_message_not_a_bare_400(
+    ops: Client, agent: Agent, encoding: str
+) -> None:
+    data = page_form(ops, url("agent-edit", pk=agent.pk))
+    data["system_prompt"] = ["x" * 3_000_000]
+    before = snapshot(agent)
+
+    if encoding == "multipart":
+        response = ops.post(url("agent-edit", pk=agent.pk), data)
+    else:
+        body = urlencode(data, doseq=True)
+        response = ops.post(
+            url("agent-edit", pk=agent.pk), body, content_type="application/x-www-form-urlencoded"
+        )
+
+    assert response.status_code == 413
+    sent = int(response.wsgi_request.META["CONTENT_LENGTH"])
+    html = response.content.decode()
+    assert response.context["too_large"] == (
+        f"Not saved: this form sent {filesizeformat(sent)}, more than the 2.5\xa0MB a form may send, so "
+        "nothing in it could be read: the form below is as it was before your changes. Shorten the "
+        "longest text (a system prompt has at most 100000 characters) and save again."
+    )
+    assert '<div class="form-error" role="alert" id="too-large">' in html
+    assert response.context["form"]["system_prompt"].value() == "You act for Tomas."
+    assert "<h1>Edit" in html
     assert snapshot(agent) == before
+
+
+def test_a_form_too_large_to_read_is_still_only_for_operators_of_the_tenant(
+    client: Client, tenant: Tenant, agent: Agent, seller: Agent
+) -> None:
+    client.force_login(member(tenant, "sam", Membership.Role.PRINCIPAL))
+    big = {"name": "x", "system_prompt": "x" * 3_000_000}
+    assert client.post(url("agent-edit", pk=agent.pk), big).status_code == 403
+    client.force_login(member(tenant, "oli", Membership.Role.OPERATOR))
+    assert client.post(url("agent-edit", pk=seller.pk), big).status_code == 404
+    assert client.post(url("tool-create"), big).status_code == 413
+
+
+# --- The agent's sub-navigation ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("page", ["system-message", "agent-edit"])
+def test_the_system_message_preview_and_the_editor_have_the_agents_sub_navigation(
+    ops: Client, agent: Agent, page: str
+) -> None:
+    html = ops.get(url(page, pk=agent.pk)).content.decode()
+
+    links = {
+        "Edit": url("agent-edit", pk=agent.pk),
+        "System message": url("system-message", pk=agent.pk),
+        "Card preview": reverse("a2a_gateway:card", kwargs={"tenant": "acme", "pk": agent.pk}),
+        "Grounding documents": reverse("a2a_gateway:documents", kwargs={"tenant": "acme", "pk": agent.pk}),
+        "Inbound keys": reverse("a2a_gateway:keys", kwargs={"tenant": "acme", "pk": agent.pk}),
+        "Agent Exchange": reverse("a2a_gateway:exchange", kwargs={"tenant": "acme", "pk": agent.pk}),
+    }
+    for text, href in links.items():
+        current = ' aria-current="page"' if href == url(page, pk=agent.pk) else ""
+        assert f'<a href="{href}"{current}>{text}</a>' in html, text
+    assert f'Agent <a href="{url("agent", pk=agent.pk)}">Tomas&#x27;s agent</a>' in html
 
 
 # --- Tools -------------------------------------------------------------------------------------------
@@ -791,12 +1166,9 @@ def test_a_tool_edit_page_reads_back_and_round_trips(ops: Client, lookup: Tool) 
 @pytest.mark.parametrize(
     ("fields", "field", "message"),
     [
-        ({"parameters": '{"type": 5}'}, "parameters", "Parameters: Not a valid JSON Schema: schema.type:"),
-        (
-            {"parameters": "[1, 2]"},
-            "parameters",
-            "Parameters: A JSON Schema for arguments must be a JSON object.",
-        ),
+        # The model's own words, as the API answers them (not the form field's "Enter a valid JSON.").
+        ({"parameters": '{"type": 5}'}, "parameters", "Not a valid JSON Schema: schema.type:"),
+        ({"parameters": "[1, 2]"}, "parameters", "A JSON Schema for arguments must be a JSON object."),
         ({"parameters": '{"type": '}, "parameters", "Parameters (JSON Schema): not valid JSON"),
         (
             {"parameters": '{"type": "object", "maximum": NaN}'},
@@ -978,14 +1350,12 @@ def test_the_new_agent_form_saves_its_json_fields_as_they_are_shown(ops: Client)
     """Each JSON field of a new agent shows its empty value, never ``null``, which the form itself
     would refuse on saving."""
     html = ops.get(url("agent-create")).content.decode()
-    fields = ["term_guards", "guardrails", "card_skills", "card_fields", "cors_origins"]
+    fields = ["card_skills", "card_fields", "cors_origins"]
     shown = {
         name: re.search(rf'<textarea name="{name}"[^>]*>\s*(.*?)</textarea>', html, re.S) for name in fields
     }
     assert all(match is not None for match in shown.values()), shown
     assert {name: match.group(1).strip() for name, match in shown.items() if match} == {
-        "term_guards": "[]",
-        "guardrails": "[]",
         "card_skills": "[]",
         "card_fields": "{}",
         "cors_origins": "[]",

@@ -26,7 +26,7 @@ from a2a_gateway.models import GroundingDocument
 from a2a_gateway.signing import signing_key_create
 from agents import services
 from agents.instructions import system_message
-from agents.models import Agent, Intent, ModelEndpoint, Run, Tool
+from agents.models import SYSTEM_PROMPT_MAX_LENGTH, Agent, Intent, ModelEndpoint, Run, Tool
 from parley.models import Membership, Tenant
 from tests.conftest import make_user
 
@@ -288,6 +288,21 @@ AGENT_REFUSED: list[tuple[str, Any, str]] = [
     ("card_skills", [{"id": "x", "bogus": 1}], "Not a valid AgentSkill"),
     ("host_name", "Vera.Example.com", "Write the host name in lower case."),
     ("evaluation_url", "not a url", "Enter a valid URL."),
+    # The hook is POSTed to: http(s) only, by the model's validator the operator's page uses too.
+    ("evaluation_url", "ftp://files.example/hook", "Enter an http:// or https:// URL."),
+    ("evaluation_url", "ftps://files.example/hook", "Enter an http:// or https:// URL."),
+    (
+        "system_prompt",
+        "x" * (SYSTEM_PROMPT_MAX_LENGTH + 1),
+        f"A system prompt has at most {SYSTEM_PROMPT_MAX_LENGTH} characters; this one has "
+        f"{SYSTEM_PROMPT_MAX_LENGTH + 1}.",
+    ),
+    ("guardrails", {"not": "a list"}, "guardrails: must be a list."),
+    (
+        "guardrails",
+        [{"name": "x", "stage": "output", "action": "block", "match": "regex", "pattern": "("}],
+        "guardrails[0].pattern: does not compile (missing ), unterminated subpattern at position 0).",
+    ),
     ("principal", "nobody", "No member of this tenant has the username nobody."),
     ("intake_owner", "nobody", "No member of this tenant has the username nobody."),
     ("tools", [987654], "This tenant has no tool with the id 987654."),
@@ -306,6 +321,19 @@ def test_a_setting_the_agent_cannot_work_with_is_refused_at_its_field_and_nothin
     assert list(problems) == [field]
     assert any(m.startswith(message) for m in problems[field]), problems
     assert stored() == before
+
+
+def test_an_http_evaluation_url_and_a_system_prompt_at_the_limit_are_taken(
+    api: APIClient, agent: Agent
+) -> None:
+    prompt = "x" * SYSTEM_PROMPT_MAX_LENGTH
+    body = {"evaluation_url": "http://hooks.example/evaluate", "system_prompt": prompt}
+
+    response = api.patch(f"/api/v1/agents/{agent.pk}", body, format="json")
+
+    assert response.status_code == 200, response.content
+    agent.refresh_from_db()
+    assert (agent.evaluation_url, agent.system_prompt) == ("http://hooks.example/evaluate", prompt)
 
 
 def test_a_slug_another_agent_of_the_tenant_has_is_refused_at_the_slug(api: APIClient, agent: Agent) -> None:

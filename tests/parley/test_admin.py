@@ -70,16 +70,31 @@ def root(client: Client) -> Client:
 
 
 @pytest.mark.django_db
-def test_an_agent_refuses_a_malformed_guardrail_naming_it(root: Client) -> None:
+@pytest.mark.parametrize(
+    ("guardrails", "message"),
+    [
+        (
+            [{"name": "no-email", "stage": "inbound", "action": "redact", "match": "email"}],
+            'guardrails[0].stage: "inbound" is not one of "input", "output".',
+        ),
+        # Valid JSON of the wrong shape, in the check's words, not the JSON field's "Enter a valid JSON.".
+        ({"not": "a list"}, "guardrails: must be a list."),
+        (
+            [{"name": "x", "stage": "output", "action": "block", "match": "regex", "pattern": "("}],
+            "guardrails[0].pattern: does not compile (missing ), unterminated subpattern at position 0).",
+        ),
+    ],
+)
+def test_an_agent_refuses_a_malformed_guardrail_naming_it(
+    root: Client, guardrails: object, message: str
+) -> None:
     tenant = Tenant.objects.create(slug="acme", name="Acme")
-    guardrails = [{"name": "no-email", "stage": "inbound", "action": "redact", "match": "email"}]
     response = root.post(
         "/admin/agents/agent/add/", {**AGENT_FORM, "tenant": tenant.pk, "guardrails": json.dumps(guardrails)}
     )
 
     assert response.status_code == 200
-    [error] = response.context["adminform"].form.errors["guardrails"]
-    assert error.startswith('guardrails[0].stage: "inbound" is not one of')
+    assert response.context["adminform"].form.errors["guardrails"] == [message]
     assert not Agent.objects.exists()
 
 
@@ -123,8 +138,8 @@ def test_an_agent_refuses_another_tenants_tool(root: Client) -> None:
                 "secret": "s",
                 "parameters": '{"type": 5}',
             },
-            "__all__",
-            "",
+            "parameters",
+            "Not a valid JSON Schema: schema.type: 5 is not valid",
         ),
     ],
 )
