@@ -35,6 +35,7 @@ from agents.models import Agent, Intent, Run
 from agents.services import require_may_act, run_budget_spent, run_usage_add, tool_call_complete
 from negotiations import client, digest, evaluation, negotiator, selectors
 from negotiations.models import Batch, Negotiation, Settlement, Turn
+from negotiations.rules import check_move
 from negotiations.selectors import move_of, turns_record
 from negotiations.verdict import settle
 from negotiations.wire import Entry, Move, MoveError, TaskRecord, parse_move, task_record_from_json
@@ -352,7 +353,9 @@ def _record_exchange(
     Returns the settlement the exchange reached (None while no side has closed)
     and the turns written, ours first. The returned Task must carry our record
     unchanged — every earlier message by id, then the message we just sent —
-    followed by their reply; anything else is refused with
+    followed by their reply, a move within the rules their card publishes if it
+    publishes any (:func:`negotiations.rules.check_move`, the rule their own
+    gateway holds our moves to); anything else is refused with
     :class:`client.CounterpartyError` and nothing is written. The verdict is
     computed over our own record, never theirs.
     """
@@ -376,6 +379,13 @@ def _record_exchange(
         if len(replies) != 1 or replies[0][1].role != "agent":
             raise client.CounterpartyError("its Task does not carry exactly one reply of its own to our move")
         reply = replies[0][1].move
+        if reply is not None and exchange.rules is not None:
+            try:
+                check_move(reply, exchange.rules)
+            except MoveError as exc:
+                raise client.CounterpartyError(
+                    f"its reply breaks the move rules its card publishes: {exc}"
+                ) from exc
         used = {t.offer_id for t in negotiation.turns.all() if t.offer_id} | {move.offer_id}
         if reply is not None and reply.offer_id and reply.offer_id in used:
             raise client.CounterpartyError(f"its reply reuses the offer id {reply.offer_id!r}")
@@ -457,7 +467,9 @@ def inbound_check(*, agent: Agent, task_id: str, incoming: dict[str, Any]) -> Mo
 
     Reads only: the gateway calls it before the SDK sets up the task, so a
     refused message writes nothing. Raises :class:`MoveError` (no valid move in
-    the first data part, or a replayed message or offer id),
+    the first data part; an action outside the agent's vocabulary or a declared
+    term of another type, :func:`negotiations.negotiator.move_rules`; a replayed
+    message or offer id),
     :class:`NegotiationClosed` (the negotiation is settled for good; an
     ``unanswered`` one takes further moves) or :class:`NegotiationBusy` (a first
     message — ``task_id`` empty or naming no inbound negotiation — while the
@@ -468,6 +480,7 @@ def inbound_check(*, agent: Agent, task_id: str, incoming: dict[str, Any]) -> Mo
     if not data:
         raise MoveError("the message has no data part carrying a move {action, message, …}")
     move = parse_move(data[0])
+    check_move(move, negotiator.move_rules(agent))
     negotiation = (
         Negotiation.objects.for_tenant(agent.tenant_id)
         .filter(agent=agent, direction=Negotiation.Direction.INBOUND, task_id=task_id)
