@@ -14,8 +14,8 @@ The agent is resolved once, at the edge, by :class:`ResolveAgent`; an unknown
 one (or a path segment that is no slug) is a 404 before the SDK sees the
 request. Bodies over ``A2A_MAX_BODY_BYTES`` are refused with 413. The edge
 also answers what the SDK cannot: a :class:`a2a_gateway.executor.Refused`
-raised while admitting a message (its own HTTP status and code: 409, 429 or
-503 with -32010, 409 with -32002) replaces the SDK's own answer, so JSON-RPC
+raised while admitting a message (its own HTTP status and code: 200, 409, 429
+or 503 with -32010, 409 with -32002) replaces the SDK's own answer, so JSON-RPC
 is parsed only by the SDK.
 """
 

@@ -5,6 +5,15 @@ What a card says, in order of derivation:
 * identity — name, description, version, the tenant as provider; the party the
   agent acts for as our extension :data:`PARTY_EXTENSION`, ``params``
   ``{"partyId": agent.party_id}`` (left out when the agent names no party);
+* what it takes — ``application/json`` (a move is one data part), and
+  ``text/plain`` only where its representative face answers plain text
+  (:func:`a2a_gateway.representative.face_on`); it answers in both (a move,
+  or a text reply: the holding reply, the try-again text, a visitor's answer);
+* how to negotiate with it — our extension
+  :data:`negotiations.rules.NEGOTIATION_EXTENSION`: its vocabulary, the terms
+  it declares (name, type, unit, currency) and the JSON Schema of a move's
+  data part (docs/move-rules.md), the rules every inbound move is checked
+  against; the ``negotiate`` skill says the same in words;
 * where — one JSON-RPC URL, offered at A2A 1.0 and 0.3: the agent's URL under
   ``PUBLIC_BASE_URL``, or the root of its own host name when the card is
   served there (:func:`endpoint_url`);
@@ -57,12 +66,17 @@ from agents.models import Agent
 from exchange import wire
 from exchange.models import ExchangeProfile
 from exchange.services import profile_of
+from negotiations.negotiator import move_rules
+from negotiations.rules import NEGOTIATION_EXTENSION, extension_params
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=ProtobufMessage)
 _CAMEL = re.compile(r"_([a-z])")
 
-MODES = ["application/json", "text/plain"]
+# A move is one data part (JSON); plain text is a visitor's question, where the representative takes it.
+MOVE_MODE = "application/json"
+TEXT_MODE = "text/plain"
+MODES = [MOVE_MODE, TEXT_MODE]
 
 # The party an agent acts for. A fixed URI, not one under PUBLIC_BASE_URL: an extension URI names
 # the extension's meaning, which is the same on every Parley deployment, so a client can recognise it.
@@ -135,7 +149,22 @@ def card_document(agent: Agent, *, host_name: str | None = None) -> dict[str, An
     key = signing.active_signing_key(agent.tenant_id)
     if key is not None:
         card = signing.sign_card(card, key, jku=jwks_url(endpoint_url(agent, host_name=host_name)))
-    return agent_card_to_dict(card)
+    document = agent_card_to_dict(card)
+    # Extension params are protobuf Structs, whose keys come out in an order that differs from one
+    # process to the next: sorted, every web process serves the same bytes.
+    for extension in document.get("capabilities", {}).get("extensions", []):
+        if "params" in extension:
+            extension["params"] = _sorted_keys(extension["params"])
+    return document
+
+
+def _sorted_keys(value: Any) -> Any:
+    """``value`` (JSON) with the keys of every object in it sorted."""
+    if isinstance(value, dict):
+        return {key: _sorted_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(item) for item in value]
+    return value
 
 
 def agent_card(agent: Agent, *, host_name: str | None = None) -> AgentCard:
@@ -166,12 +195,13 @@ def derived_card(agent: Agent, *, host_name: str | None = None) -> AgentCard:
             AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="0.3"),
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=True),
-        default_input_modes=MODES,
+        default_input_modes=input_modes(agent),
         default_output_modes=MODES,
         skills=derived_skills(agent),
     )
     if agent.party_id:
         card.capabilities.extensions.append(party_extension(agent))
+    card.capabilities.extensions.append(negotiation_extension(agent))
     profile = profile_of(agent)
     if profile is not None:
         card.capabilities.extensions.append(exchange_extension(url, profile))
@@ -180,6 +210,31 @@ def derived_card(agent: Agent, *, host_name: str | None = None) -> AgentCard:
         card.security_schemes[name].CopyFrom(scheme)
         card.security_requirements.append(SecurityRequirement(schemes={name: StringList()}))
     return card
+
+
+def input_modes(agent: Agent) -> list[str]:
+    """What ``agent`` takes: moves as JSON, and plain text only where its representative face
+    answers it (:func:`a2a_gateway.representative.takes`); to any other agent plain text is no move,
+    and refused."""
+    return MODES if representative.face_on(agent) else [MOVE_MODE]
+
+
+def negotiation_extension(agent: Agent) -> AgentExtension:
+    """How to negotiate with ``agent``: ``params`` are :func:`negotiations.rules.extension_params`
+    of its move rules (:func:`negotiations.negotiator.move_rules`) — ``actions``, ``terms`` and
+    ``moveSchema`` — which every inbound move is checked against."""
+    params = Struct()
+    params.update(extension_params(move_rules(agent)))
+    return AgentExtension(
+        uri=NEGOTIATION_EXTENSION,
+        description=(
+            "Negotiation moves: params.actions is this agent's vocabulary, params.terms the terms it "
+            "declares (name, type, unit, currency), params.moveSchema the JSON Schema of a move's data "
+            "part. Moves outside them are refused with -32602."
+        ),
+        required=False,
+        params=params,
+    )
 
 
 def party_extension(agent: Agent) -> AgentExtension:
@@ -232,10 +287,12 @@ def derived_skills(agent: Agent) -> list[AgentSkill]:
             name="Negotiate",
             description=(
                 f"Negotiates on its party's behalf over A2A message/send. Understands: {vocabulary(agent)}."
+                + terms_sentence(agent)
             ),
             tags=["negotiation"],
-            input_modes=["application/json"],
-            output_modes=["application/json"],
+            input_modes=[MOVE_MODE],
+            # A text reply too: the holding reply while its party is consulted, the try-again text.
+            output_modes=MODES,
         )
     ]
     if representative.face_on(agent):
@@ -270,6 +327,19 @@ def vocabulary(agent: Agent) -> str:
     )
 
 
+def terms_sentence(agent: Agent) -> str:
+    """ " Terms: amount (number, EUR per day), currency." — the terms ``agent`` declares, each with
+    its type and unit as declared; "" when it declares none (terms off, or a prose description)."""
+    declared = move_rules(agent).terms
+    if not declared:
+        return ""
+    fields = [
+        t.name + (f" ({', '.join(d for d in (t.type, t.unit) if d)})" if t.type or t.unit else "")
+        for t in declared
+    ]
+    return f" Terms: {', '.join(fields)}."
+
+
 def with_overrides(card: AgentCard, agent: Agent) -> AgentCard:
     """``card`` with the operator's overrides: ``card_skills`` (AgentSkill JSON objects, camelCase
     as on the wire) replace its skills, then ``card_fields`` is merged over its A2A 1.0 JSON,
@@ -282,7 +352,8 @@ def with_overrides(card: AgentCard, agent: Agent) -> AgentCard:
     security schemes (they follow ``inbound_auth``), changes the interfaces or
     the party extension, nests deeper than :data:`MAX_OVERRIDE_DEPTH`, leaves a
     required field empty, or makes a link of the card (:func:`_check_links`)
-    anything but an http(s) URL.
+    anything but an http(s) URL. The negotiation extension stays as derived
+    whatever ``card_fields`` says of it.
     """
     if agent.card_skills:
         if not isinstance(agent.card_skills, list):
@@ -313,6 +384,12 @@ def with_overrides(card: AgentCard, agent: Agent) -> AgentCard:
         if _party(card) != _party(derived):
             raise ValidationError({"card_fields": "The party extension follows the agent's party id."})
         _check_links(card)
+        # The negotiation extension is put back as derived: the gateway checks moves against the
+        # agent's own rules, whatever a card would say, and an override listing extensions of its
+        # own (a list replaces) need not copy it.
+        extensions = [e for e in card.capabilities.extensions if e.uri != NEGOTIATION_EXTENSION]
+        del card.capabilities.extensions[:]
+        card.capabilities.extensions.extend([*extensions, *_ours(derived, NEGOTIATION_EXTENSION)])
     try:
         validate_proto_required_fields(card)
     except InvalidParamsError as exc:
@@ -353,7 +430,11 @@ def _is_web_url(link: str) -> bool:
 
 
 def _party(card: AgentCard) -> list[AgentExtension]:
-    return [e for e in card.capabilities.extensions if e.uri == PARTY_EXTENSION]
+    return _ours(card, PARTY_EXTENSION)
+
+
+def _ours(card: AgentCard, uri: str) -> list[AgentExtension]:
+    return [e for e in card.capabilities.extensions if e.uri == uri]
 
 
 def check_overrides(agent: Agent) -> None:

@@ -7,6 +7,7 @@ from starlette.responses import JSONResponse
 
 # JSON-RPC 2.0's code for a request that is not acceptable as it stands.
 INVALID_REQUEST = -32600
+HTTP_OK = 200
 HTTP_CONFLICT = 409
 # The code of a refusal to take a message now (busy, over a cap); index-wire-protocol.md §1's -32010.
 BUSY_CODE = -32010

@@ -26,11 +26,16 @@ other exception's text to the counterparty, so anything else they raise — a
 negotiator error too, whose text can name the party's hidden limit — is logged
 here and answered with :data:`COULD_NOT_ANSWER`.
 
-Two refusals follow the Index wire rather than the SDK, which can give neither
-their HTTP status nor their code: :class:`Refused` carries both, and the
-gateway's edge answers it (``a2a_gateway.app``). They are the -32010
-:data:`BUSY` refusal, and on the 0.3 wire 409/-32002 for a task that takes no
-more messages (index-wire-protocol.md §1, server step 4).
+Two refusals follow the Index wire on the 0.3 wire rather than the SDK, which
+can give neither their HTTP status nor their code: :class:`Refused` carries
+both, and the gateway's edge answers it (``a2a_gateway.app``). They are 409
+with -32010 :data:`BUSY`, and 409/-32002 for a task that takes no more messages
+(index-wire-protocol.md §1, server step 4). On the 1.0 wire the same two come as
+the SDK answers every error, with HTTP 200 (a2a-sdk's client reads a JSON-RPC
+error only from a 2xx answer): -32010 :data:`BUSY`, and the SDK's own -32004.
+A first message about what the agent has closed a deal on is refused -32004
+:data:`DEAL_STANDS` on both wires: no retry can succeed, and the Index wire has
+no refusal of its own for it (its -32010 says to retry).
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a_gateway import agent_exchange, representative
 from a2a_gateway.caps import TURN_RELEASE
-from a2a_gateway.errors import BUSY_CODE, Refused
+from a2a_gateway.errors import BUSY_CODE, HTTP_CONFLICT, HTTP_OK, Refused
 from a2a_gateway.models import A2ATask
 from a2a_gateway.store import call_agent, id_problem, owner_of, stored_task
 from agents.models import Agent
@@ -70,6 +75,11 @@ COULD_NOT_ANSWER = "The agent could not answer this move."
 BUSY = (
     "This agent already has an unfinished negotiation of its own about the same thing; "
     "try again once it has settled."
+)
+DEAL_STANDS = (
+    "This agent has already closed a deal about the same thing, and that deal stands: it takes no new "
+    "negotiation about it, so sending again will not help. To discuss the deal, contact the party it "
+    "acts for or its host directly."
 )
 # index-wire-protocol.md §1: an Index server refuses a message to a finished task with 409/-32002.
 FINISHED_CODE = -32002
@@ -137,9 +147,11 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
         UnsupportedOperationError: (-32004) the task's negotiation is settled (it can be while
             the task is open, e.g. "unanswered"): "negotiation on task <id> is settled; …";
             on the 0.3 wire :class:`Refused` 409/-32002 with the same message instead.
-        Refused: 409/-32010 :data:`BUSY`, a first message while the agent has a binding
-            outbound negotiation under the intent inbound ones join
-            (``NegotiationBusy`` from :func:`negotiations.services.inbound_check`).
+            :data:`DEAL_STANDS` on either wire, a first message while the agent has closed a
+            deal under the intent inbound ones join (``DealStands``).
+        Refused: -32010 :data:`BUSY` (HTTP 200 on the 1.0 wire, 409 on 0.3), a first message
+            while the agent has an unfinished outbound negotiation under that intent
+            (``NegotiationBusy``; both from :func:`negotiations.services.inbound_check`).
         InternalError: (-32603) :data:`COULD_NOT_ANSWER`, on anything unexpected (logged).
 
     A message without a negotiation move that :func:`a2a_gateway.representative.takes` is a
@@ -169,7 +181,9 @@ async def _refusals(agent: Agent, task_id: str | None, *, wire_0_3: bool = False
     """The public boundary: what the negotiation raises, as the A2A error the counterparty gets.
 
     ``MoveError`` is -32602 "Invalid negotiation move: <why>", ``NegotiationClosed`` -32004
-    (409/-32002 on the 0.3 wire), A2A errors pass as they are; anything else (a
+    (409/-32002 on the 0.3 wire), ``DealStands`` -32004 :data:`DEAL_STANDS`,
+    ``NegotiationBusy`` -32010 :data:`BUSY` (HTTP 409 on the 0.3 wire, as an Index server
+    answers; 200 on 1.0, as the SDK answers), A2A errors pass as they are; anything else (a
     ``NegotiatorError`` too) is logged with the agent and task and answered -32603
     :data:`COULD_NOT_ANSWER`, its text withheld.
     """
@@ -177,8 +191,10 @@ async def _refusals(agent: Agent, task_id: str | None, *, wire_0_3: bool = False
         yield
     except MoveError as exc:
         raise InvalidParamsError(message=f"Invalid negotiation move: {exc}") from exc
+    except services.DealStands as exc:
+        raise UnsupportedOperationError(message=DEAL_STANDS) from exc
     except services.NegotiationBusy as exc:
-        raise Refused(BUSY, code=BUSY_CODE) from exc
+        raise Refused(BUSY, code=BUSY_CODE, status=HTTP_CONFLICT if wire_0_3 else HTTP_OK) from exc
     except services.NegotiationClosed as exc:
         if wire_0_3:
             raise Refused(str(exc), code=FINISHED_CODE) from exc

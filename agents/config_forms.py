@@ -674,8 +674,10 @@ class AgentForm(TenantModelForm):
             "publish_tools": "Publish its tools as card skills",
         }
         help_texts = {
-            "terms": 'The structured terms it negotiates over, e.g. "amount (number, EUR per day), '
-            'currency"; empty: prose only.',
+            "terms": 'The structured terms it negotiates over, as "name (type, unit), name", e.g. "amount '
+            '(number, EUR per day), currency" (types: number, integer, string, boolean, date). Its card '
+            "publishes these names, types and units, and a counterparty's move must give each a value "
+            "of its type. Prose declares nothing; empty: prose only.",
         }
         widgets = {
             "description": forms.Textarea(attrs={"rows": 2}),

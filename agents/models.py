@@ -225,7 +225,9 @@ class Agent(TenantOwnedModel):
     """One party's agent: its identity, its instructions and its limits.
 
     ``terms`` describes the structured terms the agent negotiates over ("" means
-    prose only). ``allowed_actions`` is a list of ActionSpec dicts
+    prose only); written as "name (type, unit), name" it declares them, and its
+    card publishes them and inbound moves are checked against them (the format
+    and the rules: docs/move-rules.md). ``allowed_actions`` is a list of ActionSpec dicts
     ``{name, description, terminal, state}``. ``term_guards`` is a list of
     ``{term, op, value}`` hard limits (``op`` one of ``<=``, ``>=``, ``==``,
     ``in`` with a list value; optional ``currency``, and ``aspiration``, the

@@ -142,7 +142,9 @@ class AgentSerializer(serializers.ModelSerializer[Agent]):
         extra_kwargs = {
             "model": {"help_text": "what its loop calls: `offline` (built in) or a model endpoint's name"},
             "terms": {
-                "help_text": 'the structured terms it negotiates over, e.g. "amount (number)"; "": prose'
+                "help_text": 'the structured terms it negotiates over, as "name (type, unit), name", e.g. '
+                '"amount (number, EUR per day), currency": published on its card and checked on every '
+                'inbound move (docs/move-rules.md); prose declares none; "": prose only'
             },
             "timezone": {"help_text": "an IANA time zone: its today and its clock in the system message"},
         }

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from a2a.client import ClientConfig, ClientFactory
 from a2a.client.card_resolver import parse_agent_card
+from a2a.client.errors import A2AClientError
 from a2a.helpers import new_data_part
 from a2a.types import AgentCard, AgentInterface, Message, Role, SendMessageRequest
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError
@@ -40,6 +41,7 @@ from jwt.exceptions import PyJWKError
 
 from agents.models import Agent
 from negotiations.models import CounterpartyCredential
+from negotiations.rules import NEGOTIATION_EXTENSION, MoveRules, rules_from_params
 from negotiations.wire import Move
 from parley.http import async_client
 
@@ -59,6 +61,8 @@ SIGNATURE_ALGORITHMS = [
     "PS512",
     "EdDSA",
 ]
+# How a2a-sdk's JSON-RPC transports word an error whose code maps to none of its error classes.
+_UNKNOWN_CODE = re.compile(r"JSON-RPC Error (?P<code>-?\d+): (?P<message>.*)", re.DOTALL)
 # Key sets one card may send us to: each signature names one, and each is a request.
 MAX_KEY_SETS = 3
 
@@ -69,11 +73,13 @@ class CounterpartyError(Exception):
 
 @dataclass(frozen=True)
 class Exchange:
-    """One send: the counterparty's name, our Message as sent and its Task back, both as 1.0 JSON."""
+    """One send: the counterparty's name, our Message as sent and its Task back, both as 1.0 JSON,
+    and the move rules its card publishes (:func:`published_rules`; None when it publishes none)."""
 
     counterparty_name: str
     sent: dict[str, Any]
     task: dict[str, Any]
+    rules: MoveRules | None = None
 
 
 def canonical_url(url: str) -> str:
@@ -200,8 +206,20 @@ async def _send(
     if answer is None:
         raise CounterpartyError(f"{url} answered with a bare Message, not a Task")
     return Exchange(
-        counterparty_name=card.name, sent=MessageToDict(message), task=with_reply_in_history(answer)
+        counterparty_name=card.name,
+        sent=MessageToDict(message),
+        task=with_reply_in_history(answer),
+        rules=published_rules(card),
     )
+
+
+def published_rules(card: AgentCard) -> MoveRules | None:
+    """The move rules ``card`` publishes in our extension :data:`negotiations.rules.NEGOTIATION_EXTENSION`
+    (a Parley agent's card does), read leniently; None when it publishes none (an Index peer's)."""
+    for extension in card.capabilities.extensions:
+        if extension.uri == NEGOTIATION_EXTENSION:
+            return rules_from_params(MessageToDict(extension.params))
+    return None
 
 
 async def read_card(http: httpx.AsyncClient, url: str) -> AgentCard:
@@ -336,7 +354,9 @@ def failure_reason(url: str, exc: Exception) -> str:
     A refusal names its JSON-RPC code: "<url> refused the move (HTTP 409, JSON-RPC
     -32002): Task … is completed …" — the SDK's transports keep only the status
     of a non-2xx answer, so its body is read here from the ``httpx`` error the
-    SDK chained. Anything else is "<url>: <ExceptionType>: <text>".
+    SDK chained; a code the SDK has no error class for (-32010) it reports as
+    "JSON-RPC Error <code>: <message>", read back here. Anything else is
+    "<url>: <ExceptionType>: <text>".
     """
     cause = exc.__cause__
     if isinstance(cause, httpx.HTTPStatusError):
@@ -347,6 +367,8 @@ def failure_reason(url: str, exc: Exception) -> str:
         return f"{url} refused the move (HTTP {status}, JSON-RPC {error[0]}): {error[1]}"
     if isinstance(exc, A2AError) and (code := JSON_RPC_ERROR_CODE_MAP.get(type(exc))) is not None:
         return f"{url} refused the move (JSON-RPC {code}): {exc.message}"
+    if isinstance(exc, A2AClientError) and (unknown := _UNKNOWN_CODE.fullmatch(str(exc.message))):
+        return f"{url} refused the move (JSON-RPC {unknown['code']}): {unknown['message']}"
     return f"{url}: {type(exc).__name__}: {exc}"
 
 

@@ -20,6 +20,7 @@ from datetime import date
 from typing import Any, Literal
 
 from agents.llm import BadArguments, ChatMessage, ModelReply, ToolSpec
+from negotiations.rules import SCALAR, check_terms, declared_terms
 from negotiations.wire import Entry, Move, MoveError, TaskRecord, canonical_terms, parse_move
 
 MOVE_TOOL = "decide_move"
@@ -192,7 +193,9 @@ def move_tool(brief: Brief) -> ToolSpec:
 
     ``{"action": enum of the actions, "message": string, "terms": object,
     "acceptsOfferId": string}``; ``terms`` and ``acceptsOfferId`` only when the
-    agent's terms are on, ``acceptsOfferId`` only when an action accepts.
+    agent's terms are on, ``acceptsOfferId`` only when an action accepts. The
+    terms the description declares are typed as declared (as the card publishes
+    them, :func:`negotiations.rules.terms_schema`), any other a JSON scalar.
     """
     properties: dict[str, Any] = {
         "action": {
@@ -206,10 +209,12 @@ def move_tool(brief: Brief) -> ToolSpec:
         },
     }
     if brief.structured:
+        declared = declared_terms(brief.terms) or ()
         properties["terms"] = {
             "type": "object",
             "description": f"The concrete offer as flat key/value pairs: {brief.terms.strip()}.",
-            "additionalProperties": {"type": ["string", "number", "boolean", "null"]},
+            "properties": {spec.name: spec.schema() for spec in declared},
+            "additionalProperties": SCALAR,
         }
         if any(a.accepts for a in brief.actions):
             properties["acceptsOfferId"] = {
@@ -239,7 +244,9 @@ def read_move(reply: ModelReply, brief: Brief) -> Move:
     Raises :class:`ReplyRefused` naming what is wrong: no tool call (text
     only), more than one, another tool, arguments that are not a JSON object,
     an action not offered, a missing or empty message, terms that are not a
-    flat object, an accept of an offer never made or with other terms.
+    flat object or give a declared term a value of another type
+    (:func:`negotiations.rules.check_terms`, the rule a counterparty's moves
+    meet), an accept of an offer never made or with other terms.
     """
     calls = reply.tool_calls
     if not calls:
@@ -267,6 +274,7 @@ def read_move(reply: ModelReply, brief: Brief) -> Move:
         data.pop("acceptsOfferId", None)
     try:
         move = parse_move(data)
+        check_terms(move.terms, declared_terms(brief.terms) or ())
     except MoveError as exc:
         raise ReplyRefused(str(exc).replace("move.", "")) from exc
     if chosen.accepts and brief.structured:

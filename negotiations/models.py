@@ -126,6 +126,10 @@ class Settlement(TenantOwnedModel):
         UNCONFIRMED = "unconfirmed"
         UNANSWERED = "unanswered"
 
+    # Outcomes that close the exchange as a deal, which stands: its intent takes no new negotiation
+    # with that counterparty, nor any inbound one (DESIGN.md §5; negotiations.selectors.binding).
+    DEALS = (Outcome.AGREED, Outcome.UNCONFIRMED)
+
     class Basis(models.TextChoices):
         PROSE = "prose"
         STATE = "state"

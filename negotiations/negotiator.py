@@ -65,6 +65,7 @@ from agents.llm import (
 )
 from agents.models import OFFLINE, Agent, Intent
 from negotiations import model_negotiator, offline
+from negotiations.rules import MoveRules, declared_terms, iso_date, rules_for
 from negotiations.wire import Move, TaskRecord
 from parley import telemetry
 
@@ -77,13 +78,8 @@ GUARD_ATTEMPTS = 2
 GIVE_UP_POLL_SECONDS = 0.2
 GuardOp = Literal["<=", ">=", "==", "in"]
 _GUARD_OPS: dict[object, GuardOp] = {op: op for op in get_args(GuardOp)}
-_TYPE_WORDS = frozenset({"number", "integer", "string", "text", "boolean", "date"})
-_NUMERIC_WORDS = frozenset({"number", "integer"})
-_CURRENCY = re.compile(r"\b(EUR|USD|GBP|CHF|JPY|CAD|AUD)\b")
-_FIELD = re.compile(r"([A-Za-z_]\w*)\s*(?:\(([^)]*)\))?")
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _NEXT_WEEKDAY = re.compile(r"next ([a-z]+)")
-_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 @dataclass(frozen=True)
@@ -180,8 +176,8 @@ class Guard:
         if self.fixed:
             return any(_same(value, allowed) for allowed in self.allowed)
         if self.on_dates:
-            given = _iso_date(value) if isinstance(value, str) else None
-            bound = _iso_date(self.value)
+            given = iso_date(value) if isinstance(value, str) else None
+            bound = iso_date(self.value)
             if given is None or bound is None:
                 return False
             return given <= bound if self.op == "<=" else given >= bound
@@ -200,7 +196,7 @@ class Guard:
         value = terms[self.term]
         if not self.fixed and not self.on_dates and not offline.is_number(value):
             return Violation(self, f"{action} puts {value!r} where the guard {self.rule} needs a number")
-        if self.on_dates and (not isinstance(value, str) or _iso_date(value) is None):
+        if self.on_dates and (not isinstance(value, str) or iso_date(value) is None):
             return Violation(self, f"{action} puts {value!r} where the guard {self.rule} needs a date")
         if self.currency:
             named = terms.get("currency")
@@ -309,7 +305,7 @@ def parse_guards(raw: object, *, today: date, where: str = "term guard") -> tupl
             value = _resolved(value, today)
         else:
             value = _resolved(value, today)
-            if not offline.is_number(value) and not (isinstance(value, str) and _iso_date(value)):
+            if not offline.is_number(value) and not (isinstance(value, str) and iso_date(value)):
                 raise _guard_error(name, index, "value", f"needs a number or a date for {op!r}")
         aspiration = item.get("aspiration")
         if aspiration is not None and not offline.is_number(aspiration):
@@ -355,29 +351,33 @@ def check_guards(
 def numeric_term(agent: Agent, guards: tuple[Guard, ...] = ()) -> tuple[str, str, str]:
     """(term, currency, unit) the offline negotiator bargains over.
 
-    From the terms description: "amount (number, EUR per day), currency" gives
-    ("amount", "EUR", "EUR per day") — the first field described as a number
-    (else the first field), a currency code in the description, and the
-    field's description less its type word. Without a description, the term
-    of the first bound in ``guards`` (else "amount"). A guard's currency on
-    that term, or a fixed ``currency`` guard, overrides the description's:
-    guards are the party's hard limits.
+    From the terms the description declares (:func:`negotiations.rules.declared_terms`):
+    "amount (number, EUR per day), currency" gives ("amount", "EUR", "EUR per day") — the
+    first term typed number or integer (else the first term), the first currency a term's
+    unit names, and that term's unit. Without declared terms (none, or prose), the term
+    of the first bound in ``guards`` (else "amount"). A guard's currency on that term,
+    or a fixed ``currency`` guard, overrides the description's: guards are the party's
+    hard limits.
     """
     bounds = [g for g in guards if not g.fixed and not g.on_dates]
-    fields = [(m.group(1), m.group(2) or "") for m in _FIELD.finditer(agent.terms)]
-    if fields:
-        numeric = [f for f in fields if _NUMERIC_WORDS & {w.strip() for w in f[1].split(",")}]
-        term, detail = (numeric or fields)[0]
-        found = _CURRENCY.search(agent.terms)
-        currency = found.group() if found else ""
+    declared = declared_terms(agent.terms) or ()
+    if declared:
+        spec = next((t for t in declared if t.type in ("number", "integer")), declared[0])
+        term, unit = spec.name, spec.unit
+        currency = next((t.currency for t in declared if t.currency), "")
     else:
-        term, detail, currency = (bounds[0].term if bounds else "amount"), "", ""
-    words = [w.strip() for w in detail.split(",")]
-    unit = ", ".join(w for w in words if w and w not in _TYPE_WORDS)
+        term, unit, currency = (bounds[0].term if bounds else "amount"), "", ""
     guarded = [g.currency for g in guards if g.term == term and g.currency]
     fixed = [g.allowed[0] for g in guards if g.term == "currency" and g.fixed]
     currency = guarded[0] if guarded else str(fixed[0]) if fixed else currency
     return term, currency, unit
+
+
+def move_rules(agent: Agent) -> MoveRules:
+    """What a counterparty's move must be for ``agent``: an action of its ``allowed_actions``, and
+    the terms its description declares typed as declared (:mod:`negotiations.rules`). Its card
+    publishes them; the gateway checks every inbound move against them."""
+    return rules_for(agent.allowed_actions, agent.terms)
 
 
 def decide(
@@ -694,15 +694,6 @@ def _resolved(value: Any, today: date) -> Any:
     if isinstance(value, str):
         return resolve_relative_date(value, today) or value
     return value
-
-
-def _iso_date(text: str) -> date | None:
-    if not _ISO_DATE.fullmatch(text):
-        return None
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        return None
 
 
 def _same(a: object, b: object) -> bool:

@@ -45,19 +45,16 @@ def binding(agent: Agent, intent_id: Any) -> QuerySet[Negotiation]:
 
 
 def binding_outbound(agent: Agent, intent: Intent | None) -> Negotiation | None:
-    """The oldest binding outbound negotiation of ``agent`` under ``intent``, or None (None for no intent).
+    """The binding outbound negotiation of ``agent`` under ``intent`` that holds it, or None (None
+    for no intent): the oldest closed as a deal (``Settlement.DEALS``), else the oldest unfinished.
 
-    While there is one, an inbound first message under the same intent is
-    refused (-32010, index-wire-protocol.md §1).
+    While there is one, an inbound first message under the same intent is refused
+    (``negotiations.services._refuse_if_bound``): for good after a deal, until it settles otherwise.
     """
     if intent is None:
         return None
-    return (
-        binding(agent, intent.pk)
-        .filter(direction=Negotiation.Direction.OUTBOUND)
-        .order_by("created_at")
-        .first()
-    )
+    bound = binding(agent, intent.pk).filter(direction=Negotiation.Direction.OUTBOUND).order_by("created_at")
+    return bound.filter(settlement__outcome__in=Settlement.DEALS).first() or bound.first()
 
 
 def board(

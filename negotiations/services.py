@@ -35,6 +35,7 @@ from agents.models import Agent, Intent, Run
 from agents.services import require_may_act, run_budget_spent, run_usage_add, tool_call_complete
 from negotiations import client, digest, evaluation, negotiator, selectors
 from negotiations.models import Batch, Negotiation, Settlement, Turn
+from negotiations.rules import check_move
 from negotiations.selectors import move_of, turns_record
 from negotiations.verdict import settle
 from negotiations.wire import Entry, Move, MoveError, TaskRecord, parse_move, task_record_from_json
@@ -65,7 +66,13 @@ HELD_QUESTION = (
 
 
 class NegotiationBusy(Exception):
-    """A counterparty opened a negotiation while the agent holds one of its own under the intent."""
+    """A counterparty opened a negotiation while the agent holds an unfinished one of its own under
+    the intent: it may be taken once that one has settled (unless that settles as a deal)."""
+
+
+class DealStands(Exception):
+    """A counterparty opened a negotiation about what the agent has closed a deal on under the
+    intent: a deal stands (DESIGN.md §5), so no new negotiation about it is ever taken."""
 
 
 class NegotiationClosed(Exception):
@@ -143,7 +150,7 @@ def _still_binding(existing: Negotiation) -> str:
     inbound = existing.direction == Negotiation.Direction.INBOUND
     which = "that another agent opened with you under this intent" if inbound else "with this counterparty"
     outcome = _outcome(existing)
-    if outcome in (Settlement.Outcome.AGREED, Settlement.Outcome.UNCONFIRMED):
+    if outcome in Settlement.DEALS:
         return f"negotiation {existing.pk} {which} closed as {outcome}, and that deal stands; report it"
     state = outcome or existing.status
     return (
@@ -352,7 +359,9 @@ def _record_exchange(
     Returns the settlement the exchange reached (None while no side has closed)
     and the turns written, ours first. The returned Task must carry our record
     unchanged — every earlier message by id, then the message we just sent —
-    followed by their reply; anything else is refused with
+    followed by their reply, a move within the rules their card publishes if it
+    publishes any (:func:`negotiations.rules.check_move`, the rule their own
+    gateway holds our moves to); anything else is refused with
     :class:`client.CounterpartyError` and nothing is written. The verdict is
     computed over our own record, never theirs.
     """
@@ -376,6 +385,13 @@ def _record_exchange(
         if len(replies) != 1 or replies[0][1].role != "agent":
             raise client.CounterpartyError("its Task does not carry exactly one reply of its own to our move")
         reply = replies[0][1].move
+        if reply is not None and exchange.rules is not None:
+            try:
+                check_move(reply, exchange.rules)
+            except MoveError as exc:
+                raise client.CounterpartyError(
+                    f"its reply breaks the move rules its card publishes: {exc}"
+                ) from exc
         used = {t.offer_id for t in negotiation.turns.all() if t.offer_id} | {move.offer_id}
         if reply is not None and reply.offer_id and reply.offer_id in used:
             raise client.CounterpartyError(f"its reply reuses the offer id {reply.offer_id!r}")
@@ -457,17 +473,19 @@ def inbound_check(*, agent: Agent, task_id: str, incoming: dict[str, Any]) -> Mo
 
     Reads only: the gateway calls it before the SDK sets up the task, so a
     refused message writes nothing. Raises :class:`MoveError` (no valid move in
-    the first data part, or a replayed message or offer id),
-    :class:`NegotiationClosed` (the negotiation is settled for good; an
-    ``unanswered`` one takes further moves) or :class:`NegotiationBusy` (a first
-    message — ``task_id`` empty or naming no inbound negotiation — while the
-    agent holds a binding outbound negotiation under the intent inbound ones
-    join; :func:`inbound_turn` checks again under lock).
+    the first data part; an action outside the agent's vocabulary or a declared
+    term of another type, :func:`negotiations.negotiator.move_rules`; a replayed
+    message or offer id), :class:`NegotiationClosed` (the negotiation is settled
+    for good; an ``unanswered`` one takes further moves), and for a first
+    message — ``task_id`` empty or naming no inbound negotiation — under the
+    intent inbound ones join, :class:`DealStands` or :class:`NegotiationBusy`
+    (:func:`_refuse_if_bound`; :func:`inbound_turn` checks again under lock).
     """
     data = [p["data"] for p in incoming.get("parts", []) if "data" in p]
     if not data:
         raise MoveError("the message has no data part carrying a move {action, message, …}")
     move = parse_move(data[0])
+    check_move(move, negotiator.move_rules(agent))
     negotiation = (
         Negotiation.objects.for_tenant(agent.tenant_id)
         .filter(agent=agent, direction=Negotiation.Direction.INBOUND, task_id=task_id)
@@ -476,20 +494,28 @@ def inbound_check(*, agent: Agent, task_id: str, incoming: dict[str, Any]) -> Mo
         else None
     )
     if negotiation is None:
-        _refuse_if_busy(agent, selectors.inbound_intent(agent))
+        _refuse_if_bound(agent, selectors.inbound_intent(agent))
     else:
         _refuse_if_closed(negotiation)
         _refuse_replays(negotiation, incoming.get("messageId", ""), move)
     return move
 
 
-def _refuse_if_busy(agent: Agent, intent: Intent | None) -> None:
-    """Raise :class:`NegotiationBusy` if ``agent`` holds a binding outbound negotiation under ``intent``.
+def _refuse_if_bound(agent: Agent, intent: Intent | None) -> None:
+    """Refuse a first inbound message while ``agent`` holds a binding outbound negotiation under
+    ``intent`` (the one-live rule, index-wire-protocol.md §1 and §4).
 
-    The -32010 rule for a first inbound message (index-wire-protocol.md §1).
+    Raises :class:`DealStands` when that negotiation closed as a deal (agreed or unconfirmed),
+    which stands for good, and :class:`NegotiationBusy` while it is unfinished — going, waiting
+    on the party, out of turns, ``unanswered``, or failed once its Task existed (its party may
+    retry it) — which may still end without a deal and free the intent.
     """
-    if selectors.binding_outbound(agent, intent) is not None:
-        raise NegotiationBusy(f"agent {agent.slug} already negotiates on its own under this intent")
+    bound = selectors.binding_outbound(agent, intent)
+    if bound is None:
+        return
+    if _outcome(bound) in Settlement.DEALS:
+        raise DealStands(f"agent {agent.slug} closed negotiation {bound.pk} as a deal under this intent")
+    raise NegotiationBusy(f"agent {agent.slug} already negotiates on its own under this intent")
 
 
 def _refuse_replays(negotiation: Negotiation, message_id: str, move: Move) -> None:
@@ -520,8 +546,8 @@ def inbound_turn(
 
     Raises :class:`negotiations.wire.MoveError` for a message without a valid
     move, :class:`NegotiationClosed` for a negotiation settled for good,
-    :class:`NegotiationBusy` for a first message while the agent holds a binding
-    outbound negotiation under the intent (the -32010 rule, checked under lock),
+    :class:`DealStands` or :class:`NegotiationBusy` for a first message while the
+    agent holds a binding outbound negotiation under the intent (checked under lock),
     and :class:`negotiations.negotiator.NegotiatorError` when no move can be made.
     Nothing is written unless the reply is decided. The evaluation hook is asked
     about both moves after they are committed; a failing hook only costs their artifacts.
@@ -544,7 +570,7 @@ def inbound_turn(
             # The gateway refused this at admission; check again under the intent's lock, which
             # batch_open holds while it claims, so an outbound open at the same instant loses.
             Intent.objects.for_tenant(agent.tenant_id).select_for_update().get(pk=intent.pk)
-            _refuse_if_busy(agent, intent)
+            _refuse_if_bound(agent, intent)
         negotiation, _ = (
             Negotiation.objects.for_tenant(agent.tenant_id)
             .select_for_update()

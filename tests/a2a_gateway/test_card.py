@@ -30,7 +30,8 @@ def test_card_is_served_and_parsed_by_the_sdk(seller_endpoint: Endpoint, live_st
     ]
     assert card.capabilities.streaming
     assert card.capabilities.push_notifications
-    assert list(card.default_input_modes) == ["application/json", "text/plain"]
+    # A move is JSON; plain text it takes only where its representative face answers it (test_move_rules).
+    assert list(card.default_input_modes) == ["application/json"]
     assert list(card.default_output_modes) == ["application/json", "text/plain"]
     [skill] = card.skills
     assert skill.id == "negotiate"
@@ -38,11 +39,13 @@ def test_card_is_served_and_parsed_by_the_sdk(seller_endpoint: Endpoint, live_st
     assert skill.description == (
         "Negotiates on its party's behalf over A2A message/send. "
         "Understands: propose (put an offer on the table), counter (answer an offer with another), "
-        "accept (accept an offer on the table), reject (end without a deal)."
+        "accept (accept an offer on the table), reject (end without a deal). "
+        "Terms: amount (number, EUR per day), currency."
     )
     assert list(skill.tags) == ["negotiation"]
     assert list(skill.input_modes) == ["application/json"]
-    assert list(skill.output_modes) == ["application/json"]
+    # Its holding reply and its try-again text are text.
+    assert list(skill.output_modes) == ["application/json", "text/plain"]
 
 
 def test_card_lists_the_agents_own_actions(seller_endpoint: Endpoint, seller: Agent) -> None:
@@ -57,7 +60,9 @@ def test_card_lists_the_agents_own_actions(seller_endpoint: Endpoint, seller: Ag
     card = seller_endpoint.card()
 
     assert card.description == "Fractional CFO, two days a week."
-    assert card.skills[0].description.endswith("Understands: introduce, refer, decline.")
+    assert card.skills[0].description.endswith(
+        "Understands: introduce, refer, decline. Terms: amount (number, EUR per day), currency."
+    )
 
 
 def test_card_carries_the_v0_3_fields(seller_endpoint: Endpoint) -> None:
@@ -67,7 +72,7 @@ def test_card_carries_the_v0_3_fields(seller_endpoint: Endpoint) -> None:
     assert body["url"] == seller_endpoint.url
     assert body["preferredTransport"] == "JSONRPC"
     assert body["protocolVersion"] == "0.3"
-    assert body["defaultInputModes"] == ["application/json", "text/plain"]
+    assert body["defaultInputModes"] == ["application/json"]
     assert body["defaultOutputModes"] == ["application/json", "text/plain"]
 
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from a2a.types import AgentCard
+from a2a.types import AgentCard, AgentExtension
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from google.protobuf.json_format import MessageToDict
 
-from a2a_gateway.cards import PARTY_EXTENSION, agent_card, check_overrides
+from a2a_gateway.cards import PARTY_EXTENSION, agent_card, check_overrides, derived_card
 from agents.models import Agent, Tool
+from negotiations.rules import NEGOTIATION_EXTENSION
 from tests.a2a_gateway.conftest import Endpoint, run
 
 SKILL = {"id": "intro", "name": "Introductions", "description": "Introduces founders.", "tags": ["intro"]}
@@ -35,15 +36,16 @@ def test_the_party_is_published_as_our_extension(seller_endpoint: Endpoint, sell
 
     card = seller_endpoint.card()
 
-    [extension] = card.capabilities.extensions
+    [extension, negotiation] = card.capabilities.extensions
+    assert negotiation.uri == NEGOTIATION_EXTENSION
     assert extension.uri == PARTY_EXTENSION == "https://parley.dev/ext/party/v1"
     assert not extension.required
     assert MessageToDict(extension.params) == {"partyId": "did:web:idris.example"}
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_agent_without_a_party_id_publishes_no_extension(seller_endpoint: Endpoint) -> None:
-    assert list(seller_endpoint.card().capabilities.extensions) == []
+def test_an_agent_without_a_party_id_publishes_no_party_extension(seller_endpoint: Endpoint) -> None:
+    assert [e.uri for e in seller_endpoint.card().capabilities.extensions] == [NEGOTIATION_EXTENSION]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -231,3 +233,25 @@ def test_an_agent_that_answers_visitors_says_so_on_its_card(vera: Agent, agent: 
     assert 'Start a message with "Request:"' in ask.description
     assert (list(ask.input_modes), list(ask.output_modes)) == (["text/plain"], ["text/plain"])
     assert [s.id for s in agent_card(agent).skills] == ["negotiate"]
+
+
+@pytest.mark.django_db
+def test_the_negotiation_extension_stays_as_derived_whatever_the_overrides_say(agent: Agent) -> None:
+    """The gateway holds moves to the agent's own rules, so its card cannot publish others; an
+    operator's own extensions (a list replaces) still come through."""
+    agent.party_id = ""
+    agent.card_fields = {
+        "capabilities": {
+            "extensions": [
+                {"uri": NEGOTIATION_EXTENSION, "params": {"actions": [{"name": "anything"}]}},
+                {"uri": "https://ext.example/v1"},
+            ]
+        }
+    }
+
+    check_overrides(agent)
+    card = agent_card(agent)
+
+    [derived] = derived_card(agent).capabilities.extensions
+    assert derived.uri == NEGOTIATION_EXTENSION
+    assert list(card.capabilities.extensions) == [AgentExtension(uri="https://ext.example/v1"), derived]

@@ -455,17 +455,22 @@ COULD_NOT_ANSWER = "The agent could not answer this move."
 
 BROKEN_AGENTS = [
     # NegotiatorError: a malformed guard's text names the seller's hidden floor.
-    pytest.param({"term_guards": [{"term": "amount", "op": "<", "value": 950}]}, id="malformed-guard"),
+    pytest.param(
+        {"term_guards": [{"term": "amount", "op": "<", "value": 950}]},
+        ["TASK_STATE_FAILED"],
+        id="malformed-guard",
+    ),
     # NegotiatorError: the text names the deployment's model.
-    pytest.param({"model": "gpt-4o"}, id="negotiator-error"),
-    # Anything else: an action without a name fails with a KeyError deep in the negotiator.
-    pytest.param({"allowed_actions": [{"description": "nameless"}]}, id="unexpected"),
+    pytest.param({"model": "gpt-4o"}, ["TASK_STATE_FAILED"], id="negotiator-error"),
+    # Anything else: an action without a name fails with a KeyError as the move is checked against
+    # the vocabulary, before the SDK sets the task up.
+    pytest.param({"allowed_actions": [{"description": "nameless"}]}, [], id="unexpected"),
 ]
 
 
-@pytest.mark.parametrize("broken", BROKEN_AGENTS)
+@pytest.mark.parametrize(("broken", "tasks"), BROKEN_AGENTS)
 def test_a_failure_of_ours_is_internal_error_without_details(
-    seller_endpoint: Endpoint, seller: Agent, broken: dict[str, Any]
+    seller_endpoint: Endpoint, seller: Agent, broken: dict[str, Any], tasks: list[str]
 ) -> None:
     for field, value in broken.items():
         setattr(seller, field, value)
@@ -478,9 +483,9 @@ def test_a_failure_of_ours_is_internal_error_without_details(
     assert error["message"] == COULD_NOT_ANSWER
     for detail in ("950", "guard", "gpt-4o", "'name'", "Traceback"):
         assert detail not in response.text
-    # The negotiation is untouched; the SDK records the task it had set up as FAILED.
+    # The negotiation is untouched; the SDK records a task it had set up as FAILED.
     assert (Negotiation.objects.count(), Turn.objects.count()) == (0, 0)
-    assert list(A2ATask.objects.values_list("state", flat=True)) == ["TASK_STATE_FAILED"]
+    assert list(A2ATask.objects.values_list("state", flat=True)) == tasks
 
 
 def test_a_failure_of_ours_on_a_follow_up_adds_no_turn(seller_endpoint: Endpoint, seller: Agent) -> None:

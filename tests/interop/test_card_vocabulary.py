@@ -1,4 +1,5 @@
-"""The negotiate skill on our AgentCard lists the agent's own vocabulary, as a2a-sdk's resolver reads it."""
+"""The negotiate skill on our AgentCard lists the agent's own vocabulary and the terms it declares, as
+a2a-sdk's resolver reads it (in words; our negotiation extension says the same as data, test_move_rules)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def test_the_default_vocabulary_is_listed_with_descriptions(seller_url: str) -> 
     assert skill.id == "negotiate"
     assert skill.description == PREFIX + (
         "propose (put an offer on the table), counter (answer an offer with another), "
-        "accept (accept an offer on the table), reject (end without a deal)."
+        "accept (accept an offer on the table), reject (end without a deal). "
+        "Terms: amount (number, EUR per day), currency."
     )
 
 
@@ -56,5 +58,27 @@ def test_a_custom_vocabulary_is_listed_exactly(seller_url: str, seller: Agent) -
 
     assert skill.description == PREFIX + (
         "introduce (introduce them to the VP of Engineering), "
-        "refer (refer them to the startup programme), decline."
+        "refer (refer them to the startup programme), decline. "
+        "Terms: amount (number, EUR per day), currency."
     )
+
+
+@pytest.mark.parametrize(
+    ("terms", "sentence"),
+    [
+        (
+            "start (date), rate (integer, GBP per hour), remote",
+            " Terms: start (date), rate (integer, GBP per hour), remote.",
+        ),
+        # Prose and terms off declare nothing.
+        ("the day rate, in euros", ""),
+        ("", ""),
+    ],
+)
+def test_the_declared_terms_are_listed(seller_url: str, seller: Agent, terms: str, sentence: str) -> None:
+    seller.terms = terms
+    seller.save()
+
+    [skill] = card_of(seller_url).skills
+
+    assert skill.description.endswith(f"reject (end without a deal).{sentence}")

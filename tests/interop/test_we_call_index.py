@@ -8,15 +8,19 @@ function over each side's own record of the Task.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import pytest
 
-from agents.models import Agent, Intent, Run
+from agents.models import Agent, Intent, Run, default_actions
 from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.rules import NEGOTIATION_EXTENSION, extension_params, rules_for
 from negotiations.verdict import settle
 from negotiations.wire import task_record_from_json
 from tests.conftest import LiveStack
 from tests.interop.conftest import negotiate
-from tests.interop.index_peer import TERMINAL_ACTIONS, IndexPeer, ScriptedSeller
+from tests.interop.index_peer import TERMINAL_ACTIONS, IndexPeer, ScriptedSeller, Seen
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -142,3 +146,71 @@ def test_a_task_the_peer_has_finished_fails_the_negotiation_with_its_refusal(
     assert (
         f"Failed (1):\n- {negotiation.pk} with Idris Haddad ({peer.url}) — {peer.url} refused" in run.output
     )
+
+
+# --- A peer that publishes move rules (as a Parley agent does) -------------------------------
+
+
+@dataclass
+class Scripted:
+    """Replies ``reply`` to every move."""
+
+    reply: dict[str, Any]
+
+    def decide(self, seen: list[Seen]) -> dict[str, Any]:
+        return dict(self.reply)
+
+
+def publishing_rules(peer: IndexPeer) -> IndexPeer:
+    """``peer`` with our negotiation extension on its card: the default vocabulary, and the terms
+    "amount (number, EUR per day), currency"."""
+    rules = rules_for(default_actions(), "amount (number, EUR per day), currency")
+    peer.card["capabilities"] = {
+        "extensions": [{"uri": NEGOTIATION_EXTENSION, "params": extension_params(rules)}]
+    }
+    return peer
+
+
+HAGGLE = {"action": "haggle", "message": "Meet me halfway."}
+LOTS = {
+    "action": "counter",
+    "message": "Lots.",
+    "terms": {"amount": "lots", "currency": "EUR"},
+    "offerId": "o-1",
+}
+
+
+@pytest.mark.parametrize(
+    ("reply", "broken"),
+    [
+        (HAGGLE, "move.action 'haggle' is not one of propose, counter, accept, reject"),
+        (LOTS, "move.terms.amount must be a number (EUR per day), got 'lots'"),
+    ],
+    ids=["unknown-action", "lots"],
+)
+def test_a_reply_outside_the_rules_its_card_publishes_fails_the_negotiation(
+    live_stack: LiveStack, buyer: Agent, intent: Intent, reply: dict[str, Any], broken: str
+) -> None:
+    """The rule our gateway holds their moves to, held to their reply: nothing of it is recorded."""
+    with publishing_rules(IndexPeer(Scripted(reply))) as peer:
+        run, negotiation = negotiate(buyer, intent, peer.url)
+
+    assert len(peer.received) == 1
+    assert negotiation.status == Negotiation.Status.FAILED
+    assert negotiation.error == f"its reply breaks the move rules its card publishes: {broken}"
+    assert not negotiation.turns.exists()
+    assert run.status == Run.Status.DONE
+
+
+def test_a_reply_of_a_peer_that_publishes_no_rules_is_taken_as_it_comes(
+    live_stack: LiveStack, buyer: Agent, intent: Intent
+) -> None:
+    """An Index peer publishes no vocabulary as data (its card lists it in words, ``ask`` left out,
+    though its handler sends ``ask``): its reply is read leniently, as the seed reads it."""
+    with IndexPeer(Scripted(HAGGLE)) as peer:
+        run, negotiation = negotiate(buyer, intent, peer.url)
+
+    theirs = negotiation.turns.filter(side=Turn.Side.THEIRS)
+    assert theirs.exists()
+    assert set(theirs.values_list("action", flat=True)) == {"haggle"}
+    assert run.status == Run.Status.DONE

@@ -478,7 +478,7 @@ def test_a_final_settlement_refuses_an_answer_and_further_moves(
     if direction == Negotiation.Direction.INBOUND:
         with pytest.raises(services.NegotiationClosed, match=CLOSED):
             services.inbound_check(
-                agent=agent, task_id="task-1", incoming=_incoming({"action": "x", "message": ""})
+                agent=agent, task_id="task-1", incoming=_incoming({"action": "propose", "message": ""})
             )
 
 

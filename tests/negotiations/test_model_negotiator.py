@@ -87,6 +87,11 @@ def test_the_prompt_follows_the_template_and_the_tool_is_the_vocabulary(
     assert tool["function"]["name"] == MOVE_TOOL
     assert parameters["properties"]["action"]["enum"] == ["propose", "counter", "accept", "reject", "ask"]
     assert set(parameters["properties"]) == {"action", "message", "terms", "acceptsOfferId"}
+    # The terms the description declares are typed as the card publishes them.
+    assert parameters["properties"]["terms"]["properties"] == {
+        "amount": {"type": "number", "description": "EUR per day"},
+        "currency": {"type": ["string", "number", "boolean", "null"]},
+    }
 
 
 @pytest.mark.django_db
@@ -169,6 +174,10 @@ BAD = {
     "terms not an object": (
         move_call(action="counter", message="This.", terms=[900, "EUR"]),
         "terms must be a flat JSON object, got array",
+    ),
+    "a term of another type": (
+        move_call(action="counter", message="Lots.", terms={"amount": "lots", "currency": "EUR"}),
+        "terms.amount must be a number (EUR per day), got 'lots'",
     ),
     "an offer never made": (
         move_call(action="accept", message="Deal.", acceptsOfferId="made-up"),
