@@ -13,6 +13,7 @@ from typing import Any
 
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.account.forms import LoginForm as AllauthLoginForm
+from allauth.account.forms import SignupForm as AllauthSignupForm
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, User
@@ -35,7 +36,7 @@ def invitation_remember(request: HttpRequest, invitation: Invitation) -> None:
 def welcome(request: HttpRequest, membership: Membership) -> None:
     """Tell the user, as a message on their next page, that they joined ``membership``'s tenant."""
     messages.success(
-        request, f"Welcome to {membership.tenant.name}: you joined as {membership.get_role_display()}."
+        request, f"Welcome to {membership.tenant.name}: you joined as {membership.get_role_display().lower()}."
     )
 
 
@@ -79,11 +80,27 @@ class AccountAdapter(DefaultAccountAdapter):
         return saved
 
 
+def _labelled_only(form: BaseForm) -> None:
+    """Drop allauth's placeholders, which repeat the labels (and vanish as one types)."""
+    for field in form.fields.values():
+        field.widget.attrs.pop("placeholder", None)
+
+
 class LoginForm(AllauthLoginForm):
     """allauth's login form, its login field labelled for what it takes and focused on arrival."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        _labelled_only(self)
         field = self.fields["login"]
         field.label = "Username or e-mail"
-        field.widget.attrs.update(autofocus=True, autocomplete="username", placeholder="")
+        field.widget.attrs.update(autofocus=True, autocomplete="username")
+
+
+class SignupForm(AllauthSignupForm):
+    """allauth's sign-up form in the dashboard's words."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _labelled_only(self)
+        self.fields["email"].label = "E-mail"
