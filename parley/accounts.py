@@ -35,9 +35,8 @@ def invitation_remember(request: HttpRequest, invitation: Invitation) -> None:
 
 def welcome(request: HttpRequest, membership: Membership) -> None:
     """Tell the user, as a message on their next page, that they joined ``membership``'s tenant."""
-    messages.success(
-        request, f"Welcome to {membership.tenant.name}: you joined as {membership.get_role_display().lower()}."
-    )
+    role = membership.get_role_display().lower()
+    messages.success(request, f"Welcome to {membership.tenant.name}: you joined as {role}.")
 
 
 def _remembered(request: HttpRequest) -> Invitation | None:
