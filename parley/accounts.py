@@ -13,6 +13,7 @@ from typing import Any
 
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.account.forms import LoginForm as AllauthLoginForm
+from allauth.account.forms import ResetPasswordForm as AllauthResetPasswordForm
 from allauth.account.forms import SignupForm as AllauthSignupForm
 from django.contrib import messages
 from django.contrib.auth import get_user_model
@@ -86,11 +87,13 @@ def _labelled_only(form: BaseForm) -> None:
 
 
 class LoginForm(AllauthLoginForm):
-    """allauth's login form, its login field labelled for what it takes and focused on arrival."""
+    """allauth's login form, its login field labelled for what it takes and focused on arrival; the
+    password reset link follows the form (not between the fields, where it would take a Tab)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _labelled_only(self)
+        self.fields["password"].help_text = ""
         field = self.fields["login"]
         field.label = "Username or e-mail"
         field.widget.attrs.update(autofocus=True, autocomplete="username")
@@ -98,6 +101,15 @@ class LoginForm(AllauthLoginForm):
 
 class SignupForm(AllauthSignupForm):
     """allauth's sign-up form in the dashboard's words."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _labelled_only(self)
+        self.fields["email"].label = "E-mail"
+
+
+class ResetPasswordForm(AllauthResetPasswordForm):
+    """allauth's form asking for the address to send a password reset link to, in the dashboard's words."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

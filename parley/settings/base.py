@@ -136,7 +136,11 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="Parley <parley@local
 
 # Accounts (django-allauth): sign-up, e-mail verification, password reset, login rate limits.
 ACCOUNT_ADAPTER = "parley.accounts.AccountAdapter"
-ACCOUNT_FORMS = {"login": "parley.accounts.LoginForm", "signup": "parley.accounts.SignupForm"}
+ACCOUNT_FORMS = {
+    "login": "parley.accounts.LoginForm",
+    "signup": "parley.accounts.SignupForm",
+    "reset_password": "parley.accounts.ResetPasswordForm",
+}
 ACCOUNT_LOGIN_METHODS = {"username", "email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
 # mandatory: an account logs in once it has confirmed its e-mail address (the invited address of an
