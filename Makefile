@@ -18,9 +18,11 @@ demo: $(STAMP)
 	rm -f demo.sqlite3 demo.sqlite3-*
 	env -u REDIS_URL DATABASE_URL=sqlite:///demo.sqlite3 $(BIN)/python manage.py demo $(DEMO_ARGS)
 
+# The suite on Postgres, Redis and Chromium; then, every test that needs none of them, on SQLite.
 test: $(STAMP)
 	scripts/ensure-chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --ds=parley.settings.test_sqlite $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -9,11 +9,12 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django import forms
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.html import format_html
 
-from agents.models import Agent, Intent
+from agents.models import Agent, Intent, Run
 from agents.services import MAX_TOKEN_BUDGET
 from parley import strict_json
 
@@ -51,7 +52,17 @@ class ApprovalForm(forms.Form):
     )
 
 
-class AgentChoiceField(forms.ModelChoiceField):
+class OwnChoice(forms.ModelChoiceField):
+    """A row of the tenant, by id: a malformed id is the same ``invalid_choice`` error as an unknown one."""
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            return super().to_python(value)
+        except ValidationError as exc:
+            raise ValidationError(self.error_messages["invalid_choice"], code="invalid_choice") from exc
+
+
+class AgentChoiceField(OwnChoice):
     """An agent by its name."""
 
     def label_from_instance(self, obj: Agent) -> str:
@@ -102,6 +113,62 @@ class IntentChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, obj: Intent) -> str:
         statement = " ".join(obj.statement.split())
         return statement if len(statement) <= 80 else f"{statement[:79]}…"
+
+
+class FilterIntentChoiceField(OwnChoice, IntentChoiceField):
+    """An intent by its agent and statement: a list's filter offers every agent's intents in one select."""
+
+    def label_from_instance(self, obj: Intent) -> str:
+        return f"{obj.agent.name}: {super().label_from_instance(obj)}"
+
+
+class AgentIntentFilterForm(forms.Form):
+    """GET filters of a list by agent and intent, both optional; subclasses add their own.
+
+    The agent and intent are chosen among ``agents`` (those the member sees, of one
+    tenant) and theirs: any other id (another tenant's or party's, a deleted one,
+    not a UUID) is an error at its field, never a match.
+    """
+
+    agent = AgentChoiceField(
+        queryset=Agent.objects.none(),
+        required=False,
+        empty_label="Any agent",
+        error_messages={"invalid_choice": "Choose one of this tenant's agents."},
+    )
+    intent = FilterIntentChoiceField(
+        queryset=Intent.objects.none(),
+        required=False,
+        empty_label="Any intent",
+        error_messages={"invalid_choice": "Choose one of this tenant's intents."},
+    )
+
+    def __init__(self, *args: Any, agents: QuerySet[Agent], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        agent_field = self.fields["agent"]
+        intent_field = self.fields["intent"]
+        assert isinstance(agent_field, forms.ModelChoiceField)
+        assert isinstance(intent_field, forms.ModelChoiceField)
+        agent_field.queryset = agents.order_by("name", "pk")
+        intent_field.queryset = (
+            Intent.objects.filter(agent__in=agents).select_related("agent").order_by("-created_at", "pk")
+        )
+
+    def query(self) -> dict[str, str]:
+        """The filters as given, empty ones left out: for links that keep them (pages, live source)."""
+        return {name: str(self.data[name]) for name in self.fields if self.data.get(name)}
+
+
+class RunFilterForm(AgentIntentFilterForm):
+    """The runs list's GET filters: agent, intent and ``status`` (a :class:`Run.Status` value), all
+    optional. ``cleaned_data`` has exactly the keyword arguments of :func:`agents.selectors.runs_list`
+    other than ``membership``."""
+
+    status = forms.ChoiceField(
+        choices=[("", "Any status"), *Run.Status.choices],
+        required=False,
+        error_messages={"invalid_choice": "Choose a status from the list."},
+    )
 
 
 class RunStartForm(InAgentTimezone):

@@ -69,12 +69,22 @@ def open_questions_for(*, tenant: Tenant, membership: Membership) -> QuerySet[Qu
     return questions
 
 
-def runs_for(*, tenant: Tenant, membership: Membership, limit: int = 20) -> QuerySet[Run]:
-    """The latest ``limit`` runs of the agents the member sees (:func:`sees_every_party`), newest first."""
-    runs = Run.objects.for_tenant(tenant).select_related("agent", "intent").order_by("-created_at")
-    if not sees_every_party(membership):
-        runs = runs.filter(agent__in=visible_agents(membership=membership))
-    return runs[:limit]
+def runs_list(
+    *, membership: Membership, agent: Agent | None = None, intent: Intent | None = None, status: str = ""
+) -> QuerySet[Run]:
+    """The runs the member sees (:func:`visible_runs`), newest first, with agent and intent loaded,
+    narrowed by each filter given: ``agent``, ``intent``, ``status`` (a :class:`Run.Status` value,
+    "" for any)."""
+    runs = (
+        visible_runs(membership=membership).select_related("agent", "intent").order_by("-created_at", "-pk")
+    )
+    if agent is not None:
+        runs = runs.filter(agent=agent)
+    if intent is not None:
+        runs = runs.filter(intent=intent)
+    if status:
+        runs = runs.filter(status=status)
+    return runs
 
 
 def startable_agents(*, membership: Membership) -> QuerySet[Agent]:

@@ -8,6 +8,7 @@ urlpatterns = [
     path("start/", views.StartWorkView.as_view(), name="start"),
     path("questions/<uuid:pk>/answer/", views.QuestionAnswerView.as_view(), name="question-answer"),
     path("questions/<uuid:pk>/decide/", views.ApprovalDecideView.as_view(), name="approval-decide"),
+    path("runs/", views.RunListView.as_view(), name="run-list"),
     path("runs/<uuid:pk>/", views.RunDetailView.as_view(), name="run"),
     path("runs/<uuid:pk>/cancel/", views.RunCancelView.as_view(), name="run-cancel"),
     path("agents/<uuid:pk>/", views.AgentDetailView.as_view(), name="agent"),

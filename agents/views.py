@@ -21,17 +21,26 @@ from django.views import View
 from django.views.generic import DetailView, TemplateView
 
 from agents import selectors, services, tools
-from agents.forms import AgentChoiceForm, AnswerForm, ApprovalForm, RunStartForm, SystemMessagePreviewForm
+from agents.forms import (
+    AgentChoiceForm,
+    AnswerForm,
+    ApprovalForm,
+    RunFilterForm,
+    RunStartForm,
+    SystemMessagePreviewForm,
+)
 from agents.instructions import system_message
 from agents.models import Agent, Intent, Question, Run
 from parley.models import Membership, Tenant
-from parley.views import TenantMixin
+from parley.views import FilteredListView, TenantMixin
 
 # What the preview calls an intent when the agent has none and nothing was typed.
 PLACEHOLDER_INTENT = "(the intent of the run goes here)"
 # The id of a run page's region: an answer whose htmx form targets it gets that region back
 # (any other target is the inbox's questions region).
 RUN_REGION = "run"
+# How many of the latest runs the inbox lists; the runs page lists them all, a page at a time.
+INBOX_RUNS = 20
 # The fields of the start form that keep what was typed when the member only switches agents.
 TYPED_FIELDS = ("statement", "task", "output_schema", "max_tokens", "max_cost", "deadline")
 
@@ -144,7 +153,7 @@ def inbox_context(*, tenant: Tenant, membership: Membership) -> dict[str, Any]:
         "items": items,
         "parked": parked,
         "open_count": len(items) + len(parked),
-        "runs": selectors.runs_for(tenant=tenant, membership=membership),
+        "runs": selectors.runs_list(membership=membership)[:INBOX_RUNS],
         "sees_every_party": selectors.sees_every_party(membership),
         "is_viewer": membership.role == Membership.Role.VIEWER,
     }
@@ -311,6 +320,25 @@ class ApprovalDecideView(QuestionActionView):
                 else:
                     messages.success(request, "Rejected. Your agent carries on without it.")
         return self.done(question)
+
+
+class RunListView(FilteredListView):
+    """The runs the member sees, newest first, 50 a page: every party's for owners, operators and
+    viewers; a principal's own agents' (and the runs those called) for a principal.
+
+    GET filters (all optional, see :class:`RunFilterForm`): ``agent``, ``intent``
+    and ``status``. ``?fragment=1`` renders the live region alone.
+    """
+
+    template_name = "agents/run_list.html"
+    fragment_template_name = "agents/_run_list.html"
+    context_object_name = "runs"
+
+    def filter_form(self) -> RunFilterForm:
+        return RunFilterForm(self.request.GET, agents=selectors.visible_agents(membership=self.membership))
+
+    def rows(self, **filters: Any) -> QuerySet[Run]:
+        return selectors.runs_list(membership=self.membership, **filters)
 
 
 class RunDetailView(TenantMixin, DetailView):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -13,7 +12,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views import View
-from django.views.generic import DetailView, ListView
+from django.views.generic import DetailView
 
 from agents.forms import AnswerForm
 from agents.selectors import OPERATE, agent_currency, visible_agents
@@ -23,7 +22,7 @@ from negotiations import negotiator, selectors, services
 from negotiations.forms import BoardFilterForm
 from negotiations.models import Negotiation, Turn
 from parley.models import Membership
-from parley.views import TenantMixin, is_htmx
+from parley.views import FilteredListView, TenantMixin, is_htmx
 
 
 @dataclass(frozen=True)
@@ -36,44 +35,30 @@ class TurnView:
     accepts_seq: int | None
 
 
-class NegotiationListView(TenantMixin, ListView):
+class NegotiationListView(FilteredListView):
     """The board: the tenant's negotiations, both directions, newest first, 50 a page.
 
     GET filters (all optional, see :class:`BoardFilterForm`): ``agent`` and
     ``intent`` (ids of the tenant's own), ``status``, ``direction`` and
-    ``counterparty`` (part of a name or URL). Invalid filters list nothing and
-    show their errors at their fields. ``?fragment=1`` renders the live region
-    alone; the page's live source carries the filters and the page.
+    ``counterparty`` (part of a name or URL). ``?fragment=1`` renders the live
+    region alone.
     """
 
     template_name = "negotiations/list.html"
     fragment_template_name = "negotiations/_list.html"
     context_object_name = "negotiations"
-    paginate_by = 50
 
-    def get_queryset(self) -> QuerySet[Negotiation]:
-        agents = visible_agents(membership=self.membership)
-        self.filters = BoardFilterForm(self.request.GET, agents=agents)
-        if not self.filters.is_valid():
-            self.rows: QuerySet[Negotiation] = Negotiation.objects.none()
-        else:
-            rows = selectors.board(tenant=self.tenant, **self.filters.cleaned_data)
-            self.rows = rows.filter(agent__in=agents)
-        return self.rows
+    def filter_form(self) -> BoardFilterForm:
+        return BoardFilterForm(self.request.GET, agents=visible_agents(membership=self.membership))
+
+    def rows(self, **filters: Any) -> QuerySet[Negotiation]:
+        return selectors.board(tenant=self.tenant, **filters).filter(
+            agent__in=visible_agents(membership=self.membership)
+        )
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        query = self.filters.query()
-        page = context["page_obj"].number
-        live = {**query, **({"page": str(page)} if page > 1 else {}), "fragment": "1"}
-        context.update(
-            filters=self.filters,
-            filtered=bool(query),
-            settled_count=self.rows.filter(status=Negotiation.Status.SETTLED).count(),
-            # "a=1&" to put before "page=…" in the pager's links, so they keep the filters.
-            page_query=f"{urlencode(query)}&" if query else "",
-            live_src=f"{self.request.path}?{urlencode(live)}",
-        )
+        context.update(settled_count=self.selected.filter(status=Negotiation.Status.SETTLED).count())
         return context
 
 
@@ -91,7 +76,7 @@ class NegotiationPageMixin(TenantMixin):
     context_object_name: str | None = "negotiation"
 
     def get_queryset(self) -> QuerySet[Negotiation]:
-        return visible_negotiations(self.membership).select_related("agent", "intent", "settlement")
+        return visible_negotiations(self.membership).select_related("agent", "intent", "settlement", "batch")
 
 
 class NegotiationDetailView(NegotiationPageMixin, DetailView):

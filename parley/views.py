@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
-from django.views.generic import TemplateView
+from django.views.generic import ListView, TemplateView
 from django_htmx.http import HttpResponseClientRedirect
 
 from agents.selectors import OPERATE
@@ -62,6 +64,46 @@ class TenantMixin(LoginRequiredMixin):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context: dict[str, Any] = super().get_context_data(**kwargs)  # type: ignore[misc]
         context.update(tenant=self.tenant, membership=self.membership)
+        return context
+
+
+class FilteredListView(TenantMixin, ListView):
+    """A dashboard list with optional GET filters, 50 rows a page, kept live.
+
+    A subclass says how to build its filter form (:meth:`filter_form`, a form with
+    a ``query()`` of the filters as given) and what the valid filters select
+    (:meth:`rows`). Invalid filters list nothing; the template shows their errors
+    at their fields. The context adds ``filters``, ``filtered`` (any given),
+    ``page_query`` (the filters as ``"a=1&"``, for the pager's links) and
+    ``live_src`` (this page's live regions with the same filters and page). ``selected`` holds
+    every row the filters select, before the page is cut.
+    """
+
+    paginate_by = 50
+
+    def filter_form(self) -> Any:
+        raise NotImplementedError
+
+    def rows(self, **filters: Any) -> QuerySet[Any]:
+        raise NotImplementedError
+
+    def get_queryset(self) -> QuerySet[Any]:
+        self.filters = self.filter_form()
+        valid = self.filters.is_valid()
+        self.selected = self.rows(**self.filters.cleaned_data) if valid else self.rows().none()
+        return self.selected
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        query: dict[str, str] = self.filters.query()
+        page = context["page_obj"].number
+        live = {**query, **({"page": str(page)} if page > 1 else {}), "fragment": "1"}
+        context.update(
+            filters=self.filters,
+            filtered=bool(query),
+            page_query=f"{urlencode(query)}&" if query else "",
+            live_src=f"{self.request.path}?{urlencode(live)}",
+        )
         return context
 
 

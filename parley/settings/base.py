@@ -5,6 +5,7 @@ With no ``DATABASE_URL`` and no ``REDIS_URL`` this is the *embedded default*
 thread inside the process, and the in-memory Channels layer.
 """
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent.parent
 env = environ.Env()
 
 DEBUG = env.bool("DEBUG", default=False)
-SECRET_KEY = env.str("SECRET_KEY", default="parley-embedded-default-not-for-production")
+# The embedded default's key is public (it is in this file): parley.settings.production refuses it.
+EMBEDDED_SECRET_KEY = "parley-embedded-default-not-for-production"
+SECRET_KEY = env.str("SECRET_KEY", default=EMBEDDED_SECRET_KEY)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 PUBLIC_BASE_URL = env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
 
@@ -121,7 +124,10 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # channels-redis waits for a socket's next message in 5-second BZPOPMIN blocks, and
+            # redis-py 8 gives up on any read after 5 s by default: an idle socket's consumer would
+            # die (redis-py#4091). A read may take the block and then some; a dead Redis still fails.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
         }
     }
 
@@ -129,8 +135,8 @@ else:
 # (django-environ: smtp://user:password@host:25, smtp+tls://…:587, smtp+ssl://…:465, consolemail://,
 # filemail://). Unset, the embedded default writes each message to a file in EMAIL_FILE_PATH (default
 # sent-mail/ in the checkout), where a local user reads it; anything else prints it on the console.
-EMAIL_CONFIG = env.email_url("EMAIL_URL", default="filemail://" if EMBEDDED else "consolemail://")
-vars().update(EMAIL_CONFIG)
+EMAIL_URL = env.str("EMAIL_URL", default="filemail://" if EMBEDDED else "consolemail://")
+vars().update(env.email_url_config(EMAIL_URL))
 EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", default=str(BASE_DIR / "sent-mail"))
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="Parley <parley@localhost>")
 
@@ -169,6 +175,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": 1,
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Where `celery -A parley beat` keeps the periodic tasks' last run times (shelve files: the name plus
+# suffixes): outside the checkout, in the system's temporary directory, unless set.
+CELERY_BEAT_SCHEDULE_FILENAME = env.str(
+    "CELERY_BEAT_SCHEDULE_FILENAME", default=str(Path(tempfile.gettempdir()) / "parley-celerybeat-schedule")
+)
 # Periodic tasks; `celery -A parley beat` sends them (the embedded default runs beat in-process).
 CELERY_BEAT_SCHEDULE = {
     "expire-runs": {"task": "agents.tasks.runs_expire_due", "schedule": 60.0},

@@ -1,9 +1,26 @@
-"""Production settings: everything that must be secret or explicit comes from the environment."""
+"""Production settings: everything that must be secret or explicit comes from the environment.
+
+Start every process with ``DJANGO_SETTINGS_MODULE=parley.settings.production``.
+Settings that cannot be right by default are refused at start-up, naming the
+variable: ``SECRET_KEY`` unset, the embedded default's public key, or one
+Django's deployment check calls weak (shorter than 50 characters or fewer than
+5 distinct ones); ``KEY_HASH_SECRET`` set to that public key. Every setting is in docs/settings.md.
+"""
+
+from django.core.exceptions import ImproperlyConfigured
 
 from parley.settings.base import *  # noqa: F403
-from parley.settings.base import REDIS_URL, env
+from parley.settings.base import EMBEDDED_SECRET_KEY, KEY_HASH_SECRET, REDIS_URL, env
 
-SECRET_KEY = env.str("SECRET_KEY")
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY or SECRET_KEY == EMBEDDED_SECRET_KEY:
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set to a secret of your own in production (the embedded default's key is public)."
+    )
+if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
+    raise ImproperlyConfigured("SECRET_KEY is too weak: use at least 50 random characters.")
+if KEY_HASH_SECRET == EMBEDDED_SECRET_KEY:
+    raise ImproperlyConfigured("KEY_HASH_SECRET must not be the embedded default's public key.")
 DEBUG = False
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True

@@ -16,9 +16,19 @@
 // run.withdrawn takes back a step's streamed text that will not be stored (its
 // try failed and is retried or falls back, or the step failed or was refused):
 // the box is emptied, so the page never shows an answer that was not kept.
+//
+// While the socket is down the page says it is reconnecting (#live-connection), after a
+// moment's grace so a routine reconnect (a changed role closes the socket) does not flash it.
 (function () {
   "use strict";
   const announcer = document.getElementById("live-status");
+  const reconnecting = document.getElementById("live-connection");
+  const GRACE_MS = 1000;
+  let shownAfter = null;
+  let leaving = false; // the page is being left: its socket closing is no drop
+  window.addEventListener("pagehide", function () {
+    leaving = true;
+  });
   let delay = 500;
   let busy = false;
   let again = false;
@@ -182,6 +192,9 @@
     socket.onopen = function () {
       delay = 500;
       document.body.dataset.live = "connected";
+      clearTimeout(shownAfter);
+      shownAfter = null;
+      if (reconnecting) reconnecting.hidden = true;
       refresh(); // whatever happened while the page loaded or the socket was down
     };
     socket.onmessage = function (message) {
@@ -198,6 +211,11 @@
     };
     socket.onclose = function () {
       document.body.dataset.live = "disconnected";
+      if (reconnecting && !leaving && shownAfter === null) {
+        shownAfter = setTimeout(function () {
+          reconnecting.hidden = false;
+        }, GRACE_MS);
+      }
       setTimeout(connect, delay);
       delay = Math.min(delay * 2, 10000);
     };

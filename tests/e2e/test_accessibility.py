@@ -66,6 +66,7 @@ PAGES = {
         "tomas", lambda s: f"/t/acme/runs/{s.waiting_run.pk}/", "Waiting on the party"
     ),
     "run finished": Sweep("tomas", lambda s: f"/t/acme/runs/{s.settled_run.pk}/", "Settled (3):"),
+    "runs": Sweep("tomas", lambda s: "/t/acme/runs/", "runs, newest first"),
     "start work": Sweep("tomas", lambda s: "/t/acme/start/", "Start work"),
     "agents": Sweep("tomas", lambda s: "/t/acme/agents/", "Tomas's agent"),
     "agent": Sweep("tomas", agent_page(""), "Start a run"),

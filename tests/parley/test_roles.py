@@ -105,6 +105,7 @@ PAGES = [
     Page("agents:inbox", "get", EVERY_MEMBER),
     Page("agents:start", "get", THE_PARTY),
     Page("agents:start", "post", THE_PARTY, changes=False),
+    Page("agents:run-list", "get", EVERY_MEMBER),
     Page("agents:run", "get", EVERY_MEMBER, pk=lambda w: w.run.pk),
     Page("agents:agent", "get", EVERY_MEMBER, pk=lambda w: w.agent.pk),
     Page("agents:system-message", "get", OPERATORS, pk=lambda w: w.agent.pk),

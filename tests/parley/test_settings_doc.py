@@ -1,0 +1,206 @@
+"""docs/settings.md lists every setting read from the environment, no other, with the defaults the code
+has; production settings refuse a secret key that is not one."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parley import devstack
+
+ROOT = devstack.ROOT
+TABLE = ROOT / "docs" / "settings.md"
+# Where settings are read from the environment: the apps, the process entry points and the suite's own.
+SOURCES = [
+    ROOT / "manage.py",
+    *(
+        path
+        for package in ("parley", "agents", "negotiations", "exchange", "a2a_gateway", "api", "mcp_gateway")
+        for path in (ROOT / package).rglob("*.py")
+        if "migrations" not in path.parts
+    ),
+    ROOT / "tests" / "conftest.py",
+    ROOT / "tests" / "e2e" / "conftest.py",
+]
+NO_DEFAULT = object()
+UNKNOWN = object()
+
+
+def literal(node: ast.expr | None, constants: dict[str, Any]) -> Any:
+    """The value of a default made of literals, the module's literal constants and arithmetic on
+    them; :data:`UNKNOWN` otherwise."""
+    if node is None:
+        return NO_DEFAULT
+    try:
+        return eval(compile(ast.Expression(node), "<default>", "eval"), {"__builtins__": {}, **constants})
+    except (NameError, TypeError, AttributeError):
+        return UNKNOWN
+
+
+def module_constants(tree: ast.Module) -> dict[str, Any]:
+    """``NAME = <literal>`` at the top of a module, by name."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = literal(node.value, {})
+            if value is not UNKNOWN:
+                found[node.targets[0].id] = value
+    return found
+
+
+def read_in_code() -> dict[str, Any]:
+    """Every environment variable the sources read, with its default as written where it is a literal."""
+    found: dict[str, Any] = {}
+    for path in SOURCES:
+        tree = ast.parse(path.read_text())
+        constants = module_constants(tree)
+        for node in ast.walk(tree):
+            name, default = None, None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+                target = ast.unparse(node.func.value)
+                first = node.args[0]
+                if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+                    continue
+                if target == "env" and node.func.attr in {"str", "int", "float", "bool", "list", "db_url"}:
+                    name = first.value
+                    default = next((k.value for k in node.keywords if k.arg == "default"), None)
+                elif target == "os.environ" and node.func.attr in {"get", "setdefault"}:
+                    name, default = first.value, node.args[1] if len(node.args) > 1 else None
+            elif (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.ctx, ast.Load)
+                and ast.unparse(node.value) == "os.environ"
+                and isinstance(node.slice, ast.Constant)
+            ):
+                name = node.slice.value
+            if name is not None:
+                found.setdefault(name, literal(default, constants))
+    return found
+
+
+def documented() -> dict[str, str]:
+    """The table's rows: variable → its default cell."""
+    rows = re.findall(r"^\| `([A-Z0-9_]+)` \| (.*?) \| .* \|$", TABLE.read_text(), flags=re.MULTILINE)
+    return dict(rows)
+
+
+def shown(value: Any) -> str:
+    """A literal default as the table writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)
+
+
+def test_every_setting_read_from_the_environment_is_documented_and_no_other() -> None:
+    in_code, in_table = read_in_code(), documented()
+
+    assert sorted(set(in_code) - set(in_table)) == [], "read in the code, missing from docs/settings.md"
+    assert sorted(set(in_table) - set(in_code)) == [], "in docs/settings.md, read nowhere"
+
+
+def test_every_literal_default_is_the_one_documented() -> None:
+    in_table = documented()
+    wrong = []
+    for name, default in read_in_code().items():
+        cell = in_table[name]
+        written = re.fullmatch(r"`(.*)`", cell)
+        if default is NO_DEFAULT or default is UNKNOWN:
+            if written:
+                wrong.append(f"{name}: documented as the literal {cell}, but the code's default is not one")
+            continue
+        if written is None:
+            wrong.append(f"{name}: the code's default is {shown(default)!r}; document it in backticks")
+            continue
+        value = written.group(1)
+        value = "" if value == '""' else value
+        same = (
+            float(value) == default
+            if isinstance(default, int | float) and not isinstance(default, bool)
+            else (value == shown(default))
+        )
+        if not same:
+            wrong.append(f"{name}: documented {value!r}, the code says {shown(default)!r}")
+
+    assert wrong == []
+
+
+def start_production(**environ: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py check`` under the production settings with ``environ`` (and nothing else of ours)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SECRET_KEY", "KEY_HASH", "A2A_INBOUND"))}
+    env.update(environ, DJANGO_SETTINGS_MODULE="parley.settings.production")
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("environ", "refusal"),
+    [
+        ({}, "SECRET_KEY must be set to a secret of your own in production"),
+        (
+            {"SECRET_KEY": "parley-embedded-default-not-for-production"},
+            "the embedded default's key is public",
+        ),
+        ({"SECRET_KEY": "short"}, "SECRET_KEY is too weak: use at least 50 random characters."),
+        ({"SECRET_KEY": "a" * 60}, "SECRET_KEY is too weak"),
+        (
+            {"SECRET_KEY": "k7-Qx" * 12, "KEY_HASH_SECRET": "parley-embedded-default-not-for-production"},
+            "KEY_HASH_SECRET must not be the embedded default's public key.",
+        ),
+    ],
+)
+def test_production_refuses_to_start_without_a_secret_of_its_own(
+    environ: dict[str, str], refusal: str
+) -> None:
+    started = start_production(**environ)
+
+    assert started.returncode != 0
+    assert "ImproperlyConfigured" in started.stderr
+    assert refusal in started.stderr
+
+
+def test_production_starts_with_a_secret_of_its_own() -> None:
+    started = start_production(SECRET_KEY="Zq8vW2m-" * 8)
+
+    assert (started.returncode, started.stdout.strip()) == (
+        0,
+        "System check identified no issues (0 silenced).",
+    )
+
+
+def test_a_beat_process_keeps_its_schedule_where_the_setting_says_not_in_the_checkout(tmp_path: Path) -> None:
+    schedule = tmp_path / "beat-schedule"
+    env = {
+        **os.environ,
+        "CELERY_BEAT_SCHEDULE_FILENAME": str(schedule),
+        "DJANGO_SETTINGS_MODULE": "parley.settings.test",
+    }
+    before = set(ROOT.glob("celerybeat-schedule*"))
+    beat = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "parley", "beat", "--loglevel", "INFO"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert beat.stdout is not None
+        for line in beat.stdout:
+            if "Scheduler: Sending due task" in line:  # it has opened its schedule and is running
+                break
+    finally:
+        beat.terminate()
+        beat.wait(timeout=30)
+
+    assert set(ROOT.glob("celerybeat-schedule*")) == before
+    assert list(tmp_path.glob("beat-schedule*")) != []
