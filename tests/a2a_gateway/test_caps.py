@@ -238,7 +238,7 @@ def test_a_busy_agent_says_try_again_on_every_web_process(
 # --- The counters, in Redis and in the process ----------------------------------------------
 
 
-@pytest.fixture(params=["redis", "memory"])
+@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.redis), "memory"])
 def backend(request: pytest.FixtureRequest) -> Counters:
     """Redis's counters, or the embedded default's in-process ones: the same behaviour."""
     return RedisCounters(settings.REDIS_URL) if request.param == "redis" else MemoryCounters()

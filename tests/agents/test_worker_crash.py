@@ -18,6 +18,9 @@ from parley.celery import app
 from tests.chat_server import ChatServer, hang, text
 from tests.conftest import database_url, wait_until
 
+# Redis itself: left out of the embedded default's run.
+pytestmark = pytest.mark.redis
+
 # A broker of its own: the session's live stack must not take this test's task.
 BROKER = settings.TEST_SPARE_REDIS_URL
 

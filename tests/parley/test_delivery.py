@@ -13,6 +13,9 @@ from django.conf import settings as django_settings
 
 from parley import live
 
+# Redis itself: left out of the embedded default's run.
+pytestmark = pytest.mark.redis
+
 COUNT = 100
 
 

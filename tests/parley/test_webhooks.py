@@ -684,7 +684,7 @@ def test_private_addresses_and_plain_http_are_refused_by_default_and_always_in_p
     code = f"import {module} as s; print(s.WEBHOOKS_ALLOW_PRIVATE, s.WEBHOOKS_ALLOW_HTTP)"
     result = subprocess.run(
         [sys.executable, "-c", code],
-        env={**environment, "SECRET_KEY": "test", **env},
+        env={**environment, "SECRET_KEY": "a-secret-of-this-deployment-" * 3, **env},
         capture_output=True,
         text=True,
         check=True,
