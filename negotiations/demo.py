@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from django.contrib.auth import get_user_model
+from allauth.account.models import EmailAddress
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Sum
@@ -26,6 +27,9 @@ from negotiations.models import Negotiation, Settlement, Turn
 from parley.models import Membership, Tenant
 
 TOMAS_PASSWORD = "tomas-demo"
+# Acme's operator: she configures its agents, tools and models (the operator pages).
+OPERATOR_USERNAME = "maya"
+OPERATOR_PASSWORD = "maya-demo"
 INTENT = "Bring in a fractional CFO for two days a month before the round closes."
 TERMS = "amount (number, EUR per day), currency"
 
@@ -88,17 +92,31 @@ def demo_model(*, url: str, name: str, key_env: str, environ: Mapping[str, str])
     return DemoModel(name=name, base_url=url, api_key=key)
 
 
+def _demo_account(username: str, first_name: str, password: str) -> User:
+    """The demo's account ``username`` (made, or reset), its address ``<username>@acme.example``
+    verified, so it logs in under mandatory e-mail verification."""
+    email = f"{username}@acme.example"
+    user, _ = User.objects.get_or_create(username=username, defaults={"first_name": first_name})
+    user.email = email
+    user.set_password(password)
+    user.save()
+    EmailAddress.objects.filter(user=user).exclude(email=email).delete()
+    EmailAddress.objects.update_or_create(
+        user=user, email=email, defaults={"verified": True, "primary": True}
+    )
+    return user
+
+
 @transaction.atomic
 def demo_seed(model: DemoModel | None = None) -> DemoWorld:
     """Create (or re-create) both demo tenants, their users and agents, on ``model`` (default
-    ``offline``)."""
+    ``offline``). Acme has Tomas, the party, and Maya, its operator (:data:`OPERATOR_USERNAME`)."""
     Tenant.objects.filter(slug__in=["acme", "cfo-guild"]).delete()
-    user_model = get_user_model()
-    tomas, _ = user_model.objects.get_or_create(username="tomas", defaults={"first_name": "Tomas"})
-    tomas.set_password(TOMAS_PASSWORD)
-    tomas.save()
+    tomas = _demo_account("tomas", "Tomas", TOMAS_PASSWORD)
+    maya = _demo_account(OPERATOR_USERNAME, "Maya", OPERATOR_PASSWORD)
     acme = Tenant.objects.create(slug="acme", name="Acme Robotics")
     Membership.objects.create(user=tomas, tenant=acme, role=Membership.Role.PRINCIPAL)
+    Membership.objects.create(user=maya, tenant=acme, role=Membership.Role.OPERATOR)
     tomas_agent = Agent.objects.create(
         tenant=acme,
         slug="tomas",

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.http import HttpRequest
 
-from parley.models import ApiKey, Membership, Tenant, WebhookDelivery, WebhookEndpoint
+from parley.models import ApiKey, Invitation, Membership, Tenant, WebhookDelivery, WebhookEndpoint
 
 
 class MembershipInline(admin.TabularInline):
@@ -14,6 +14,33 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ("slug", "name", "created_at")
     search_fields = ("slug", "name")
     inlines = [MembershipInline]
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    """Read-only: owners invite on the members page (operators with ``manage.py invite``), which shows
+    the link once; only its hash is kept."""
+
+    list_display = (
+        "email",
+        "tenant",
+        "role",
+        "invited_by",
+        "created_at",
+        "expires_at",
+        "accepted_at",
+        "revoked_at",
+    )
+    list_filter = ("tenant", "role")
+    list_select_related = ("tenant", "invited_by")
+    search_fields = ("email",)
+    exclude = ("token_hash",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Invitation | None = None) -> bool:
+        return False
 
 
 @admin.register(ApiKey)

@@ -5,48 +5,43 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib.auth.models import User
 from django.db.models import QuerySet
 
 from parley.models import ApiKey, Membership, WebhookDelivery, WebhookEndpoint, WebhookEventType
-from parley.selectors import accounts_by_login
 
 
-class MemberAddForm(forms.Form):
-    """An existing account, by username or e-mail, and the role to give it; ``cleaned_data["account"]``
-    is the :class:`User`."""
+class TenantCreateForm(forms.Form):
+    """A new organisation: its name and the address (slug) in its URLs; blank makes one from the name."""
 
-    account = forms.CharField(
-        label="Username or e-mail",
-        max_length=254,
+    name = forms.CharField(
+        max_length=200,
         strip=True,
-        error_messages={"required": "Give the username or e-mail of the account to add."},
+        help_text="As your members will see it, e.g. “Acme Robotics”.",
+        error_messages={"required": "Give the organisation a name."},
     )
-    role = forms.ChoiceField(choices=Membership.Role.choices)
-
-    def clean_account(self) -> User:
-        login = self.cleaned_data["account"]
-        accounts = accounts_by_login(login)
-        if not accounts:
-            raise forms.ValidationError(
-                "No account has this username or e-mail: create a new account below instead."
-            )
-        if len(accounts) > 1:
-            raise forms.ValidationError("Several accounts match this: give the exact username instead.")
-        return accounts[0]
-
-
-class MemberCreateForm(forms.Form):
-    """A new account (username, e-mail, password) and its role; the service validates the password."""
-
-    username = forms.CharField(max_length=150, strip=True, help_text="Letters, digits and @ . + - _ only.")
-    email = forms.EmailField(label="E-mail", max_length=254)
-    password = forms.CharField(
-        strip=False,
-        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
-        help_text="Tell it to them yourself; they can change it later.",
+    slug = forms.CharField(
+        label="Address",
+        max_length=63,
+        required=False,
+        strip=True,
+        help_text="In every URL of the organisation and its agents (/t/acme/, /a2a/acme/…): lower-case "
+        "letters, digits and hyphens. Leave it blank to make one from the name.",
     )
-    role = forms.ChoiceField(choices=Membership.Role.choices)
+
+
+class InvitationForm(forms.Form):
+    """Whom to invite, by e-mail address, and in which role."""
+
+    email = forms.EmailField(
+        label="E-mail",
+        max_length=254,
+        error_messages={"required": "Give the e-mail address to invite."},
+        widget=forms.EmailInput(attrs={"autocomplete": "off"}),
+    )
+    role = forms.ChoiceField(
+        choices=Membership.Role.choices,
+        error_messages={"required": "Choose a role.", "invalid_choice": "Choose a role from the list."},
+    )
 
 
 class MemberRoleForm(forms.Form):

@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models.functions import Lower
+from django.utils import timezone
 
 _M = TypeVar("_M", bound=models.Model)
 
@@ -56,7 +58,7 @@ class Membership(TimeStampedModel):
         constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_tenant")]
 
     def __str__(self) -> str:
-        return f"{self.user_id}@{self.tenant_id}:{self.role}"
+        return f"{self.user} in {self.tenant} ({self.role})"
 
 
 class TenantQuerySet(models.QuerySet[_M]):
@@ -76,6 +78,69 @@ class TenantOwnedModel(TimeStampedModel):
 
     class Meta:
         abstract = True
+
+
+class Invitation(TenantOwnedModel):
+    """An owner's invitation of an e-mail address to join the tenant in ``role``.
+
+    The link carries a secret token, shown once (in the e-mail, and to the
+    inviter); only its keyed hash is kept (:mod:`parley.keys`). The invitation
+    is open until it is accepted, revoked (by an owner, or by inviting the same
+    address again) or past ``expires_at``; one open invitation per address and
+    tenant. Made, revoked and accepted through :mod:`parley.services`.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        ACCEPTED = "accepted"
+        REVOKED = "revoked"
+        EXPIRED = "expired"
+
+    email = models.EmailField(max_length=254)
+    role = models.CharField(max_length=16, choices=Membership.Role.choices)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="empty: an operator of the deployment, with a management command",
+    )
+    token_hash = models.CharField(max_length=128, unique=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                Lower("email"),
+                "tenant",
+                condition=models.Q(accepted_at__isnull=True, revoked_at__isnull=True),
+                name="one_open_invitation_per_address",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.email} to {self.tenant} ({self.role}, {self.status})"
+
+    @property
+    def status(self) -> str:
+        """The invitation's :class:`Status` now: accepted and revoked stay so; an open one expires."""
+        if self.accepted_at is not None:
+            return self.Status.ACCEPTED
+        if self.revoked_at is not None:
+            return self.Status.REVOKED
+        if self.expires_at <= timezone.now():
+            return self.Status.EXPIRED
+        return self.Status.PENDING
 
 
 class Event(TenantOwnedModel):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from allauth.account.models import EmailAddress
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db import models
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404
+from django.utils import timezone
 
-from parley.models import ApiKey, Membership, Tenant, WebhookDelivery, WebhookEndpoint
+from parley import keys
+from parley.models import ApiKey, Invitation, Membership, Tenant, WebhookDelivery, WebhookEndpoint
 
 
 def roles_of(user: AbstractBaseUser | AnonymousUser) -> list[tuple[int, str]]:
@@ -85,13 +88,80 @@ def webhook_deliveries_of(
     )
 
 
-def accounts_by_login(login: str) -> list[User]:
-    """The active account whose username is ``login``; else those whose username, then whose e-mail,
-    is ``login`` in any case (two at most: more than one means the login does not tell them apart)."""
-    active = User.objects.filter(is_active=True)
-    by_username = list(active.filter(username=login)) or list(
-        active.filter(username__iexact=login).order_by("pk")[:2]
+def memberships_of(user: AbstractBaseUser) -> QuerySet[Membership]:
+    """The user's memberships with their tenants, by tenant name."""
+    return Membership.objects.filter(user_id=user.pk).select_related("tenant").order_by("tenant__name", "pk")
+
+
+def addresses_of(user: AbstractBaseUser) -> set[str]:
+    """The e-mail addresses ``user`` has shown are theirs, lower-cased: their verified addresses
+    (django-allauth's); for an account made outside sign-up (the admin, ``createsuperuser``), which has
+    none on record, the address it was given."""
+    rows = list(EmailAddress.objects.filter(user_id=user.pk).values_list("email", "verified"))
+    if rows:
+        return {email.lower() for email, verified in rows if verified}
+    email = str(getattr(user, "email", "") or "")
+    return {email.lower()} if email else set()
+
+
+def member_by_address(*, tenant: Tenant, email: str) -> Membership | None:
+    """The tenant's membership of an account that has ``email`` (in any case) as its address or as one
+    of its verified addresses, or ``None``."""
+    verified = EmailAddress.objects.filter(email__iexact=email, verified=True).values("user_id")
+    return (
+        Membership.objects.filter(tenant=tenant)
+        .filter(Q(user__email__iexact=email) | Q(user_id__in=verified))
+        .select_related("user")
+        .first()
     )
-    if by_username or not login:
-        return by_username
-    return list(active.filter(email__iexact=login).order_by("pk")[:2])
+
+
+def invitation_by_token(token: str) -> Invitation | None:
+    """The invitation whose link carries ``token``, with its tenant and inviter, or ``None``.
+
+    The token is what an invitation page is reached by, so this is the one
+    lookup not scoped to a tenant; a token that is no string of ours
+    (over 200 characters) is not hashed.
+    """
+    if len(token) > keys.MAX_KEY_CHARS:
+        return None
+    return (
+        Invitation.objects.select_related("tenant", "invited_by")
+        .filter(token_hash=keys.secret_hash(token))
+        .first()
+    )
+
+
+def invitations_of(*, tenant: Tenant) -> QuerySet[Invitation]:
+    """The tenant's open invitations (pending or expired, not accepted, not revoked), newest first,
+    with who sent them."""
+    invitations: QuerySet[Invitation] = Invitation.objects.for_tenant(tenant)
+    return invitations.filter(accepted_at__isnull=True, revoked_at__isnull=True).select_related("invited_by")
+
+
+def invitations_to(user: AbstractBaseUser) -> QuerySet[Invitation]:
+    """The pending invitations to ``user``'s addresses (:func:`addresses_of`) to tenants they are not in,
+    with their tenants and inviters, newest first."""
+    addresses = addresses_of(user)
+    if not addresses:
+        return Invitation.objects.none()
+    match = Q()
+    for address in addresses:
+        match |= Q(email__iexact=address)
+    return (
+        Invitation.objects.filter(match, accepted_at__isnull=True, revoked_at__isnull=True)
+        .filter(expires_at__gt=timezone.now())
+        .exclude(tenant__memberships__user_id=user.pk)
+        .select_related("tenant", "invited_by")
+        .order_by("-created_at", "-pk")
+    )
+
+
+def accounts_by_address(email: str) -> list[User]:
+    """The active accounts whose address ``email`` is (in any case): those that verified it, else
+    those given it with no address on record (made outside sign-up). For trusted callers (commands)."""
+    active = User.objects.filter(is_active=True).order_by("pk")
+    verified = list(active.filter(emailaddress__email=email.lower(), emailaddress__verified=True))
+    if verified:
+        return verified
+    return list(active.filter(email__iexact=email, emailaddress__isnull=True))

@@ -1,9 +1,10 @@
-"""Writes of tenancy: a tenant's members and their roles, and its API keys.
+"""Writes of tenancy: tenants (the organisations), their members, invitations and roles, and their API keys.
 
-Only a tenant's owners manage them: every function takes the acting ``user``
-and raises :class:`NotAllowed` unless they are an owner when it runs. Each
-runs in one transaction holding the tenant's row lock, so two owners acting at
-once are serialised and cannot, say, demote each other and leave none.
+Only a tenant's owners manage them: every function that changes a tenant takes
+the acting ``user`` and raises :class:`NotAllowed` unless they are an owner when
+it runs. Each runs in one transaction holding the tenant's row lock, so two
+owners acting at once are serialised and cannot, say, demote each other and
+leave none.
 
 Refusals raise ``django.core.exceptions.ValidationError``, keyed by the
 parameter at fault where there is one (``{"role": [...]}``), and change nothing.
@@ -11,28 +12,44 @@ parameter at fault where there is one (``{"role": [...]}``), and change nothing.
 
 from __future__ import annotations
 
+import logging
+import re
+import smtplib
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import User
-from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.mail import send_mail
 from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
+from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.text import slugify
 
 from agents.models import Agent
-from parley import keys
-from parley.models import ApiKey, Membership, Tenant
+from parley import keys, selectors
+from parley.models import ApiKey, Invitation, Membership, Tenant
+
+logger = logging.getLogger(__name__)
 
 
 class NotAllowed(PermissionDenied):
     """The acting user is not an owner of the tenant (a view answers 403 with the message)."""
 
 
+def _lock(tenant_id: int) -> None:
+    """Take the tenant's row lock."""
+    list(Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk", flat=True))
+
+
 def _lock_as_owner(*, tenant_id: int, user: User) -> None:
     """Take the tenant's row lock, then raise :class:`NotAllowed` unless ``user`` is its owner now."""
-    list(Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk", flat=True))
+    _lock(tenant_id)
     owners = Membership.objects.filter(tenant_id=tenant_id, role=Membership.Role.OWNER)
     if not owners.filter(user_id=user.pk).exists():
         raise NotAllowed("Only an owner of this tenant can manage its members and API keys.")
@@ -45,72 +62,232 @@ def _check_role(role: str) -> None:
         )
 
 
-# Members.
+# Tenants: the organisations.
+
+# A tenant's slug is in every URL of its pages and agents (/t/<slug>/, /a2a/<slug>/<agent>): a DNS
+# label's characters, so it also fits a subdomain.
+SLUG = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
-def member_add(*, tenant: Tenant, account: User, role: str, user: User) -> Membership:
-    """Make the existing ``account`` a member of ``tenant`` in ``role``; returns the membership.
+def tenant_create(*, slug: str, name: str, owner: User | None) -> Tenant:
+    """Open a tenant (an organisation) named ``name`` at ``slug``, ``owner`` its first owner; returns it.
 
-    Raises:
-        NotAllowed: ``user`` is not an owner of ``tenant``.
-        ValidationError: ``{"role": …}`` not a role; ``{"account": …}`` the account is
-            deactivated, or already a member (in whichever role).
-    """
-    with transaction.atomic():
-        _lock_as_owner(tenant_id=tenant.pk, user=user)
-        _check_role(role)
-        if not account.is_active:
-            raise ValidationError({"account": f"{account.get_username()}'s account is deactivated."})
-        existing = Membership.objects.filter(tenant=tenant, user=account).first()
-        if existing is not None:
-            raise ValidationError(
-                {"account": f"{account.get_username()} is already a member ({existing.role})."}
-            )
-        return Membership.objects.create(tenant=tenant, user=account, role=role)
-
-
-def member_create(
-    *, tenant: Tenant, username: str, email: str, password: str, role: str, user: User
-) -> Membership:
-    """Open a new account (``username``, ``email``, ``password``) and make it a member of ``tenant`` in
-    ``role``; returns the membership, its ``user`` the new account.
-
-    The password must pass ``AUTH_PASSWORD_VALIDATORS``. Nothing is created
-    unless everything is valid.
+    ``slug`` blank: made from the name. ``owner`` None opens it with no member
+    (a management command, which then invites its owner).
 
     Raises:
-        NotAllowed: ``user`` is not an owner of ``tenant``.
-        ValidationError: keyed ``role``, ``username`` (invalid, or taken, in any case),
-            ``email`` (invalid, or an account has it already: add that one instead) and
-            ``password`` (each validator's message), every problem at once.
+        ValidationError: keyed ``name`` (blank, over 200 characters) and ``slug`` (not 1 to 63
+            lower-case letters, digits and hyphens starting and ending with a letter or digit;
+            taken), every problem at once. Nothing is created.
     """
+    name = name.strip()
+    slug = slug.strip() or slugify(name)[:63].strip("-")
+    errors: dict[str, list[str]] = {}
+    if not name:
+        errors["name"] = ["Give the organisation a name."]
+    elif len(name) > 200:
+        errors["name"] = [f"Keep the name to 200 characters (it has {len(name)})."]
+    taken = [f"The address {slug!r} is taken: choose another."]
+    if not slug:
+        errors["slug"] = ["Give the organisation an address: lower-case letters, digits and hyphens."]
+    elif not SLUG.fullmatch(slug):
+        errors["slug"] = [
+            f"{slug!r} cannot be an address: use up to 63 lower-case letters (a-z), digits and "
+            "hyphens, starting and ending with a letter or digit."
+        ]
+    elif Tenant.objects.filter(slug=slug).exists():
+        errors["slug"] = taken
+    if errors:
+        raise ValidationError(errors)
     with transaction.atomic():
-        _lock_as_owner(tenant_id=tenant.pk, user=user)
-        _check_role(role)
-        account = User(username=username, email=email)
-        errors: dict[str, list[str]] = {}
-        for field, check in (
-            ("username", lambda: User.username_validator(username)),
-            ("email", lambda: validate_email(email)),
-            ("password", lambda: validate_password(password, user=account)),
-        ):
-            try:
-                check()
-            except ValidationError as exc:
-                errors[field] = exc.messages
-        if "username" not in errors and User.objects.filter(username__iexact=username).exists():
-            errors["username"] = [f"The username {username!r} is taken."]
-        if "email" not in errors and User.objects.filter(email__iexact=email).exists():
-            errors["email"] = ["An account with this e-mail exists: add it as an existing account."]
-        if errors:
-            raise ValidationError(errors)
-        account.set_password(password)
         try:
             with transaction.atomic():
-                account.save()
+                tenant = Tenant.objects.create(slug=slug, name=name)
         except IntegrityError as exc:  # taken between the check and the insert
-            raise ValidationError({"username": [f"The username {username!r} is taken."]}) from exc
-        return Membership.objects.create(tenant=tenant, user=account, role=role)
+            raise ValidationError({"slug": taken}) from exc
+        if owner is not None:
+            Membership.objects.create(tenant=tenant, user=owner, role=Membership.Role.OWNER)
+    return tenant
+
+
+# Invitations.
+
+
+@dataclass
+class IssuedInvitation:
+    """An invitation just made, with its ``link``: the only time its token exists (show it once).
+
+    ``mailed`` and ``mail_error`` say whether the e-mail carrying the link was
+    sent; they are set when the transaction that made the invitation commits.
+    """
+
+    invitation: Invitation
+    link: str
+    mailed: bool = False
+    mail_error: str = ""
+
+
+class InvitationUnusable(ValidationError):
+    """An invitation that cannot be accepted, by anyone or by this account. ``code`` says why:
+    ``expired``, ``revoked``, ``accepted`` (used already), ``wrong_account`` (it is for another
+    address than the account's) or ``already_member``."""
+
+
+def invitation_link(*, origin: str, token: str) -> str:
+    """The absolute URL of the invitation page of ``token``, at ``origin`` (``https://host``)."""
+    return origin.rstrip("/") + reverse("invitation", kwargs={"token": token})
+
+
+def invitation_create(
+    *, tenant: Tenant, email: str, role: str, user: User | None, origin: str
+) -> IssuedInvitation:
+    """Invite ``email`` to ``tenant`` in ``role``, valid for ``settings.INVITATION_DAYS`` days, and
+    e-mail the link (at ``origin``) once the transaction commits.
+
+    ``user`` is the inviting owner; None is an operator of the deployment at a
+    management command. An open invitation to the same address is revoked: only
+    the newest link works. Only a keyed hash of the token is stored.
+
+    Raises:
+        NotAllowed: ``user`` is not an owner of ``tenant``.
+        ValidationError: ``{"role": …}`` not a role; ``{"email": …}`` not an address, or the
+            address is a member's already (the message gives their role).
+    """
+    email = email.strip()
+    token = keys.new_secret()
+    with transaction.atomic():
+        if user is None:
+            _lock(tenant.pk)
+        else:
+            _lock_as_owner(tenant_id=tenant.pk, user=user)
+        _check_role(role)
+        try:
+            validate_email(email)
+        except ValidationError as exc:
+            raise ValidationError({"email": f"{email!r} is not an e-mail address."}) from exc
+        member = selectors.member_by_address(tenant=tenant, email=email)
+        if member is not None:
+            raise ValidationError(
+                {"email": f"{email} is a member already: {member.user.get_username()} ({member.role})."}
+            )
+        now = timezone.now()
+        Invitation.objects.for_tenant(tenant).filter(
+            email__iexact=email, accepted_at__isnull=True, revoked_at__isnull=True
+        ).update(revoked_at=now, revoked_by=user, updated_at=now)
+        invitation = Invitation.objects.create(
+            tenant=tenant,
+            email=email,
+            role=role,
+            invited_by=user,
+            token_hash=keys.secret_hash(token),
+            expires_at=now + timedelta(days=settings.INVITATION_DAYS),
+        )
+        issued = IssuedInvitation(invitation=invitation, link=invitation_link(origin=origin, token=token))
+        transaction.on_commit(lambda: _invitation_mail(issued))
+    return issued
+
+
+def _invitation_mail(issued: IssuedInvitation) -> None:
+    """Send the invitation's e-mail; a failure is recorded on ``issued`` (the inviter has the link)."""
+    invitation = issued.invitation
+    context = {"invitation": invitation, "tenant": invitation.tenant, "link": issued.link}
+    subject = render_to_string("parley/email/invitation_subject.txt", context).strip()
+    body = render_to_string("parley/email/invitation_message.txt", context)
+    try:
+        send_mail(settings.ACCOUNT_EMAIL_SUBJECT_PREFIX + subject, body, None, [invitation.email])
+    except (smtplib.SMTPException, OSError) as exc:
+        logger.warning("invitation %s: the e-mail was not sent: %s", invitation.pk, exc)
+        issued.mail_error = str(exc) or type(exc).__name__
+    else:
+        issued.mailed = True
+
+
+def invitation_revoke(*, invitation: Invitation, user: User) -> Invitation:
+    """Revoke ``invitation``: its link no longer works. Returns it as saved; revoking it again
+    keeps the first ``revoked_at`` and ``revoked_by``.
+
+    Raises:
+        NotAllowed: ``user`` is not an owner of the invitation's tenant.
+        ValidationError: it was accepted (the member is removed on the members page instead).
+    """
+    with transaction.atomic():
+        _lock_as_owner(tenant_id=invitation.tenant_id, user=user)
+        current = (
+            Invitation.objects.for_tenant(invitation.tenant_id).select_for_update().get(pk=invitation.pk)
+        )
+        if current.accepted_at is not None:
+            raise ValidationError(
+                f"{current.email} accepted the invitation already; remove the member instead."
+            )
+        if current.revoked_at is None:
+            current.revoked_at = timezone.now()
+            current.revoked_by = user
+            current.save(update_fields=["revoked_at", "revoked_by", "updated_at"])
+        return current
+
+
+def invitation_refusal(*, invitation: Invitation, user: User | None) -> InvitationUnusable | None:
+    """Why ``user`` cannot accept ``invitation`` now, or ``None`` when they can (``user`` None: a
+    visitor not logged in, for whom only the invitation's own state counts). Changes nothing.
+
+    An invitation can be accepted while it is open, by an account one of whose
+    addresses (:func:`parley.selectors.addresses_of`) it is for, and that is not
+    a member of its tenant yet.
+    """
+    tenant = invitation.tenant
+    status = invitation.status
+    if status == Invitation.Status.EXPIRED:
+        return InvitationUnusable(
+            f"This invitation to {tenant.name} expired: ask its owners for a new one.", code=status
+        )
+    if status == Invitation.Status.REVOKED:
+        return InvitationUnusable(
+            f"This invitation to {tenant.name} was revoked: ask its owners for a new one.", code=status
+        )
+    if status == Invitation.Status.ACCEPTED:
+        return InvitationUnusable(f"This invitation to {tenant.name} was used already.", code=status)
+    if user is None:
+        return None
+    if invitation.email.lower() not in selectors.addresses_of(user):
+        return InvitationUnusable(
+            f"This invitation is for {invitation.email}, and you are logged in as "
+            f"{user.get_username()}: log out, then open the link again.",
+            code="wrong_account",
+        )
+    existing = Membership.objects.filter(tenant=tenant, user=user).first()
+    if existing is not None:
+        return InvitationUnusable(
+            f"You are a member of {tenant.name} already ({existing.role}).", code="already_member"
+        )
+    return None
+
+
+def invitation_accept(*, invitation: Invitation, user: User) -> Membership:
+    """Make ``user`` a member of the invitation's tenant in its role; returns the membership.
+
+    Raises:
+        InvitationUnusable: :func:`invitation_refusal`'s, with the code ``expired``, ``revoked``,
+            ``accepted``, ``wrong_account`` or ``already_member``. Nothing changes.
+    """
+    with transaction.atomic():
+        _lock(invitation.tenant_id)
+        current = (
+            Invitation.objects.for_tenant(invitation.tenant_id)
+            .select_for_update(of=("self",))
+            .select_related("tenant")
+            .get(pk=invitation.pk)
+        )
+        refusal = invitation_refusal(invitation=current, user=user)
+        if refusal is not None:
+            raise refusal
+        membership = Membership.objects.create(tenant=current.tenant, user=user, role=current.role)
+        current.accepted_at = timezone.now()
+        current.accepted_by = user
+        current.save(update_fields=["accepted_at", "accepted_by", "updated_at"])
+        return membership
+
+
+# Members.
 
 
 def member_role_change(*, membership: Membership, role: str, user: User) -> Membership:

@@ -7,8 +7,10 @@ from parley import views, webhook_views
 app_name = "tenant"
 urlpatterns = [
     path("members/", views.MembersView.as_view(), name="members"),
-    path("members/add/", views.MemberAddView.as_view(), name="member-add"),
-    path("members/new/", views.MemberCreateView.as_view(), name="member-create"),
+    path("members/invitations/", views.InvitationCreateView.as_view(), name="invitation-create"),
+    path(
+        "members/invitations/<int:pk>/revoke/", views.InvitationRevokeView.as_view(), name="invitation-revoke"
+    ),
     path("members/<int:pk>/role/", views.MemberRoleView.as_view(), name="member-role"),
     path("members/<int:pk>/remove/", views.MemberRemoveView.as_view(), name="member-remove"),
     path("api-keys/", views.ApiKeysView.as_view(), name="api-keys"),

@@ -1,11 +1,13 @@
-"""Root URLs: auth, the dashboard, the host REST API, the web process's health.
+"""Root URLs: accounts, organisations and invitations, the dashboard, the host REST API, the web
+process's health.
 
 The A2A gateway is routed in ``parley.asgi``."""
 
+from allauth.account import views as account_views
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from parley import organisation_views
 from parley.health import health
 from parley.views import home
 
@@ -13,8 +15,19 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("health", health, name="health"),
     path("api/v1/", include("api.urls")),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # django-allauth's pages (sign-up, e-mail confirmation, password reset…) at the root; its login and
+    # logout are also named login and logout, as Django's own were.
+    path("login/", account_views.login, name="login"),
+    path("logout/", account_views.logout, name="logout"),
+    path("", include("allauth.account.urls")),
+    path("organisations/", organisation_views.OrganisationsView.as_view(), name="organisations"),
+    path("organisations/new/", organisation_views.TenantCreateView.as_view(), name="tenant-create"),
+    path(
+        "organisations/invitations/<int:pk>/accept/",
+        organisation_views.InvitationToMeAcceptView.as_view(),
+        name="invitation-to-me-accept",
+    ),
+    path("invitations/<str:token>/", organisation_views.InvitationView.as_view(), name="invitation"),
     path("t/<slug:tenant>/", include("agents.urls")),
     path("t/<slug:tenant>/", include("negotiations.urls")),
     path("t/<slug:tenant>/", include("a2a_gateway.urls")),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
@@ -19,7 +20,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from agents.selectors import OPERATE
 from parley import selectors, services
-from parley.forms import ApiKeyForm, MemberAddForm, MemberCreateForm, MemberRoleForm
+from parley.forms import ApiKeyForm, InvitationForm, MemberRoleForm
 from parley.models import ApiKey, Membership, Tenant
 from parley.selectors import first_membership, membership_for
 
@@ -108,16 +109,17 @@ class FilteredListView(TenantMixin, ListView):
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    """Send the user to their first tenant's inbox, or say they have none."""
+    """Send the user to their first tenant's inbox, or, in none, to their organisations page (create
+    one, or accept an invitation)."""
     membership = first_membership(request.user)
     if membership is None:
-        return render(request, "parley/no_tenant.html")
+        return redirect("organisations")
     return redirect("agents:inbox", tenant=membership.tenant.slug)
 
 
 class MembersView(TenantMixin, TemplateView):
     """The tenant's members and their roles, for owners and operators; owners also get the forms to
-    add a member (an existing account or a new one), change a role and remove a member.
+    invite someone by e-mail, revoke an open invitation, change a role and remove a member.
 
     The changes are posted to the subclasses below. Each answers an htmx
     request with the page's ``#members`` region (its messages included), and a
@@ -134,9 +136,12 @@ class MembersView(TenantMixin, TemplateView):
         is_owner = self.membership.role == Membership.Role.OWNER
         context.update(members=selectors.members_of(tenant=self.tenant), is_owner=is_owner)
         if is_owner:
-            context.update(roles=Membership.Role.choices)
-            context.setdefault("add_form", MemberAddForm(prefix="add"))
-            context.setdefault("create_form", MemberCreateForm(prefix="new"))
+            context.update(
+                roles=Membership.Role.choices,
+                invitations=selectors.invitations_of(tenant=self.tenant),
+                invitation_days=settings.INVITATION_DAYS,
+            )
+            context.setdefault("invite_form", InvitationForm(prefix="invite"))
         return context
 
     def members_page(self, **context: Any) -> HttpResponse:
@@ -163,52 +168,56 @@ class MembersView(TenantMixin, TemplateView):
         return get_object_or_404(Membership.objects.filter(tenant=self.tenant).select_related("user"), pk=pk)
 
 
-class MemberAddView(MembersView):
-    """POST ``add-account`` (username or e-mail of an existing account) and ``add-role``. Owners only."""
+class InvitationCreateView(MembersView):
+    """POST ``email`` and ``role``: invite that address, e-mailing it the link. Owners only.
+
+    The link is shown in the response to the POST (the members page, or its
+    region for htmx) and never again, so a deployment without mail still works;
+    that response is marked not to be cached.
+    """
 
     allowed_roles = OWNER
     http_method_names = ["post"]
 
     def post(self, request: HttpRequest, tenant: str) -> HttpResponse:
-        form = MemberAddForm(request.POST, prefix="add")
+        form = InvitationForm(request.POST, prefix="invite")
+        context: dict[str, Any] = {"invite_form": form}
         if form.is_valid():
             try:
-                added = services.member_add(
+                issued = services.invitation_create(
                     tenant=self.tenant,
-                    account=form.cleaned_data["account"],
+                    email=form.cleaned_data["email"],
                     role=form.cleaned_data["role"],
                     user=self.membership.user,
+                    origin=request.build_absolute_uri("/"),
                 )
             except ValidationError as exc:
                 form.add_error(None, exc)
             else:
-                messages.success(request, f"{added.user.get_username()} is now a member ({added.role}).")
-                return self.changed()
-        return self.members_page(add_form=form)
+                context.update(invite_form=InvitationForm(prefix="invite"), issued=issued)
+        response = self.members_page(**context)
+        add_never_cache_headers(response)
+        return response
 
 
-class MemberCreateView(MembersView):
-    """POST ``new-username``, ``new-email``, ``new-password`` and ``new-role``: a new account, made a
-    member. Owners only."""
+class InvitationRevokeView(MembersView):
+    """POST: revoke the tenant's invitation ``pk``, so its link no longer works. Owners only; another
+    tenant's invitation is a 404."""
 
     allowed_roles = OWNER
     http_method_names = ["post"]
 
-    def post(self, request: HttpRequest, tenant: str) -> HttpResponse:
-        form = MemberCreateForm(request.POST, prefix="new")
-        if form.is_valid():
-            try:
-                created = services.member_create(
-                    tenant=self.tenant, user=self.membership.user, **form.cleaned_data
-                )
-            except ValidationError as exc:
-                form.add_error(None, exc)
-            else:
-                messages.success(
-                    request, f"Account {created.user.get_username()} created; a member ({created.role})."
-                )
-                return self.changed()
-        return self.members_page(create_form=form)
+    def post(self, request: HttpRequest, tenant: str, pk: int) -> HttpResponse:
+        invitation = get_object_or_404(selectors.invitations_of(tenant=self.tenant), pk=pk)
+        try:
+            services.invitation_revoke(invitation=invitation, user=self.membership.user)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+        else:
+            messages.success(
+                request, f"The invitation to {invitation.email} is revoked; its link no longer works."
+            )
+        return self.changed()
 
 
 class MemberRoleView(MembersView):

@@ -21,6 +21,7 @@ import httpx
 import psycopg
 import pytest
 import redis
+from allauth.account.models import EmailAddress
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
@@ -160,7 +161,11 @@ def live_stack(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) 
 
 
 def make_user(username: str) -> AbstractUser:
-    user = get_user_model().objects.create_user(username=username, password=PASSWORD)
+    """An account ``username`` with the password :data:`PASSWORD` and the verified address
+    ``<username>@example.com``, as sign-up leaves one: it logs in through the form."""
+    email = f"{username}@example.com"
+    user = get_user_model().objects.create_user(username=username, email=email, password=PASSWORD)
+    EmailAddress.objects.create(user=user, email=email, verified=True, primary=True)
     return user  # type: ignore[return-value]
 
 

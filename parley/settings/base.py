@@ -35,6 +35,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "django_htmx",
+    "allauth",
+    "allauth.account",
     "parley",
     "agents",
     "negotiations",
@@ -55,6 +57,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -93,6 +96,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    # django-allauth's: log in by username or e-mail address.
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -124,6 +132,36 @@ else:
             "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
         }
     }
+
+# E-mail (sign-up verification, password reset, invitations). EMAIL_URL names the server
+# (django-environ: smtp://user:password@host:25, smtp+tls://…:587, smtp+ssl://…:465, consolemail://,
+# filemail://). Unset, the embedded default writes each message to a file in EMAIL_FILE_PATH (default
+# sent-mail/ in the checkout), where a local user reads it; anything else prints it on the console.
+EMAIL_URL = env.str("EMAIL_URL", default="filemail://" if EMBEDDED else "consolemail://")
+vars().update(env.email_url_config(EMAIL_URL))
+EMAIL_FILE_PATH = env.str("EMAIL_FILE_PATH", default=str(BASE_DIR / "sent-mail"))
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="Parley <parley@localhost>")
+
+# Accounts (django-allauth): sign-up, e-mail verification, password reset, login rate limits.
+ACCOUNT_ADAPTER = "parley.accounts.AccountAdapter"
+ACCOUNT_FORMS = {
+    "login": "parley.accounts.LoginForm",
+    "signup": "parley.accounts.SignupForm",
+    "reset_password": "parley.accounts.ResetPasswordForm",
+}
+ACCOUNT_LOGIN_METHODS = {"username", "email"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
+# mandatory: an account logs in once it has confirmed its e-mail address (the invited address of an
+# accepted invitation counts as confirmed); optional or none for a deployment that cannot send mail.
+ACCOUNT_EMAIL_VERIFICATION = env.str("ACCOUNT_EMAIL_VERIFICATION", default="mandatory")
+ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION = True
+ACCOUNT_SESSION_REMEMBER = True
+ACCOUNT_EMAIL_SUBJECT_PREFIX = "[Parley] "
+# Whether anyone may sign up (SIGNUP_OPEN). Closed, only people holding an invitation do, and the first
+# account of a deployment that has none yet (parley.accounts.AccountAdapter).
+ACCOUNT_SIGNUP_ENABLED = env.bool("SIGNUP_OPEN", default=True)
+# Days an invitation link stays valid.
+INVITATION_DAYS = env.int("INVITATION_DAYS", default=7)
 
 CELERY_TASK_IGNORE_RESULT = True
 # Every task: a worker killed mid-task leaves it to run again (tasks are idempotent).

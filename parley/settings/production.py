@@ -10,7 +10,7 @@ Django's deployment check calls weak (shorter than 50 characters or fewer than
 from django.core.exceptions import ImproperlyConfigured
 
 from parley.settings.base import *  # noqa: F403
-from parley.settings.base import EMBEDDED_SECRET_KEY, KEY_HASH_SECRET, env
+from parley.settings.base import EMBEDDED_SECRET_KEY, KEY_HASH_SECRET, REDIS_URL, env
 
 SECRET_KEY = env.str("SECRET_KEY", default="")
 if not SECRET_KEY or SECRET_KEY == EMBEDDED_SECRET_KEY:
@@ -29,3 +29,7 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 # Webhooks go to public addresses over https only, whatever the environment says.
 WEBHOOKS_ALLOW_PRIVATE = False
 WEBHOOKS_ALLOW_HTTP = False
+
+# Shared by every web process, so django-allauth's login and sign-up rate limits count across them.
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}

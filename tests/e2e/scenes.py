@@ -23,7 +23,7 @@ from agents.services import question_answer, run_start
 from negotiations import demo
 from negotiations.models import Negotiation, Settlement
 from parley.models import Membership
-from parley.services import api_key_create
+from parley.services import api_key_create, invitation_create
 from tests.conftest import make_user, wait_until
 
 DEMO_QUESTION = (
@@ -42,8 +42,9 @@ LOOKUP_SCHEMA = {
 class Scene:
     """What :func:`dashboard_scene` made: the demo's world, its finished run (``settled_run``) and the
     run waiting on Tomas (``waiting_run``, its question ``question``), the agreed negotiation, a
-    second agent with a host tool needing approval, and the members ``olga`` (operator), ``owen``
-    (owner) and ``vera`` (viewer), whose password is ``tests.conftest.PASSWORD``."""
+    second agent with a host tool needing approval, the members ``olga`` (operator), ``owen``
+    (owner) and ``vera`` (viewer), whose password is ``tests.conftest.PASSWORD``, and an open
+    invitation of nia@example.com (``invitation_path``, its link's path)."""
 
     world: demo.DemoWorld
     settled_run: Run
@@ -53,6 +54,7 @@ class Scene:
     buyer: Agent
     tool: Tool
     endpoint: ModelEndpoint
+    invitation_path: str
 
 
 def wait_question(run: Run) -> Question:
@@ -137,6 +139,9 @@ def dashboard_scene() -> Scene:
     )
     inbound_key_create(agent=world.tomas_agent, name="CFO Guild")
     api_key_create(tenant=acme, name="Host backend", scopes=["read", "write"], user=owen)
+    invited = invitation_create(
+        tenant=acme, email="nia@example.com", role=Membership.Role.OPERATOR, user=owen, origin=""
+    )
     return Scene(
         world=world,
         settled_run=settled_run,
@@ -146,4 +151,5 @@ def dashboard_scene() -> Scene:
         buyer=buyer,
         tool=tool,
         endpoint=endpoint,
+        invitation_path=invited.link,
     )

@@ -40,12 +40,13 @@ def scene(live_stack: LiveStack, django_db_blocker: DjangoDbBlocker) -> Iterator
 
 @dataclass(frozen=True)
 class Sweep:
-    """A page to check: who looks (None: nobody logged in), its path, and a text it must show (so the
-    check runs on the page meant, with its data, not on an error page)."""
+    """A page to check: who looks (None: nobody logged in), its path, a text it must show (so the
+    check runs on the page meant, with its data, not on an error page), and its status."""
 
     who: str | None
     path: Callable[[Scene], str]
     shows: str
+    status: int = 200
 
 
 def agent_page(suffix: str) -> Callable[[Scene], str]:
@@ -54,6 +55,12 @@ def agent_page(suffix: str) -> Callable[[Scene], str]:
 
 PAGES = {
     "login": Sweep(None, lambda s: "/login/", "Log in"),
+    "sign up": Sweep(None, lambda s: "/signup/", "Sign up"),
+    "password reset": Sweep(None, lambda s: "/password/reset/", "Password Reset"),
+    "invitation, visitor": Sweep(None, lambda s: s.invitation_path, "Join Acme Robotics"),
+    "invitation, wrong account": Sweep("tomas", lambda s: s.invitation_path, "another account", 403),
+    "organisations": Sweep("tomas", lambda s: "/organisations/", "Acme Robotics"),
+    "create an organisation": Sweep("tomas", lambda s: "/organisations/new/", "Address"),
     "inbox": Sweep("tomas", lambda s: "/t/acme/", DEMO_QUESTION),
     "run waiting on a question": Sweep(
         "tomas", lambda s: f"/t/acme/runs/{s.waiting_run.pk}/", "Waiting on the party"
@@ -83,7 +90,7 @@ PAGES = {
     "new model": Sweep("olga", lambda s: "/t/acme/models/new/", "New model endpoint"),
     "intake": Sweep("olga", lambda s: "/t/acme/intake/", "Intake"),
     "members, operator": Sweep("olga", lambda s: "/t/acme/members/", "vera"),
-    "members, owner": Sweep("owen", lambda s: "/t/acme/members/", "Add an existing account"),
+    "members, owner": Sweep("owen", lambda s: "/t/acme/members/", "nia@example.com"),
     "API keys": Sweep("owen", lambda s: "/t/acme/api-keys/", "Host backend"),
     "webhooks": Sweep("olga", lambda s: "/t/acme/webhooks/", "Add an endpoint"),
     "webhook deliveries": Sweep("olga", lambda s: "/t/acme/webhooks/deliveries/", "No deliveries yet."),
@@ -107,7 +114,7 @@ def visit(page: Page, url: str, sweep: Sweep) -> None:
     """Load ``url`` afresh at the page's current width and wait until it shows what it should."""
     response = page.goto(url)
     assert response is not None
-    assert response.status == 200, url
+    assert response.status == sweep.status, url
     if sweep.who is not None:
         wait_live(page)  # the live refresh on connect has run: axe sees the page as it stays
     expect(page.locator("main").get_by_text(sweep.shows).first).to_be_visible()

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import Client
+from django.urls import reverse
 
 from agents.models import OFFLINE, Agent, ModelEndpoint
 from negotiations import demo
 from negotiations.model_negotiator import MOVE_TOOL
 from parley import devstack
+from parley.models import Membership
 from tests.chat_server import ChatServer
 from tests.negotiating_policy import AgentLoopPolicy
 
@@ -54,6 +57,10 @@ def test_the_demo_runs_with_every_agent_on_a_chat_model(tmp_path: Path) -> None:
 
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
+    base = re.search(r"^Parley is serving on (http://127\.0\.0\.1:\d+) ", out, re.M)
+    assert base is not None, out
+    operator = f"log in at {base.group(1)}/login/ as maya, password maya-demo."
+    assert f"Acme's operator (agents, tools, models): {operator}" in out
     assert f"Every agent runs on the model house-model at {chat.url} (key from ${KEY_ENV})." in out
     assert "The agent stops and asks Tomas: What is the most (or least) I may agree to per day?" in out
     assert re.search(
@@ -145,3 +152,21 @@ def test_the_seed_puts_every_agent_on_the_model_or_leaves_them_offline() -> None
 
     assert set(Agent.objects.values_list("model", flat=True)) == {OFFLINE}
     assert not ModelEndpoint.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_demo_seeds_an_operator_of_acme_who_logs_in_through_the_form(client: Client) -> None:
+    demo.demo_seed()
+    demo.demo_seed()  # seeding again resets the accounts, it does not fail on them
+
+    response = client.post(
+        reverse("login"), {"login": demo.OPERATOR_USERNAME, "password": demo.OPERATOR_PASSWORD}, follow=True
+    )
+
+    assert response.redirect_chain[-1] == (reverse("agents:inbox", kwargs={"tenant": "acme"}), 302)
+    maya = Membership.objects.get(user__username="maya")
+    assert (maya.tenant.slug, maya.role) == ("acme", Membership.Role.OPERATOR)
+    assert client.get(reverse("agents:agent-create", kwargs={"tenant": "acme"})).status_code == 200
+    tomas = Client()
+    tomas.post(reverse("login"), {"login": "tomas", "password": demo.TOMAS_PASSWORD})
+    assert tomas.get(reverse("home"))["Location"] == reverse("agents:inbox", kwargs={"tenant": "acme"})

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 
-from parley.models import ApiKey, Membership, Tenant
+from parley.models import ApiKey, Invitation, Membership, Tenant
 from tests.conftest import make_user
 
 
@@ -21,9 +21,10 @@ def member(tenant: Tenant, username: str, role: str) -> AbstractUser:
 
 
 def tenancy_rows() -> dict[str, list[dict[str, Any]]]:
-    """Every account, membership and API key as stored."""
+    """Every account, membership, invitation and API key as stored."""
     return {
         "users": list(get_user_model().objects.order_by("pk").values()),
         "memberships": list(Membership.objects.order_by("pk").values()),
+        "invitations": list(Invitation.objects.order_by("pk").values()),
         "api_keys": list(ApiKey.objects.order_by("pk").values()),
     }

@@ -13,7 +13,6 @@ from django.urls import reverse
 from agents.models import Agent
 from parley import services
 from parley.models import Membership, Tenant
-from tests.conftest import PASSWORD
 from tests.parley.tenancy import member, tenancy_rows
 
 User = get_user_model()
@@ -22,132 +21,6 @@ User = get_user_model()
 def membership(user: AbstractUser, tenant: Tenant | str = "acme") -> Membership:
     slug = getattr(tenant, "slug", tenant)
     return Membership.objects.select_related("user").get(user=user, tenant__slug=slug)
-
-
-class TestAdd:
-    def test_an_owner_adds_an_existing_account(
-        self, tenant: Tenant, other_tenant: Tenant, owner: AbstractUser
-    ) -> None:
-        gus = member(other_tenant, "gus", Membership.Role.OWNER)
-
-        added = services.member_add(tenant=tenant, account=gus, role="operator", user=owner)  # type: ignore[arg-type]
-
-        assert (added.tenant_id, added.user_id, added.role) == (tenant.pk, gus.pk, "operator")
-        assert membership(gus, other_tenant).role == "owner"
-
-    def test_someone_already_a_member_is_refused_and_keeps_their_role(
-        self, tenant: Tenant, owner: AbstractUser, principal: AbstractUser
-    ) -> None:
-        before = tenancy_rows()
-
-        with pytest.raises(ValidationError) as refused:
-            services.member_add(tenant=tenant, account=principal, role="owner", user=owner)  # type: ignore[arg-type]
-
-        assert refused.value.message_dict == {"account": ["tomas is already a member (principal)."]}
-        assert tenancy_rows() == before
-
-    def test_an_unknown_role_is_refused(self, tenant: Tenant, owner: AbstractUser, db: None) -> None:
-        newcomer = User.objects.create_user("nia", password=PASSWORD)
-        before = tenancy_rows()
-
-        with pytest.raises(ValidationError) as refused:
-            services.member_add(tenant=tenant, account=newcomer, role="admin", user=owner)  # type: ignore[arg-type]
-
-        assert refused.value.message_dict == {
-            "role": ["Unknown role 'admin': choose owner, operator, principal or viewer."]
-        }
-        assert tenancy_rows() == before
-
-    @pytest.mark.parametrize("role", ["operator", "principal", "viewer"])
-    def test_only_an_owner_may_add(self, tenant: Tenant, role: str) -> None:
-        someone = member(tenant, "sam", role)
-        newcomer = User.objects.create_user("nia", password=PASSWORD)
-        before = tenancy_rows()
-
-        with pytest.raises(services.NotAllowed, match=r"^Only an owner of this tenant"):
-            services.member_add(tenant=tenant, account=newcomer, role="viewer", user=someone)  # type: ignore[arg-type]
-        assert tenancy_rows() == before
-
-
-class TestCreate:
-    def test_an_owner_opens_an_account_and_adds_it(self, tenant: Tenant, owner: AbstractUser) -> None:
-        created = services.member_create(
-            tenant=tenant,
-            username="nia",
-            email="nia@example.com",
-            password="a-long-enough-secret",
-            role="viewer",
-            user=owner,  # type: ignore[arg-type]
-        )
-
-        account = User.objects.get(username="nia")
-        assert created.user_id == account.pk
-        assert (created.tenant_id, created.role) == (tenant.pk, "viewer")
-        assert account.email == "nia@example.com"
-        assert account.check_password("a-long-enough-secret")
-        assert "a-long-enough-secret" not in account.password
-
-    def test_every_problem_is_named_at_once_and_nothing_is_created(
-        self, tenant: Tenant, owner: AbstractUser
-    ) -> None:
-        before = tenancy_rows()
-
-        with pytest.raises(ValidationError) as refused:
-            services.member_create(
-                tenant=tenant,
-                username="no spaces!",
-                email="not-an-email",
-                password="short",
-                role="viewer",
-                user=owner,  # type: ignore[arg-type]
-            )
-
-        assert refused.value.message_dict == {
-            "username": [
-                "Enter a valid username. This value may contain only letters, numbers, "
-                "and @/./+/-/_ characters."
-            ],
-            "email": ["Enter a valid email address."],
-            "password": ["This password is too short. It must contain at least 8 characters."],
-        }
-        assert tenancy_rows() == before
-
-    def test_a_taken_username_in_any_case_or_e_mail_is_refused(
-        self, tenant: Tenant, owner: AbstractUser, principal: AbstractUser
-    ) -> None:
-        principal.email = "tomas@example.com"
-        principal.save()
-        before = tenancy_rows()
-
-        with pytest.raises(ValidationError) as refused:
-            services.member_create(
-                tenant=tenant,
-                username="TOMAS",
-                email="Tomas@Example.com",
-                password="a-long-enough-secret",
-                role="viewer",
-                user=owner,  # type: ignore[arg-type]
-            )
-
-        assert refused.value.message_dict == {
-            "username": ["The username 'TOMAS' is taken."],
-            "email": ["An account with this e-mail exists: add it as an existing account."],
-        }
-        assert tenancy_rows() == before
-
-    def test_an_operator_may_not_open_accounts(self, tenant: Tenant, operator: AbstractUser) -> None:
-        before = tenancy_rows()
-
-        with pytest.raises(services.NotAllowed):
-            services.member_create(
-                tenant=tenant,
-                username="nia",
-                email="nia@example.com",
-                password="a-long-enough-secret",
-                role="owner",
-                user=operator,  # type: ignore[arg-type]
-            )
-        assert tenancy_rows() == before
 
 
 class TestRoleChange:
@@ -319,8 +192,8 @@ class TestPage:
             in page
         )
         assert url("member-remove", membership(principal)) in page
-        assert '<h2 id="add-heading">Add an existing account</h2>' in page
-        assert '<h2 id="create-heading">Create a new account</h2>' in page
+        assert '<h2 id="invite-heading">Invite someone</h2>' in page
+        assert '<h2 id="invitations-heading">Open invitations</h2>' in page
 
     def test_an_operator_sees_the_members_but_no_forms(
         self, client: Client, owner: AbstractUser, operator: AbstractUser
@@ -357,96 +230,6 @@ class TestPage:
             seen[user.username] = (members_link in page, keys_link in page)
 
         assert seen == {"ona": (True, True), "olga": (True, False), "tomas": (False, False)}
-
-    def test_adding_by_e_mail_in_any_case(
-        self, client: Client, tenant: Tenant, other_tenant: Tenant, owner: AbstractUser
-    ) -> None:
-        gus = member(other_tenant, "gus", Membership.Role.OWNER)
-        client.force_login(owner)
-
-        response = client.post(
-            reverse("tenant:member-add", kwargs={"tenant": "acme"}),
-            {"add-account": "GUS@example.com", "add-role": "principal"},
-            follow=True,
-        )
-
-        assert response.redirect_chain == [(members_url(), 302)]
-        assert "gus is now a member (principal)." in response.content.decode()
-        assert membership(gus).role == "principal"
-
-    @pytest.mark.parametrize(
-        ("login", "error"),
-        [
-            ("nobody", "No account has this username or e-mail: create a new account below instead."),
-            ("shared@example.com", "Several accounts match this: give the exact username instead."),
-            ("tomas", "tomas is already a member (principal)."),
-            ("", "Give the username or e-mail of the account to add."),
-        ],
-    )
-    def test_adding_is_refused_at_the_field(
-        self, client: Client, owner: AbstractUser, principal: AbstractUser, login: str, error: str
-    ) -> None:
-        for name in ("a", "b"):
-            User.objects.create_user(f"shared-{name}", email="shared@example.com", password=PASSWORD)
-        client.force_login(owner)
-        before = tenancy_rows()
-
-        response = client.post(
-            reverse("tenant:member-add", kwargs={"tenant": "acme"}),
-            {"add-account": login, "add-role": "viewer"},
-        )
-
-        assert response.status_code == 200
-        assert response.context["add_form"].errors == {"account": [error]}
-        assert "Nobody was added: correct the fields marked below." in response.content.decode()
-        assert tenancy_rows() == before
-
-    def test_creating_an_account_through_htmx(self, client: Client, owner: AbstractUser) -> None:
-        client.force_login(owner)
-
-        response = client.post(
-            reverse("tenant:member-create", kwargs={"tenant": "acme"}),
-            {
-                "new-username": "nia",
-                "new-email": "nia@example.com",
-                "new-password": "a-long-enough-secret",
-                "new-role": "viewer",
-            },
-            headers=HTMX,
-        )
-
-        page = response.content.decode()
-        assert page.startswith('<div id="members">')
-        assert (
-            '<div role="status"><ul class="messages"><li class="success">'
-            "Account nia created; a member (viewer)." in page
-        )
-        assert '<th scope="row">nia</th>' in page
-        assert User.objects.get(username="nia").check_password("a-long-enough-secret")
-
-    def test_a_weak_password_is_refused_at_its_field_and_not_shown_back(
-        self, client: Client, owner: AbstractUser
-    ) -> None:
-        client.force_login(owner)
-        before = tenancy_rows()
-
-        response = client.post(
-            reverse("tenant:member-create", kwargs={"tenant": "acme"}),
-            {
-                "new-username": "nia",
-                "new-email": "nia@example.com",
-                "new-password": "2short",
-                "new-role": "viewer",
-            },
-        )
-
-        assert response.context["create_form"].errors == {
-            "password": ["This password is too short. It must contain at least 8 characters."]
-        }
-        page = response.content.decode()
-        assert "No account was created" in page
-        assert "2short" not in page
-        assert tenancy_rows() == before
 
     def test_changing_a_role(self, client: Client, owner: AbstractUser, operator: AbstractUser) -> None:
         client.force_login(owner)
@@ -543,17 +326,8 @@ class TestPage:
 
         posts = [
             (
-                reverse("tenant:member-add", kwargs={"tenant": "acme"}),
-                {"add-account": "ona", "add-role": "viewer"},
-            ),
-            (
-                reverse("tenant:member-create", kwargs={"tenant": "acme"}),
-                {
-                    "new-username": "x",
-                    "new-email": "x@example.com",
-                    "new-password": "long-enough-1",
-                    "new-role": "owner",
-                },
+                reverse("tenant:invitation-create", kwargs={"tenant": "acme"}),
+                {"invite-email": "x@example.com", "invite-role": "owner"},
             ),
             (url("member-role", target), {"role": "viewer"}),
             (url("member-remove", target), {}),
@@ -561,31 +335,3 @@ class TestPage:
         for address, data in posts:
             assert client.post(address, data).status_code == 403
         assert tenancy_rows() == before
-
-
-@pytest.mark.django_db
-def test_an_account_is_added_by_its_username_in_any_case(
-    client: Client, tenant: Tenant, other_tenant: Tenant
-) -> None:
-    """A username is one account in any case: creating "Tomas" says taken, adding "Tomas" adds tomas."""
-    owner = member(tenant, "ona", Membership.Role.OWNER)
-    tomas = member(other_tenant, "tomas", Membership.Role.PRINCIPAL)
-    client.force_login(owner)
-
-    added = client.post(
-        reverse("tenant:member-add", kwargs={"tenant": "acme"}),
-        {"add-account": "Tomas", "add-role": "viewer"},
-    )
-    created = client.post(
-        reverse("tenant:member-create", kwargs={"tenant": "acme"}),
-        {
-            "new-username": "Tomas",
-            "new-email": "tomas.new@example.com",
-            "new-password": "correct-horse-battery-x",
-            "new-role": "viewer",
-        },
-    )
-
-    assert created.context["create_form"].errors["username"] == ["The username 'Tomas' is taken."]
-    assert added.status_code == 302, added.context["add_form"].errors
-    assert Membership.objects.filter(tenant=tenant, user=tomas).exists()

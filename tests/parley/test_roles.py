@@ -29,9 +29,8 @@ from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, 
 from exchange.models import ExchangeProfile, PreparedExchange
 from negotiations.models import Negotiation
 from parley import services, webhooks
-from parley.models import ApiKey, Event, Membership, Tenant, WebhookDelivery, WebhookEndpoint
+from parley.models import ApiKey, Event, Invitation, Membership, Tenant, WebhookDelivery, WebhookEndpoint
 from tests.agents.pages import waiting_question
-from tests.conftest import PASSWORD
 from tests.exchange.issuer import ISSUER, Issuer
 from tests.parley.tenancy import member
 
@@ -48,6 +47,7 @@ THE_PARTY = OPERATORS | {PRINCIPAL}
 OWNERS = frozenset({OWNER})
 READERS = OPERATORS | {VIEWER}  # the webhook pages: everyone but a party reads them
 JWKS = Issuer().jwks  # the keys of every world's Agent Exchange profile
+ORIGIN = "http://testserver"
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class World:
     negotiation: Negotiation
     parked: Negotiation  # an inbound one waiting on the party
     spare: Membership  # a viewer nobody depends on: one to change or remove
-    newcomer: AbstractUser  # an account that is no member yet
+    invitation: Invitation  # an open one
     key: ApiKey
     tool: Tool
     endpoint: ModelEndpoint
@@ -200,24 +200,12 @@ PAGES = [
     # the tenant
     Page("tenant:members", "get", OPERATORS),
     Page(
-        "tenant:member-add",
+        "tenant:invitation-create",
         "post",
         OWNERS,
-        data=lambda w: {"add-account": w.newcomer.username, "add-role": "viewer"},
-        ok=302,
+        data=lambda w: {"invite-email": "nia@example.com", "invite-role": "viewer"},
     ),
-    Page(
-        "tenant:member-create",
-        "post",
-        OWNERS,
-        data=lambda w: {
-            "new-username": "nia",
-            "new-email": "nia@example.com",
-            "new-password": "a-long-enough-secret",
-            "new-role": "viewer",
-        },
-        ok=302,
-    ),
+    Page("tenant:invitation-revoke", "post", OWNERS, pk=lambda w: w.invitation.pk, ok=302),
     Page(
         "tenant:member-role",
         "post",
@@ -264,7 +252,7 @@ def page_id(page: Page) -> str:
 def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, prefix: str) -> World:
     """An agent of ``party`` with a run waiting on a question, one waiting on an approval, a
     negotiation, a grounding document, an inbound key and an Agent Exchange profile; a spare member,
-    an account that is no member, an API key, a tool, a model endpoint, and a webhook endpoint with a
+    an open invitation, an API key, a tool, a model endpoint, and a webhook endpoint with a
     delivery."""
     agent = Agent.objects.create(
         tenant=tenant, slug=f"{prefix}-agent", name=f"{prefix} agent", principal=party, terms="amount"
@@ -307,7 +295,13 @@ def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, pre
         negotiation=negotiation,
         parked=parked,
         spare=Membership.objects.get(user=spare, tenant=tenant),
-        newcomer=get_user_model().objects.create_user(f"{prefix}-newcomer", password=PASSWORD),
+        invitation=services.invitation_create(
+            tenant=tenant,
+            email=f"{prefix}-newcomer@example.com",
+            role="viewer",
+            user=owner,
+            origin=ORIGIN,  # type: ignore[arg-type]
+        ).invitation,
         key=key,
         tool=Tool.objects.create(tenant=tenant, name="lookup", description="", kind=Tool.Kind.BUILTIN),
         endpoint=ModelEndpoint.objects.create(
@@ -346,7 +340,7 @@ def their_world(other_tenant: Tenant, people: dict[str, AbstractUser]) -> World:
 def stored() -> dict[str, list[dict[str, Any]]]:
     """Every row a dashboard page could change."""
     models = (
-        *(get_user_model(), Membership, ApiKey, Event),
+        *(get_user_model(), Membership, Invitation, ApiKey, Event),
         *(Agent, Intent, Run, Question, Message, Tool, ModelEndpoint),
         *(Negotiation, GroundingDocument, InboundKey, WebhookEndpoint, WebhookDelivery),
         *(ExchangeProfile, PreparedExchange),

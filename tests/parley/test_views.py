@@ -22,21 +22,23 @@ def test_home_sends_a_member_to_their_first_tenants_inbox(
     assert response["Location"] == reverse("agents:inbox", kwargs={"tenant": "acme"})
 
 
-def test_home_tells_a_user_without_a_tenant(client: Client, db: None) -> None:
+def test_home_offers_a_user_without_a_tenant_to_create_one(client: Client, db: None) -> None:
     client.force_login(make_user("nobody"))
 
-    response = client.get(reverse("home"))
+    response = client.get(reverse("home"), follow=True)
 
-    assert response.status_code == 200
-    assert "<h1>No organisation yet</h1>" in response.content.decode()
+    assert response.redirect_chain == [(reverse("organisations"), 302)]
+    page = response.content.decode()
+    assert "You are not a member of any organisation on this Parley yet." in page
+    assert f'<a href="{reverse("tenant-create")}">Create an organisation</a>' in page
 
 
 def test_logging_in_through_the_form_lands_on_the_inbox(client: Client, principal: AbstractUser) -> None:
     page = client.get(reverse("login")).content.decode()
-    assert '<label for="id_username">' in page
-    assert '<label for="id_password">' in page
+    assert '<label for="id_login">Username or e-mail:</label>' in page
+    assert '<label for="id_password">Password:</label>' in page
 
-    response = client.post(reverse("login"), {"username": "tomas", "password": PASSWORD}, follow=True)
+    response = client.post(reverse("login"), {"login": "tomas", "password": PASSWORD}, follow=True)
 
     assert response.redirect_chain[-1] == (reverse("agents:inbox", kwargs={"tenant": "acme"}), 302)
     assert "<h1>Acme Robotics</h1>" in response.content.decode()

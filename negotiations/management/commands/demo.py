@@ -22,6 +22,7 @@ from a2a_gateway.cards import agent_url
 from agents.models import Question, Run
 from agents.services import question_answer, run_start
 from negotiations import demo
+from parley.mail import local_mail_note
 
 ANSWER = "Up to €1,100 a day."
 
@@ -59,6 +60,15 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Parley is serving on {base} (in-process worker, {settings.DATABASES['default']['ENGINE']})."
         )
+        self.stdout.write(
+            f"Acme's operator (agents, tools, models): log in at {base}/login/ as {demo.OPERATOR_USERNAME}, "
+            f"password {demo.OPERATOR_PASSWORD}."
+        )
+        if options["browser"]:
+            self.stdout.write(f"To start an organisation of your own, sign up at {base}/signup/")
+        note = local_mail_note()
+        if note:
+            self.stdout.write(note)
         if model is None:
             self.stdout.write("Every agent runs on the offline model: no key, no network.")
         else:
