@@ -386,14 +386,15 @@ def decide(
     move that breaks a guard is decided again with the violations as
     feedback; after :data:`GUARD_ATTEMPTS` failures the result is an ``ask``
     naming the limits or, for an agent with nobody to ask, the agent's reject.
+    ``objective`` is the per-negotiation objective ``negotiate`` gave, shown
+    to a chat model with ``guidance`` and the ``answers`` the party gave to
+    questions asked here (see :class:`model_negotiator.Brief`); ``stopped`` is
+    polled while a chat model decides, and stops it once True (the negotiation
+    was cancelled).
 
     Only an agent with a principal may ``ask`` (:func:`agents.selectors.can_ask_party`):
     without one, the ``offline`` strategy declines where it would ask for a limit, and a
     chat model is not offered ``ask``, so no decision ever waits on a party nobody answers for.
-    ``objective`` is the per-negotiation objective ``negotiate`` gave, shown
-    to a chat model with ``guidance`` and the ``answers`` the party gave to
-    questions asked here (see :class:`model_negotiator.Brief`); ``stopped`` is polled while a chat
-    model decides, and stops it once True (the negotiation was cancelled).
 
     The move's message passes the agent's output guardrails before it can
     leave over A2A (redacted, or blocked).
