@@ -9,7 +9,8 @@ wherever it appears. The policy, read off the last message:
 * a digest with a "Waiting on you" group → ``ask_user`` once, with every
   question in it;
 * the party's answer to that → ``answer`` every waiting id with it; an answer
-  naming URLs instead → ``negotiate`` with them;
+  naming URLs instead → ``negotiate`` with them; an ``ask_user`` that failed
+  (an agent without a principal has nobody to ask) → finish, saying why;
 * any other digest → finish, reporting the digest;
 * anything else → finish, saying what the offline model cannot do.
 """
@@ -25,7 +26,9 @@ _URL = re.compile(r"https?://[^\s,;]+[^\s,;.)]")
 _WAITING_HEADING = re.compile(r"^Waiting on you \(\d+\)")
 ASK_FOR_COUNTERPARTIES = "Which agents should I negotiate with? Give me their A2A URLs."
 NO_COUNTERPARTIES = "The offline model acts only on counterparties named by A2A URL, and none was given."
-_WAITING_LINE = re.compile(r'^- (?P<id>\S+).*? — asks: "(?P<question>.*?)"')
+# The question runs to the quote that ends the line or opens "(their last move: …)": a question may
+# quote the party's own words.
+_WAITING_LINE = re.compile(r'^- (?P<id>\S+).*? — asks: "(?P<question>.*)"(?: \(their last move: .*\))?$')
 
 
 class OfflineModel:
@@ -47,6 +50,8 @@ class OfflineModel:
             name = _tool_name(messages, last["tool_call_id"])
             if name == "ask_user":
                 answer = last["content"] or ""
+                if answer.startswith("Error:"):
+                    return self._say(_could_not_ask(answer, _last_digest(messages)))
                 waiting = _waiting(_last_digest(messages))
                 if waiting and "answer" in available:
                     ids = [i for i, _ in waiting]
@@ -71,6 +76,13 @@ class OfflineModel:
 
     def _say(self, text: str) -> ModelReply:
         return ModelReply(content=text, model="offline")
+
+
+def _could_not_ask(error: str, digest: str) -> str:
+    """The final answer when ``ask_user`` failed (the agent has no principal, say): why, then where
+    things stand, or that nothing names a counterparty."""
+    said = f"I could not ask: {error.removeprefix('Error: ')}"
+    return f"{said}\nHere is where things stand.\n{digest}" if digest else f"{said}\n{NO_COUNTERPARTIES}"
 
 
 def _tool_name(messages: list[ChatMessage], tool_call_id: str) -> str:

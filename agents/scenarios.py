@@ -12,6 +12,13 @@ User ids are unique within a file, intent ids unique within a user; there are
 at least two users and every user has at least one intent. Keys outside this
 shape are refused rather than ignored, so a misspelt ``instructions`` cannot
 silently drop a party's brief.
+
+Each user is a party, and an agent with nobody to ask never asks (README,
+"Negotiating"), so every imported agent gets a principal: the agent's own when
+it has one, else the tenant's member named ``<tenant slug>.<user slug>``, else a
+new account of that name made a ``principal`` member — with no usable password
+and a placeholder e-mail (``…@scenario.invalid``) until the person is invited.
+The file names no e-mail addresses, so nobody outside the tenant is matched.
 """
 
 from __future__ import annotations
@@ -20,12 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.contrib.auth.models import User
 from django.db import models, transaction
 from django.utils.text import slugify
 
-from agents.models import Agent, Intent
+from agents.models import ANSWERING_ROLES, Agent, Intent
 from parley.jsontypes import json_type
-from parley.models import Tenant
+from parley.models import Membership, Tenant
 
 _TOP_KEYS = frozenset({"users"})
 _USER_KEYS = frozenset({"id", "name", "instructions", "intro", "location", "timezone", "intents"})
@@ -48,6 +56,8 @@ _EXTERNAL_ID_MAX = _max_length(Intent, "external_id")
 _USER_ID_MAX = _max_length(Agent, "party_id") - len(":user:") - _max_length(Tenant, "slug")
 _TIMEZONE_MAX = _max_length(Agent, "timezone")
 _FALLBACK_TIMEZONE = "UTC"
+# The placeholder e-mail's domain: ".invalid" is reserved (RFC 2606), so nothing is ever sent there.
+_PLACEHOLDER_DOMAIN = "scenario.invalid"
 
 
 class ScenarioError(ValueError):
@@ -82,13 +92,24 @@ class Scenario:
 @dataclass(frozen=True)
 class ImportResult:
     """What an import wrote. ``timezone_fallbacks`` lists the ids of users whose
-    ``timezone`` is not a zoneinfo key; their agents got UTC."""
+    ``timezone`` is not a zoneinfo key; their agents got UTC.
+
+    Principals, by username: ``principals_created`` are new accounts made
+    principal members, ``principals_matched`` members of the tenant that became
+    an agent's principal, ``principals_kept`` counts agents that had one
+    already. ``without_principal`` pairs each user id whose agent got none with
+    the reason.
+    """
 
     agents_created: int
     agents_updated: int
     intents_created: int
     intents_updated: int
     timezone_fallbacks: tuple[str, ...]
+    principals_created: tuple[str, ...] = ()
+    principals_matched: tuple[str, ...] = ()
+    principals_kept: int = 0
+    without_principal: tuple[tuple[str, str], ...] = ()
 
 
 def scenario_parse(raw: object) -> Scenario:
@@ -130,13 +151,18 @@ def scenario_import(*, tenant: Tenant, data: object) -> ImportResult:
     external_id)``, so importing the same file again updates the same rows.
     Fields the file defines are overwritten (an operator's edit to them is lost);
     other fields, other agents, and intents the file no longer lists are left
-    alone. Writes happen in one transaction: on any error nothing is written.
+    alone. An agent without a principal gets one (see the module docstring and
+    :func:`principal_username`); one it has is kept. Writes happen in one
+    transaction: on any error nothing is written.
 
     Raises :class:`ScenarioError` (see :func:`scenario_parse`) before writing anything.
     """
     scenario = scenario_parse(data)
-    agents_created = agents_updated = intents_created = intents_updated = 0
+    agents_created = agents_updated = intents_created = intents_updated = kept = 0
     fallbacks: list[str] = []
+    accounts_created: list[str] = []
+    members_matched: list[str] = []
+    missing: list[tuple[str, str]] = []
     with transaction.atomic():
         for user in scenario.users:
             timezone = _known_timezone(user.timezone)
@@ -161,13 +187,63 @@ def scenario_import(*, tenant: Tenant, data: object) -> ImportResult:
                 )
                 intents_created += created
                 intents_updated += not created
+            if agent.principal_id is not None:
+                kept += 1
+                continue
+            found = _principal(tenant, user)
+            if isinstance(found, str):
+                missing.append((user.id, found))
+                continue
+            account, new = found
+            (accounts_created if new else members_matched).append(account.get_username())
+            agent.principal = account
+            agent.save(update_fields=["principal", "updated_at"])
     return ImportResult(
         agents_created=agents_created,
         agents_updated=agents_updated,
         intents_created=intents_created,
         intents_updated=intents_updated,
         timezone_fallbacks=tuple(fallbacks),
+        principals_created=tuple(accounts_created),
+        principals_matched=tuple(members_matched),
+        principals_kept=kept,
+        without_principal=tuple(missing),
     )
+
+
+def principal_username(tenant: Tenant, user: ScenarioUser) -> str:
+    """The username of ``user``'s account as the importer makes it: ``"<tenant slug>.<user slug>"``.
+
+    At most 63 + 1 + 63 characters, which a username holds; "." is in neither slug, so no two
+    (tenant, user) pairs share a name.
+    """
+    return f"{tenant.slug}.{user.slug}"
+
+
+def _principal(tenant: Tenant, user: ScenarioUser) -> tuple[User, bool] | str:
+    """The account that answers for ``user``'s agent and whether it is new, or why there is none.
+
+    The tenant's member of :func:`principal_username` (any case, as usernames are taken), or a new
+    account of that name made a ``principal`` member. Never an account outside the tenant: the name
+    may be someone else's, and making them a member would hand them this tenant.
+    """
+    username = principal_username(tenant, user)
+    account = User.objects.filter(username__iexact=username).first()
+    if account is None:
+        account = User(username=username, email=f"{username}@{_PLACEHOLDER_DOMAIN}")
+        account.set_unusable_password()
+        account.save()
+        Membership.objects.create(user=account, tenant=tenant, role=Membership.Role.PRINCIPAL)
+        return account, True
+    role = Membership.objects.filter(tenant=tenant, user=account).values_list("role", flat=True).first()
+    name = account.get_username()
+    if role is None:
+        return f"the username {name} is taken by an account that is not a member of {tenant.slug}"
+    if not account.is_active:
+        return f"{name}'s account is deactivated"
+    if role not in ANSWERING_ROLES:
+        return f"{name} is a {role} of {tenant.slug}, and a {role} cannot answer for an agent"
+    return account, False
 
 
 def _system_prompt(user: ScenarioUser) -> str:

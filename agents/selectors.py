@@ -23,6 +23,18 @@ OPERATE = frozenset({Membership.Role.OWNER, Membership.Role.OPERATOR})
 TIMELINE_EVENTS = ("run.retry", "run.fallback")
 
 
+def can_ask_party(agent: Agent) -> bool:
+    """Whether ``agent`` may ask its party anything: only when it has a principal, the member who
+    answers its questions.
+
+    An agent with nobody to ask never asks (README, "Negotiating"): its negotiator declines where it
+    would ask (:func:`negotiations.negotiator.decide`), and the loop answers a call of a tool that
+    asks the party with an error naming why (:func:`agents.services.run_step`). Owners and operators
+    answer on a party's behalf; they do not stand in for a party the agent does not have.
+    """
+    return agent.principal_id is not None
+
+
 def sees_every_party(membership: Membership) -> bool:
     """Whether the member's inbox holds every party's questions and runs of the tenant.
 

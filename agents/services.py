@@ -56,6 +56,11 @@ MAX_TOKEN_BUDGET = 2**31 - 1
 MAX_DEADLINE = timedelta(days=10 * 365)
 # Tool call ids are the model's; longer ones, repeats and blanks are replaced by ids of ours.
 MAX_CALL_ID = 64
+# The result of a call that would ask the party of an agent without a principal: nobody would answer.
+NOBODY_TO_ASK = (
+    "Error: {tool} cannot ask: this agent has no principal to ask, so nobody would answer. Go on "
+    "without asking, or finish and say what you would need to know."
+)
 
 
 class RunError(Exception):
@@ -615,6 +620,8 @@ def _run_tools(
                 continue
             else:
                 outcome = _execute(run, call.id, call.name, *prepared)
+        if isinstance(outcome, tools.Suspend) and not selectors.can_ask_party(run.agent):
+            outcome = tools.Result(NOBODY_TO_ASK.format(tool=call.name))
         if isinstance(outcome, tools.Suspend) and suspended:
             outcome = tools.Result(
                 "Error: only one question at a time; ask again after this one is answered."

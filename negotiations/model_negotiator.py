@@ -15,6 +15,7 @@ guardrails and the minting of ``offerId`` stay with the negotiator, as for
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from typing import Any, Literal
@@ -52,6 +53,14 @@ class Action:
 
 
 @dataclass(frozen=True)
+class Answer:
+    """A question the negotiation parked on, and the party's answer to it."""
+
+    question: str
+    answer: str
+
+
+@dataclass(frozen=True)
 class Brief:
     """Everything one decision prompt shows, in the template's order (docs/negotiation-prompt.md).
 
@@ -61,6 +70,8 @@ class Brief:
     for prose only. ``limits`` are the party's term guards in its words
     (:meth:`negotiations.negotiator.Guard.describe`). ``moves_left`` counts this
     move; ``our_role`` is ours on the Task's wire (``user`` outbound, ``agent`` inbound).
+    ``answers`` are the questions already put to the party here, with its answers: an
+    ``ask`` that repeats one is handed back (:func:`read_move`).
     """
 
     party: str
@@ -73,6 +84,7 @@ class Brief:
     actions: tuple[Action, ...]
     limits: tuple[str, ...] = ()
     moves_left: int = 1
+    answers: tuple[Answer, ...] = ()
 
     @property
     def structured(self) -> bool:
@@ -80,17 +92,35 @@ class Brief:
 
 
 def objective_parts(
-    *, system_prompt: str, intent: str, objective: str, guidance: list[str]
+    *,
+    system_prompt: str,
+    intent: str,
+    objective: str,
+    guidance: list[str],
+    answers: Sequence[Answer] = (),
 ) -> tuple[str, ...]:
-    """The objective's parts in the seed's order, empty ones left out (index-wire-protocol.md §3)."""
+    """The objective's parts in the seed's order, empty ones left out (index-wire-protocol.md §3).
+
+    A line of guidance that answered a question of ours (``answers``, in the order both were
+    given) is shown with that question: the question never reached the record, and without it
+    the model cannot tell its question was answered.
+    """
     parts = [
         system_prompt.strip(),
         f"Current intent: {intent.strip()}" if intent.strip() else "",
         f"In this negotiation: {objective.strip()}" if objective.strip() else "",
     ]
-    lines = [g.strip() for g in guidance if g.strip()]
+    pending = list(answers)
+    lines = []
+    for given in (g.strip() for g in guidance):
+        if not given:
+            continue
+        if pending and pending[0].answer.strip() == given:
+            lines.append(f'- You asked: "{pending.pop(0).question}" They answered: {given}')
+        else:
+            lines.append(f"- {given}")
     if lines:
-        parts.append("Guidance from the party you act for:\n" + "\n".join(f"- {g}" for g in lines))
+        parts.append("Guidance from the party you act for:\n" + "\n".join(lines))
     return tuple(p for p in parts if p)
 
 
@@ -246,7 +276,8 @@ def read_move(reply: ModelReply, brief: Brief) -> Move:
     an action not offered, a missing or empty message, terms that are not a
     flat object or give a declared term a value of another type
     (:func:`negotiations.rules.check_terms`, the rule a counterparty's moves
-    meet), an accept of an offer never made or with other terms.
+    meet), an accept of an offer never made or with other terms, an ``ask``
+    of a question the party has answered here already (quoting its answer).
     """
     calls = reply.tool_calls
     if not calls:
@@ -279,7 +310,21 @@ def read_move(reply: ModelReply, brief: Brief) -> Move:
         raise ReplyRefused(str(exc).replace("move.", "")) from exc
     if chosen.accepts and brief.structured:
         move = _bound(move, brief)
+    if move.action == ASK:
+        _refuse_asked_before(move.message, brief.answers)
     return Move(move.action, move.message.strip(), move.terms, "", move.accepts_offer_id)
+
+
+def _refuse_asked_before(question: str, answers: Sequence[Answer]) -> None:
+    """Raise :class:`ReplyRefused` when ``question`` is one the party answered already (ignoring
+    case and spacing): asking it again as it was would tell the party nothing of what was missing."""
+    asked = " ".join(question.split()).casefold()
+    for earlier in answers:
+        if " ".join(earlier.question.split()).casefold() == asked:
+            raise ReplyRefused(
+                f'the party already answered that question: "{earlier.answer}". Decide with their '
+                "answer, or ask for what it left out and say so in the question"
+            )
 
 
 def _bound(accept: Move, brief: Brief) -> Move:

@@ -63,6 +63,9 @@ class Negotiation(TenantOwnedModel):
     objective = models.TextField(blank=True)
     guidance = models.JSONField(default=list, blank=True)
     parked_question = models.TextField(blank=True)
+    # Each question the negotiation parked on and the party's answer to it, in order:
+    # [{"question", "answer"}]. An ask never reaches the wire, so the record alone cannot show it.
+    answers = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
     batch = models.ForeignKey(
         Batch, null=True, blank=True, on_delete=models.SET_NULL, related_name="negotiations"

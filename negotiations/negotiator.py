@@ -64,6 +64,7 @@ from agents.llm import (
     model_for,
 )
 from agents.models import OFFLINE, Agent, Intent
+from agents.selectors import can_ask_party
 from negotiations import model_negotiator, offline
 from negotiations.rules import MoveRules, declared_terms, iso_date, rules_for
 from negotiations.wire import Move, TaskRecord
@@ -386,10 +387,10 @@ def decide(
     record: TaskRecord,
     our_role: Literal["user", "agent"],
     guidance: list[str],
-    can_ask: bool,
     max_moves: int,
     intent: Intent | None = None,
     objective: str = "",
+    answers: tuple[model_negotiator.Answer, ...] = (),
     now: datetime | None = None,
     stopped: Callable[[], bool] = lambda: False,
 ) -> Decision:
@@ -399,10 +400,16 @@ def decide(
     resolve at ``now`` (default: the current time) in the agent's timezone. A
     move that breaks a guard is decided again with the violations as
     feedback; after :data:`GUARD_ATTEMPTS` failures the result is an ``ask``
-    naming the limits (when ``can_ask``) or else the agent's reject.
+    naming the limits or, for an agent with nobody to ask, the agent's reject.
     ``objective`` is the per-negotiation objective ``negotiate`` gave, shown
-    to a chat model with ``guidance``; ``stopped`` is polled while a chat
-    model decides, and stops it once True (the negotiation was cancelled).
+    to a chat model with ``guidance`` and the ``answers`` the party gave to
+    questions asked here (see :class:`model_negotiator.Brief`); ``stopped`` is
+    polled while a chat model decides, and stops it once True (the negotiation
+    was cancelled).
+
+    Only an agent with a principal may ``ask`` (:func:`agents.selectors.can_ask_party`):
+    without one, the ``offline`` strategy declines where it would ask for a limit, and a
+    chat model is not offered ``ask``, so no decision ever waits on a party nobody answers for.
 
     The move's message passes the agent's output guardrails before it can
     leave over A2A (redacted, or blocked).
@@ -413,16 +420,17 @@ def decide(
     guardrail blocks it; its ``usage`` says what the attempt cost.
     """
     guards = effective_guards(agent, intent, today=local_today(agent, now))
+    can_ask = can_ask_party(agent)
     if agent.model != OFFLINE:
         brief = decision_brief(
             agent=agent,
             record=record,
             our_role=our_role,
             guidance=guidance,
-            can_ask=can_ask,
             max_moves=max_moves,
             intent=intent,
             objective=objective,
+            answers=answers,
             now=now,
         )
         return _decide_on_model(agent, brief, guards, can_ask=can_ask, stopped=stopped)
@@ -435,10 +443,10 @@ def decision_brief(
     record: TaskRecord,
     our_role: Literal["user", "agent"],
     guidance: list[str],
-    can_ask: bool,
     max_moves: int,
     intent: Intent | None = None,
     objective: str = "",
+    answers: tuple[model_negotiator.Answer, ...] = (),
     now: datetime | None = None,
 ) -> model_negotiator.Brief:
     """What a chat model is shown to decide our next move on ``record`` (arguments as :func:`decide`).
@@ -455,15 +463,17 @@ def decision_brief(
             intent=intent.statement if intent is not None else "",
             objective=objective,
             guidance=guidance,
+            answers=answers,
         ),
         today=today,
         timezone=agent.timezone,
         terms=agent.terms,
         record=record,
         our_role=our_role,
-        actions=model_negotiator.actions_for(agent.allowed_actions, can_ask=can_ask),
+        actions=model_negotiator.actions_for(agent.allowed_actions, can_ask=can_ask_party(agent)),
         limits=tuple(dict.fromkeys(g.describe() for g in guards)),
         moves_left=max(max_moves - ours, 1),
+        answers=answers,
     )
 
 
@@ -501,7 +511,9 @@ def _decide_offline(
     if situation.limit is None:
         offered = offline.their_offer(situation)
         limit = offline.limit_from_guidance(guidance, term, offered.value if offered else None)
-        situation = replace(situation, limit=limit)
+        # Guidance that names no number (an answer in words) is what the next ask explains.
+        unanswered = guidance[-1] if limit is None and guidance else ""
+        situation = replace(situation, limit=limit, unanswered=unanswered)
     feedback: tuple[Violation, ...] = ()
     for _attempt in range(GUARD_ATTEMPTS):
         move = _admissible(agent, offline.decide(replace(situation, feedback=feedback)), can_ask=can_ask)

@@ -25,8 +25,11 @@ opening) and the reservation value (our limit), chosen per agent by
 Offers are rounded to a whole number towards our side (down for a ceiling, up
 for a floor), so rounding never crosses the reservation. The limit comes from a
 term guard (``amount >= 950``, tightest first) or from the party's standing
-guidance ("Up to 1,100 a day"); without either it asks. The aspiration is the
-guard's optional ``aspiration``, else :data:`OPENING_FACTOR` times the limit.
+guidance ("Up to 1,100 a day"); without either it asks its party, and when the
+party's answer named no number it asks again saying so and quoting it
+(:func:`limit_question`). An agent with no principal has nobody to ask, so it
+declines instead. The aspiration is the guard's optional ``aspiration``, else
+:data:`OPENING_FACTOR` times the limit.
 
 **Acceptance** (Faratin et al.'s "next offer" rule): we accept the
 counterparty's offer once it is at least as good as our own next offer and it
@@ -52,6 +55,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
+from negotiations.digest import clean
 from negotiations.verdict import prose_amounts
 from negotiations.wire import Entry, Move, TaskRecord
 
@@ -118,10 +122,13 @@ class Situation:
 
     ``term`` is the numeric term bargained over and ``currency`` the one our
     amounts are in ("" for none); ``structured`` is whether our moves carry
-    terms. ``max_moves`` is how many moves we may make in all. ``strategy`` is
-    one of :data:`STRATEGIES`. ``guards`` are the party's effective guards,
-    relative dates already resolved; ``feedback`` the violations of earlier
-    attempts at this same move (see the module docstring).
+    terms. ``max_moves`` is how many moves we may make in all. ``can_ask`` is
+    whether the agent has a principal to ask; ``unanswered`` is the party's
+    latest guidance when no limit could be read from it ("" otherwise), quoted
+    when we ask again. ``strategy`` is one of :data:`STRATEGIES`. ``guards``
+    are the party's effective guards, relative dates already resolved;
+    ``feedback`` the violations of earlier attempts at this same move (see the
+    module docstring).
     """
 
     record: TaskRecord
@@ -133,6 +140,7 @@ class Situation:
     limit: Limit | None
     max_moves: int
     can_ask: bool
+    unanswered: str = ""
     unit: str = ""
     strategy: str = BOULWARE
     guards: tuple[Guard, ...] = ()
@@ -172,6 +180,23 @@ def limit_from_guidance(guidance: list[str], term: str, offered: float | None) -
             kind = "ceiling" if offered is None or offered >= value else "floor"
         return Limit(term=term, value=value, kind=kind)
     return None
+
+
+def limit_question(term: str, unit: str = "", unanswered: str = "") -> str:
+    """The question that asks the party for its limit on ``term`` (``unit`` e.g. "EUR per day").
+
+    After guidance that gave no limit (``unanswered``, the party's latest words), it first says
+    what was missing and quotes them, so the party is never asked the same question twice
+    without being told why: 'I need a number for amount (EUR per day); you said: "No money
+    changes hands." What is your limit on amount (EUR per day): …?'
+    """
+    shown = f"{term} ({unit})" if unit else term
+    question = f"What is your limit on {shown}: the most you will pay, or the least you will take?"
+    if not unanswered:
+        return question
+    said = clean(unanswered)
+    stop = "" if said.endswith((".", "!", "?", "…")) else "."
+    return f'I need a number for {shown}; you said: "{said}"{stop} {question}'
 
 
 def time_dependent_offer(aspiration: float, reservation: float, t: int, deadline: int, beta: float) -> float:
@@ -290,12 +315,11 @@ def decide(s: Situation) -> Move:
     mine = next_value(s)
     if mine is None:
         if s.can_ask:
-            unit = f" ({s.unit})" if s.unit else ""
-            return Move(
-                "ask",
-                f"What is your limit on {s.term}{unit}: the most you will pay, or the least you will take?",
-            )
-        return Move(s.vocabulary.reject, "I cannot negotiate this without instructions from my party.")
+            return Move("ask", limit_question(s.term, s.unit, s.unanswered))
+        return Move(
+            s.vocabulary.reject,
+            f"I must decline: I have no limit on {s.term} and no principal to ask for one.",
+        )
     offered = their_offer(s)
     if offered is not None and offered.value is not None and acceptable(s, offered, mine):
         assert offered.entry.move is not None

@@ -168,10 +168,10 @@ def decision_prompt(negotiation: Negotiation) -> DecisionPrompt:
         record=turns_record(negotiation),
         our_role="user" if outbound else "agent",
         guidance=negotiation.guidance,
-        can_ask=True,
         max_moves=negotiation.max_turns if outbound else agent.max_turns,
         intent=negotiation.intent,
         objective=negotiation.objective if outbound else "",
+        answers=answers_of(negotiation),
     )
     return DecisionPrompt(
         model=agent.model,
@@ -179,6 +179,14 @@ def decision_prompt(negotiation: Negotiation) -> DecisionPrompt:
         messages=model_negotiator.prompt(brief),
         tool=model_negotiator.move_tool(brief),
         awaits_their_move=not outbound,
+    )
+
+
+def answers_of(negotiation: Negotiation) -> tuple[model_negotiator.Answer, ...]:
+    """The questions ``negotiation`` parked on and the party's answers, oldest first."""
+    return tuple(
+        model_negotiator.Answer(question=str(a["question"]), answer=str(a["answer"]))
+        for a in negotiation.answers
     )
 
 

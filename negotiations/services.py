@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from agents import tools
 from agents.models import Agent, Intent, Run
+from agents.selectors import can_ask_party
 from agents.services import require_may_act, run_budget_spent, run_usage_add, tool_call_complete
 from negotiations import client, digest, evaluation, negotiator, selectors
 from negotiations.models import Batch, Negotiation, Settlement, Turn
@@ -62,6 +63,13 @@ HOLDING = Entry(role="agent", move=None, text=HOLDING_TEXT)
 HELD_QUESTION = (
     "They replied without a move, so there is nothing to answer yet (they may be consulting the party "
     "they act for). Tell me when to send them my next move, and anything to change in it."
+)
+
+# Why an outbound negotiation of an agent without a principal stops on such a reply: there is nobody
+# to tell it when to go on.
+HELD_WITHOUT_PRINCIPAL = (
+    "they replied without a move (they may be consulting the party they act for), and this agent has "
+    "no principal to ask when to send its next move"
 )
 
 
@@ -203,13 +211,21 @@ def _answer_one(run: Run, batch: Batch, raw_id: str, guidance: str) -> dict[str,
     if not outbound:
         _guidance_add(negotiation, guidance)
         return {**_who(negotiation), "kind": "recorded", "reason": "guidance kept for their next message"}
-    negotiation.guidance = [*negotiation.guidance, guidance]
-    negotiation.parked_question = ""
+    _guidance_append(negotiation, guidance)
     # Waiting, out of turns, unanswered, or failed after its Task existed: it goes on (a retry).
     negotiation.status, negotiation.batch, negotiation.event = Negotiation.Status.OPEN, batch, None
     negotiation.error = ""
     negotiation.save(
-        update_fields=["guidance", "parked_question", "status", "batch", "event", "error", "updated_at"]
+        update_fields=[
+            "guidance",
+            "answers",
+            "parked_question",
+            "status",
+            "batch",
+            "event",
+            "error",
+            "updated_at",
+        ]
     )
     _enqueue_pump(negotiation)
     return None
@@ -288,10 +304,10 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
             record=record,
             our_role="user",
             guidance=negotiation.guidance,
-            can_ask=True,
             max_moves=negotiation.max_turns,
             intent=negotiation.intent,
             objective=negotiation.objective,
+            answers=selectors.answers_of(negotiation),
             stopped=_stopped_check(negotiation),
         )
     except negotiator.NegotiatorError as exc:
@@ -307,6 +323,9 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
     move = decision.move
     if move.action == negotiator.ASK:
         return _asking(negotiation, move.message)
+    if not record.history and move.action in negotiator.terminal_actions(agent):
+        # Opening with a move that ends the exchange tells them nothing but our reason: keep it ours.
+        return _fail(negotiation, f"nothing was sent: {move.message}")
     try:
         exchange = client.send_move(
             url=negotiation.counterparty_url,
@@ -334,6 +353,8 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
     if not turns[-1].action:
         # An open task and a reply without a move (a Parley agent consulting its party, a try-again
         # text): there is nothing to answer, and moving again at once would only spend turns.
+        if not can_ask_party(agent):
+            return _fail(negotiation, HELD_WITHOUT_PRINCIPAL)
         return _asking(negotiation, HELD_QUESTION)
     return None
 
@@ -632,9 +653,9 @@ def _inbound_decide(
             record=record,
             our_role="agent",
             guidance=negotiation.guidance if negotiation else [],
-            can_ask=True,
             max_moves=agent.max_turns,
             intent=intent,
+            answers=selectors.answers_of(negotiation) if negotiation else (),
         )
     except negotiator.NegotiatorError as exc:
         if negotiation is not None:
@@ -799,11 +820,10 @@ def _guidance_add(negotiation: Negotiation, guidance: str) -> None:
     """Add ``guidance`` to the inbound ``negotiation`` (locked) and save it; one parked on its party is
     open again, and the answered hooks and event hear of it."""
     answered = negotiation.status == Negotiation.Status.WAITING
-    negotiation.guidance = [*negotiation.guidance, guidance]
-    negotiation.parked_question = ""
+    _guidance_append(negotiation, guidance)
     if answered:
         negotiation.status = Negotiation.Status.OPEN
-    negotiation.save(update_fields=["guidance", "parked_question", "status", "updated_at"])
+    negotiation.save(update_fields=["guidance", "answers", "parked_question", "status", "updated_at"])
     if not answered:
         return
     publish_on_commit(
@@ -814,6 +834,17 @@ def _guidance_add(negotiation: Negotiation, guidance: str) -> None:
     )
     for hook in _answered_hooks:
         hook(negotiation)
+
+
+def _guidance_append(negotiation: Negotiation, guidance: str) -> None:
+    """Add ``guidance`` to the locked ``negotiation``'s standing guidance; when it was parked on a
+    question, the guidance is the party's answer to it (kept in ``answers``), and the question is
+    cleared. The caller saves the negotiation."""
+    negotiation.guidance = [*negotiation.guidance, guidance]
+    if negotiation.parked_question:
+        answer = {"question": negotiation.parked_question, "answer": guidance}
+        negotiation.answers = [*negotiation.answers, answer]
+    negotiation.parked_question = ""
 
 
 def _holding_turn(negotiation: Negotiation) -> Turn | None:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,6 +36,16 @@ from parley.models import Membership, Tenant
 from tests.chat_server import ChatServer
 
 PASSWORD = "correct-horse-battery"
+# Index Network's scenario files, outside the repository in shared/scenarios/index-network next to it
+# (``PARLEY_SCENARIOS`` overrides the folder).
+SCENARIOS = Path(
+    os.environ.get("PARLEY_SCENARIOS")
+    or Path(__file__).resolve().parents[2] / "shared" / "scenarios" / "index-network"
+)
+# The file the README's "Running it for real" imports.
+README_SCENARIO = (
+    SCENARIOS / "with-instructions" / "05-users-05-intents-cofounders-and-project-collaborators.json"
+)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -167,6 +178,14 @@ def make_user(username: str) -> AbstractUser:
     user = get_user_model().objects.create_user(username=username, email=email, password=PASSWORD)
     EmailAddress.objects.create(user=user, email=email, verified=True, primary=True)
     return user  # type: ignore[return-value]
+
+
+def principal_member(tenant: Tenant, username: str) -> AbstractUser:
+    """A new account, a principal member of ``tenant``: an agent's party, who answers what it asks
+    (an agent without a principal never asks)."""
+    user = make_user(username)
+    Membership.objects.create(user=user, tenant=tenant, role=Membership.Role.PRINCIPAL)
+    return user
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from negotiations import services
 from negotiations.models import Negotiation, Turn
 from tests.a2a_gateway.conftest import Endpoint, move, proposal, run, user_message
 from tests.a2a_gateway.servers import on_wire
+from tests.conftest import principal_member
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,7 +30,9 @@ QUESTION = "What is your limit on amount (EUR per day): the most you will pay, o
 
 @pytest.fixture
 def asking_seller(seller: Agent) -> Agent:
+    """The seller without its floor, and with Idris as its principal, whom it can ask."""
     seller.term_guards = []
+    seller.principal = principal_member(seller.tenant, "idris")
     seller.save()
     return seller
 

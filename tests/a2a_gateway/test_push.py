@@ -41,7 +41,7 @@ from negotiations.models import Negotiation
 from parley.celery import app as celery_app
 from tests.a2a_gateway.conftest import Endpoint, counts, endpoint_of, proposal, run, user_message
 from tests.a2a_gateway.servers import PushReceiver, on_wire, web_process
-from tests.conftest import LiveStack, wait_until
+from tests.conftest import LiveStack, principal_member, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -397,8 +397,9 @@ def test_an_event_goes_to_the_configs_of_the_tasks_own_partition_only(seller: Ag
 
 @pytest.fixture
 def asking_seller(seller: Agent) -> Agent:
-    """The seller without its floor: its offline negotiator asks its party for the limit."""
+    """The seller without its floor: its offline negotiator asks its party, Idris, for the limit."""
     seller.term_guards = []
+    seller.principal = principal_member(seller.tenant, "idris")
     seller.save()
     return seller
 

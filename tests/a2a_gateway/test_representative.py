@@ -13,6 +13,7 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.helpers import get_artifact_text, new_data_part
 from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
 from a2a.utils.errors import InvalidParamsError
+from django.contrib.auth.models import AbstractUser
 
 from a2a_gateway import representative
 from a2a_gateway.models import A2ATask, GroundingDocument, IntakeRequest
@@ -253,8 +254,19 @@ def test_a_follow_up_question_in_the_context_sees_the_first(
     ]
 
 
+@pytest.fixture
+def negotiating_vera_endpoint(vera_endpoint: Endpoint, principal: AbstractUser) -> Endpoint:
+    """Vera's endpoint, with Tomas as the party its negotiator asks for the limit it does not know."""
+    vera_endpoint.agent.principal = principal
+    vera_endpoint.agent.save(update_fields=["principal"])
+    return vera_endpoint
+
+
 @pytest.mark.django_db(transaction=True)
-def test_a_negotiation_move_still_negotiates_where_the_face_is_on(vera_endpoint: Endpoint) -> None:
+def test_a_negotiation_move_still_negotiates_where_the_face_is_on(
+    negotiating_vera_endpoint: Endpoint,
+) -> None:
+    vera_endpoint = negotiating_vera_endpoint
     task = vera_endpoint.send(user_message(proposal(800)))
 
     assert task.status.state in {TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_COMPLETED}
@@ -263,7 +275,8 @@ def test_a_negotiation_move_still_negotiates_where_the_face_is_on(vera_endpoint:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_text_on_a_negotiation_task_is_still_a_malformed_move(vera_endpoint: Endpoint) -> None:
+def test_text_on_a_negotiation_task_is_still_a_malformed_move(negotiating_vera_endpoint: Endpoint) -> None:
+    vera_endpoint = negotiating_vera_endpoint
     task = vera_endpoint.send(user_message(proposal(800)))
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     message = {

@@ -8,24 +8,21 @@ missing the file tests fail: a skipped import test would hide a broken checkout.
 from __future__ import annotations
 
 import json
-import os
 from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError
 from django.forms.models import model_to_dict
 
 from agents.models import Agent, Intent
 from agents.scenarios import ImportResult, ScenarioError, scenario_import, scenario_parse
-from parley.models import Tenant
+from parley.models import Membership, Tenant
+from tests.conftest import SCENARIOS, make_user
 
-SCENARIOS = Path(
-    os.environ.get("PARLEY_SCENARIOS")
-    or Path(__file__).resolve().parents[3] / "shared" / "scenarios" / "index-network"
-)
 FORMATS = ("intents-only", "with-instructions")
 
 
@@ -53,6 +50,15 @@ def user(user_id: str, *intent_ids: str, **fields: object) -> dict[str, object]:
 
 def scenario(*users: dict[str, object]) -> dict[str, object]:
     return {"users": list(users) or [user("alice"), user("bob")]}
+
+
+def accounts_of(tenant: Tenant) -> dict[str, str]:
+    """Every member of ``tenant``, ``{username: role}``."""
+    return dict(
+        Membership.objects.filter(tenant=tenant)
+        .values_list("user__username", "role")
+        .order_by("user__username")
+    )
 
 
 def rows(tenant: Tenant) -> dict[str, dict[str, Any]]:
@@ -96,6 +102,7 @@ def test_a_real_file_imports_one_agent_per_user_and_one_intent_per_intent(tenant
         intents_created=intent_count,
         intents_updated=0,
         timezone_fallbacks=(),
+        principals_created=tuple(f"acme.{u['id']}" for u in users),
     )
     assert Agent.objects.for_tenant(tenant).count() == len(users)
     assert Intent.objects.for_tenant(tenant).count() == intent_count
@@ -107,6 +114,8 @@ def test_a_real_file_imports_one_agent_per_user_and_one_intent_per_intent(tenant
         assert agent.system_prompt == u.get("instructions", "")
         assert agent.description == ""
         assert agent.timezone == "UTC"
+        assert agent.principal is not None
+        assert agent.principal.get_username() == f"acme.{u['id']}"
         statements = dict(
             Intent.objects.for_tenant(tenant).filter(agent=agent).values_list("external_id", "statement")
         )
@@ -124,15 +133,20 @@ def test_importing_a_real_file_again_changes_nothing(tenant: Tenant, path: Path)
     before = rows(tenant)
     call_command("import_scenario", str(path), "--tenant", "acme", stdout=second)
 
+    accounts = ", ".join(f"acme.{u['id']}" for u in users)
     assert first.getvalue() == (
         f"Imported {path} into tenant acme: agents created {len(users)}, updated 0; "
         f"intents created {intent_count}, updated 0.\n"
+        f"Principals created: {accounts} (principal members with no password and a placeholder "
+        "e-mail until they are invited).\n"
     )
     assert second.getvalue() == (
         f"Imported {path} into tenant acme: agents created 0, updated {len(users)}; "
         f"intents created 0, updated {intent_count}.\n"
+        f"Principals kept: {len(users)} agents already had one.\n"
     )
     assert rows(tenant) == before
+    assert accounts_of(tenant) == {f"acme.{u['id']}": Membership.Role.PRINCIPAL for u in users}
 
 
 # --- fields, timezones, re-import ---------------------------------------------------------------
@@ -211,7 +225,12 @@ def test_reimport_updates_in_place_and_keeps_what_the_file_no_longer_lists(tenan
     result = scenario_import(tenant=tenant, data=changed)
 
     assert result == ImportResult(
-        agents_created=0, agents_updated=2, intents_created=1, intents_updated=2, timezone_fallbacks=()
+        agents_created=0,
+        agents_updated=2,
+        intents_created=1,
+        intents_updated=2,
+        timezone_fallbacks=(),
+        principals_kept=2,
     )
     after = rows(tenant)
     alice = after["alice"]
@@ -287,6 +306,87 @@ def test_a_failure_midway_writes_nothing(tenant: Tenant, monkeypatch: pytest.Mon
     assert calls == 3
     assert not Agent.objects.for_tenant(tenant).exists()
     assert not Intent.objects.for_tenant(tenant).exists()
+    assert accounts_of(tenant) == {}
+    assert not User.objects.exists()
+
+
+# --- principals ---------------------------------------------------------------------------------
+
+
+def test_each_user_becomes_a_principal_member_who_answers_for_its_agent(tenant: Tenant) -> None:
+    """An agent with nobody to ask never asks, so each gets its party as principal: a new account,
+    a principal member of the tenant, that cannot sign in until the person is invited."""
+    scenario_import(tenant=tenant, data=scenario(user("alice"), user("Bob Okafor")))
+
+    assert accounts_of(tenant) == {"acme.alice": "principal", "acme.bob-okafor": "principal"}
+    for slug, username in (("alice", "acme.alice"), ("bob-okafor", "acme.bob-okafor")):
+        agent = Agent.objects.get(tenant=tenant, slug=slug)
+        account = User.objects.get(username=username)
+        assert agent.principal == account
+        assert (account.email, account.has_usable_password(), account.is_active) == (
+            f"{username}@scenario.invalid",
+            False,
+            True,
+        )
+        agent.full_clean()  # the principal is a member who may answer: the agent validates
+
+
+def test_a_principal_the_agent_has_is_kept(tenant: Tenant, operator: User) -> None:
+    scenario_import(tenant=tenant, data=scenario())
+    Agent.objects.filter(tenant=tenant, slug="alice").update(principal=operator)
+
+    result = scenario_import(tenant=tenant, data=scenario())
+
+    assert (result.principals_created, result.principals_matched, result.principals_kept) == ((), (), 2)
+    assert Agent.objects.get(tenant=tenant, slug="alice").principal == operator
+
+
+def test_a_member_of_that_name_is_made_the_principal_and_no_account_is_created(tenant: Tenant) -> None:
+    member = make_user("ACME.Alice")
+    Membership.objects.create(user=member, tenant=tenant, role=Membership.Role.OPERATOR)
+
+    result = scenario_import(tenant=tenant, data=scenario())
+
+    assert (result.principals_created, result.principals_matched) == (("acme.bob",), ("ACME.Alice",))
+    assert Agent.objects.get(tenant=tenant, slug="alice").principal == member
+    assert accounts_of(tenant) == {"ACME.Alice": "operator", "acme.bob": "principal"}
+
+
+@pytest.mark.parametrize(
+    ("role", "active", "reason"),
+    [
+        (None, True, "the username acme.alice is taken by an account that is not a member of acme"),
+        (
+            Membership.Role.VIEWER,
+            True,
+            "acme.alice is a viewer of acme, and a viewer cannot answer for an agent",
+        ),
+        (Membership.Role.PRINCIPAL, False, "acme.alice's account is deactivated"),
+    ],
+    ids=["not-a-member", "viewer", "deactivated"],
+)
+def test_an_account_that_cannot_answer_is_not_made_principal_and_the_command_says_why(
+    tenant: Tenant, tmp_path: Path, role: str | None, active: bool, reason: str
+) -> None:
+    """An account of that name outside the tenant may be anyone's: it is never given this tenant."""
+    account = make_user("acme.alice")
+    account.is_active = active
+    account.save(update_fields=["is_active"])
+    if role is not None:
+        Membership.objects.create(user=account, tenant=tenant, role=role)
+    before = accounts_of(tenant)
+    err = StringIO()
+
+    call_command(
+        "import_scenario", str(write(tmp_path, scenario())), "--tenant", "acme", stdout=StringIO(), stderr=err
+    )
+
+    assert err.getvalue() == (
+        f"No principal for alice: {reason}. Until it has one, its agent declines where it would ask; "
+        "set one on the agent's page.\n"
+    )
+    assert Agent.objects.get(tenant=tenant, slug="alice").principal is None
+    assert accounts_of(tenant) == {**before, "acme.bob": "principal"}
 
 
 # --- the rules ----------------------------------------------------------------------------------
@@ -461,6 +561,8 @@ def test_the_command_creates_the_tenant_when_asked(db: None, tmp_path: Path) -> 
 
     assert out.getvalue() == (
         f"Imported {path} into new tenant newco: agents created 2, updated 0; intents created 3, updated 0.\n"
+        "Principals created: newco.alice, newco.bob (principal members with no password and a "
+        "placeholder e-mail until they are invited).\n"
     )
     newco = Tenant.objects.get(slug="newco")
     assert newco.name == "New Co"

@@ -25,6 +25,7 @@ from parley.models import Event, Membership, Tenant
 from tests.agents.conftest import step
 from tests.agents.pages import QUESTION as PARKED_QUESTION
 from tests.agents.pages import member
+from tests.conftest import principal_member
 from tests.negotiations.pages import inbound
 
 TASK = "Find me a fractional CFO for two days a week."
@@ -191,6 +192,8 @@ class TestWhoSeesWhat:
     def test_another_tenants_questions_never_show(
         self, client: Client, tenant: Tenant, other_tenant: Tenant, agent: Agent, seller: Agent
     ) -> None:
+        seller.principal = principal_member(other_tenant, "idris")
+        seller.save(update_fields=["principal"])
         asked(seller, "Take on CFO clients.")
         owner = member(tenant, "olivia", Membership.Role.OWNER)
         Membership.objects.create(user=owner, tenant=other_tenant, role=Membership.Role.OWNER)

@@ -77,6 +77,31 @@ def test_the_answer_is_the_suspended_calls_result_not_a_user_message(
 
 
 @pytest.mark.django_db
+def test_without_a_principal_ask_user_is_refused_and_the_offline_model_finishes_saying_why(
+    agent: Agent, intent: Intent
+) -> None:
+    """An agent with nobody to ask never asks: its ask_user call gets an error naming why, no question
+    waits in any inbox, and the run ends saying so instead of waiting for an answer that cannot come."""
+    agent.principal = None
+    agent.save()
+
+    run = _step(_step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")))
+
+    refusal = (
+        "Error: ask_user cannot ask: this agent has no principal to ask, so nobody would answer. Go on "
+        "without asking, or finish and say what you would need to know."
+    )
+    assert not Question.objects.filter(run=run).exists()
+    assert list(Message.objects.filter(run=run, role=Message.Role.TOOL).values_list("name", "content")) == [
+        ("ask_user", refusal)
+    ]
+    assert (run.status, run.output) == (
+        Run.Status.DONE,
+        f"I could not ask: {refusal.removeprefix('Error: ')}\n{NO_COUNTERPARTIES}",
+    )
+
+
+@pytest.mark.django_db
 def test_answering_twice_is_refused_and_changes_nothing(
     agent: Agent, intent: Intent, principal: AbstractUser
 ) -> None:

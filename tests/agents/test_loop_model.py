@@ -642,6 +642,39 @@ def test_a_suspending_tool_hands_its_arguments_to_the_party(
 
 
 @pytest.mark.django_db
+def test_without_a_principal_a_suspending_tool_is_answered_that_nobody_would_answer(
+    llm_agent: Agent, intent: Intent, chat: ChatServer
+) -> None:
+    """An agent with nobody to ask never asks: no question waits on a party it does not have."""
+    llm_agent.principal = None
+    llm_agent.save()
+    confirm = Tool.objects.create(
+        tenant=llm_agent.tenant,
+        name="confirm_booking",
+        description="Ask the party to confirm a booking.",
+        parameters={"type": "object", "properties": {"slot": {"type": "string"}}, "required": ["slot"]},
+        kind=Tool.Kind.HOST,
+        url="https://host.example/unused",
+        secret="s",
+        suspends=True,
+    )
+    llm_agent.tools.add(confirm)
+    chat.script(tool_calls(("c1", "confirm_booking", '{"slot": "Tue 10:00"}')))
+
+    run = step(services.run_start(agent=llm_agent, intent=intent, task="Book me in."))
+
+    assert run.status == Run.Status.RUNNING
+    assert not Question.objects.filter(run=run).exists()
+    assert results(run) == [
+        (
+            "c1",
+            "Error: confirm_booking cannot ask: this agent has no principal to ask, so nobody would "
+            "answer. Go on without asking, or finish and say what you would need to know.",
+        )
+    ]
+
+
+@pytest.mark.django_db
 def test_a_cancelled_run_takes_no_answer(agent: Agent, intent: Intent, principal: AbstractUser) -> None:
     run = step(services.run_start(agent=agent, intent=intent, task="Find me a CFO."))
     services.run_cancel(run=run, user=principal)

@@ -290,6 +290,20 @@ class TestAgentPage:
         ):
             assert built not in html
 
+    def test_an_agent_without_a_principal_says_it_declines_where_it_would_ask(
+        self, client: Client, agent: Agent, operator: AbstractUser
+    ) -> None:
+        agent.principal = None
+        agent.save()
+        client.force_login(operator)
+
+        html = client.get(reverse("agents:agent", kwargs={"tenant": "acme", "pk": agent.pk})).content.decode()
+
+        assert (
+            "<dt>Answers its questions</dt>"
+            "<dd>nobody yet: without a principal it declines where it would ask</dd>"
+        ) in html
+
     def test_shows_the_agent(self, logged_in: Client, agent: Agent) -> None:
         response = logged_in.get(reverse("agents:agent", kwargs={"tenant": "acme", "pk": agent.pk}))
 

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from a2a_gateway.representative import intake_capture
 from agents.models import Agent, Intent, ModelEndpoint
-from negotiations import selectors
+from negotiations import selectors, services
 from negotiations.models import Negotiation, Settlement, Turn
 from parley.models import Tenant
 from tests.chat_server import ChatServer
@@ -410,6 +410,26 @@ def test_the_answer_becomes_standing_guidance_once_whatever_the_retries(
     # Their next message is answered with it: a seller's opening at 140% of its floor.
     reply = inbound(parked.agent, {"action": "propose", "message": "€850?", "terms": {"amount": 850}})
     assert reply.message["parts"][0]["data"]["terms"] == {"amount": 1400, "currency": "EUR"}
+
+
+def test_an_answer_in_words_is_taken_and_the_next_question_says_what_it_lacked(
+    api: APIClient, parked: Negotiation
+) -> None:
+    """The answer is the party's to give, so it is stored as given; the negotiator, which needs a
+    number, then asks again quoting it rather than repeating its question."""
+    words = "No money changes hands: we would build it together."
+
+    body = ok(answer(api, parked, {"answer": words}))
+    reply = inbound(parked.agent, {"action": "propose", "message": "€850?", "terms": {"amount": 850}})
+
+    assert (body["guidance"], body["status"]) == ([words], "open")
+    assert reply.message["parts"] == [{"text": services.HOLDING_TEXT}]
+    parked.refresh_from_db()
+    assert (parked.status, parked.parked_question) == (
+        Negotiation.Status.WAITING,
+        f'I need a number for amount (EUR per day); you said: "{words}" What is your limit on amount '
+        "(EUR per day): the most you will pay, or the least you will take?",
+    )
 
 
 def test_an_answer_it_does_not_take_is_409_naming_why(

@@ -19,7 +19,7 @@ from agents.offline import ASK_FOR_COUNTERPARTIES, NO_COUNTERPARTIES
 from parley.models import Tenant
 from tests.agents.conftest import LOOKUP_SCHEMA, HostServer, step
 from tests.chat_server import ChatServer, text, tool_calls
-from tests.conftest import LiveStack, on_chat_model, wait_until
+from tests.conftest import LiveStack, on_chat_model, principal_member, wait_until
 
 TASK = "Find me a fractional CFO for two days a week."
 # When an answer or decision was recorded, as the 409 states it: ISO 8601 in UTC.
@@ -174,7 +174,9 @@ def test_a_question_of_a_run_that_ended_is_closed_and_takes_no_answer(api: APICl
 def test_the_questions_list_filters_by_status_agent_and_run(
     api: APIClient, agent: Agent, tenant: Tenant, approval: Question
 ) -> None:
-    noor = Agent.objects.create(tenant=tenant, slug="noor", name="Noor's agent")
+    noor = Agent.objects.create(
+        tenant=tenant, slug="noor", name="Noor's agent", principal=principal_member(tenant, "noor")
+    )
     answered = asked(agent, statement="First thread.")
     services.question_answer(question=answered, answer="Nobody.", user=None)
     closed = asked(agent, statement="Second thread.")

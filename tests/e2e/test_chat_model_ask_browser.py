@@ -136,10 +136,11 @@ def test_a_model_that_asks_on_an_outbound_turn_gets_the_partys_answer_from_the_i
     }
     assert negotiation.guidance == [ANSWER]
     assert (negotiation.status, negotiation.parked_question) == (Negotiation.Status.SETTLED, "")
-    # Every decision after the answer was made with it as standing guidance.
+    # Every decision after the answer was made with it as standing guidance, beside the question.
     later = [r.body["messages"][0]["content"] for r in buyer_chat.requests if asks_for_a_move(r.body)][2:]
     assert later
-    assert all(f"Guidance from the party you act for:\n- {ANSWER}" in system for system in later)
+    answered = f'Guidance from the party you act for:\n- You asked: "{ASKED}" They answered: {ANSWER}'
+    assert all(answered in system for system in later)
     assert ours.outcome == theirs.outcome == Settlement.Outcome.AGREED
     assert ours.terms == theirs.terms
     assert ours.terms is not None

@@ -15,6 +15,7 @@ from negotiations import services
 from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.verdict import settle
 from negotiations.wire import task_record_from_json
+from tests.conftest import principal_member
 from tests.interop.conftest import counts
 from tests.interop.index_peer import (
     TERMINAL_ACTIONS,
@@ -128,6 +129,7 @@ def test_while_our_party_is_consulted_the_index_client_reads_the_holding_reply_t
     (no move, input-required), each time it sends until the party has answered; then it is answered
     with the party's guidance, to a deal both sides verify alike."""
     seller.term_guards = []
+    seller.principal = principal_member(seller.tenant, "idris")
     seller.save()
     client = IndexClient(ScriptedBuyer(opening=800, step=100, ceiling=1100))
 

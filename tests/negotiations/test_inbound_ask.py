@@ -260,7 +260,7 @@ def test_a_reply_the_task_moved_past_is_not_kept(agent: Agent, parked: Negotiati
     assert inbound(agent, propose(850, "o-2")).message["parts"][0]["data"]["action"] == "propose"
 
 
-def test_an_answer_that_leaves_the_limit_unknown_parks_it_again_without_a_turn(
+def test_an_answer_that_leaves_the_limit_unknown_parks_it_again_saying_what_was_missing(
     agent: Agent, parked: Negotiation
 ) -> None:
     services.negotiation_guidance_give(negotiation=parked, answer="Whatever you think is fair.", user=None)
@@ -272,7 +272,10 @@ def test_an_answer_that_leaves_the_limit_unknown_parks_it_again_without_a_turn(
 
     assert (reply, put, parked.turns.count()) == (None, [], 2)
     parked.refresh_from_db()
-    assert (parked.status, parked.parked_question) == (Negotiation.Status.WAITING, QUESTION)
+    assert (parked.status, parked.parked_question) == (
+        Negotiation.Status.WAITING,
+        f'I need a number for amount (EUR per day); you said: "Whatever you think is fair." {QUESTION}',
+    )
     assert kinds(parked, "negotiation.waiting") == 2
 
 

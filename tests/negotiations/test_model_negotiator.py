@@ -11,13 +11,15 @@ from typing import Any
 import pytest
 
 from agents.models import Agent, Intent
-from negotiations import negotiator
+from negotiations import negotiator, services
 from negotiations.model_negotiator import MOVE_TOOL
+from negotiations.models import Negotiation
 from negotiations.negotiator import Decision, NegotiatorError
 from negotiations.wire import Entry, Move, TaskRecord
 from tests.chat_server import ChatServer, hang, text, tool_calls
 from tests.conftest import on_chat_model
 from tests.negotiating_policy import NegotiatingPolicy
+from tests.negotiations.pages import inbound
 
 CEILING = {"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"}
 # Monday 30 November 2026, noon UTC.
@@ -37,7 +39,6 @@ def decide(agent: Agent, record: TaskRecord | None = None, **kwargs: Any) -> Dec
         "record": record or TaskRecord("submitted", ()),
         "our_role": "user",
         "guidance": [],
-        "can_ask": True,
         "max_moves": 10,
         "now": NOW,
         **kwargs,
@@ -95,14 +96,15 @@ def test_the_prompt_follows_the_template_and_the_tool_is_the_vocabulary(
 
 
 @pytest.mark.django_db
-def test_a_prose_only_agent_is_offered_no_terms_and_no_ask_where_it_cannot_ask(
+def test_a_prose_only_agent_without_a_principal_is_offered_no_terms_and_no_ask(
     buyer: Agent, chat: ChatServer
 ) -> None:
     buyer.terms = ""
+    buyer.principal = None
     buyer.save()
     chat.script(move_call(action="propose", message="Shall we say two days?", terms={"days": 2}))
 
-    move = decide(buyer, can_ask=False).move
+    move = decide(buyer).move
 
     parameters = chat.requests[0].body["tools"][0]["function"]["parameters"]
     assert set(parameters["properties"]) == {"action", "message"}
@@ -228,13 +230,15 @@ def test_a_move_that_breaks_a_guard_is_handed_back_then_the_party_is_asked(
 
 
 @pytest.mark.django_db
-def test_where_it_cannot_ask_a_move_that_keeps_breaking_a_guard_becomes_its_reject(
+def test_without_a_principal_a_move_that_keeps_breaking_a_guard_becomes_its_reject(
     buyer: Agent, chat: ChatServer
 ) -> None:
+    buyer.principal = None
+    buyer.save()
     over = move_call(action="accept", message="Deal.", acceptsOfferId=THEIR_OFFER)
     chat.script(over, over)
 
-    move = decide(buyer, their_offer(1200), can_ask=False).move
+    move = decide(buyer, their_offer(1200)).move
 
     assert move.action == "reject"
     assert move.terms is None
@@ -285,3 +289,84 @@ def test_a_model_without_an_endpoint_is_named(buyer: Agent) -> None:
 
     with pytest.raises(NegotiatorError, match="model 'gone' is not available"):
         decide(buyer)
+
+
+# --- asking the party again -----------------------------------------------------------------------
+
+
+QUESTION = "What is your budget for this work?"
+IN_WORDS = "No money changes hands: we would build it together, alongside our day jobs."
+
+
+def offered(amount: int, offer_id: str) -> dict[str, Any]:
+    return {
+        "action": "propose",
+        "message": f"€{amount}?",
+        "terms": {"amount": amount, "currency": "EUR"},
+        "offerId": offer_id,
+    }
+
+
+@pytest.mark.django_db
+def test_the_model_is_shown_its_answered_question_and_asking_it_again_as_it_was_is_handed_back(
+    buyer: Agent, intent: Intent, chat: ChatServer
+) -> None:
+    """The party answered in words. The next decision's prompt pairs the answer with the question
+    (which never reached the record); a model that asks the same question again anyway gets it back
+    quoting the answer, so the party is never asked it twice without a word of what was missing."""
+    explained = f'You said: "{IN_WORDS}" Is unpaid work a firm rule, or is there a budget for design?'
+    chat.script(
+        move_call(action="ask", message=QUESTION),
+        move_call(action="ask", message="  what is your budget for THIS work? "),
+        move_call(action="ask", message=explained),
+    )
+    inbound(buyer, offered(800, "o-1"))
+    parked = Negotiation.objects.get(agent=buyer)
+    services.negotiation_guidance_give(negotiation=parked, answer=IN_WORDS, user=None)
+
+    reply = inbound(buyer, offered(850, "o-2"))
+
+    assert reply.message["parts"] == [{"text": services.HOLDING_TEXT}]
+    parked.refresh_from_db()
+    assert (parked.status, parked.parked_question) == (Negotiation.Status.WAITING, explained)
+    assert parked.answers == [{"question": QUESTION, "answer": IN_WORDS}]
+    system = chat.requests[1].body["messages"][0]["content"]
+    assert (
+        f'Guidance from the party you act for:\n- You asked: "{QUESTION}" They answered: {IN_WORDS}' in system
+    )
+    assert chat.requests[2].body["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": f'Not sent: the party already answered that question: "{IN_WORDS}". Decide with their '
+        f"answer, or ask for what it left out and say so in the question. Decide again and call {MOVE_TOOL} "
+        "exactly once.",
+    }
+
+
+@pytest.mark.django_db
+def test_without_a_principal_the_model_is_never_offered_ask_and_an_ask_anyway_is_handed_back(
+    buyer: Agent, intent: Intent, chat: ChatServer
+) -> None:
+    """An agent with nobody to ask: its model must decide with what it has; nothing waits on a party."""
+    buyer.principal = None
+    buyer.save()
+    chat.script(
+        move_call(action="ask", message=QUESTION),
+        move_call(action="reject", message="I cannot take this on without a budget."),
+    )
+
+    reply = inbound(buyer, offered(800, "o-1"))
+
+    parameters = chat.requests[0].body["tools"][0]["function"]["parameters"]
+    assert parameters["properties"]["action"]["enum"] == ["propose", "counter", "accept", "reject"]
+    assert "- ask (" not in chat.requests[0].body["messages"][0]["content"]
+    assert (
+        chat.requests[1]
+        .body["messages"][-1]["content"]
+        .startswith("Not sent: action 'ask' is not one of ['accept', 'counter', 'propose', 'reject'].")
+    )
+    assert reply.message["parts"] == [
+        {"data": {"action": "reject", "message": "I cannot take this on without a budget."}}
+    ]
+    negotiation = Negotiation.objects.get(agent=buyer)
+    assert (negotiation.status, negotiation.parked_question) == (Negotiation.Status.SETTLED, "")

@@ -154,9 +154,7 @@ def test_a_move_with_terms_gets_an_offer_id_minted_here() -> None:
     agent = Agent(terms="amount (number, EUR per day), currency", term_guards=[GUARD])
     record = TaskRecord("submitted", ())
 
-    move = negotiator.decide(
-        agent=agent, record=record, our_role="user", guidance=[], can_ask=True, max_moves=10
-    ).move
+    move = negotiator.decide(agent=agent, record=record, our_role="user", guidance=[], max_moves=10).move
 
     assert (move.action, move.terms) == ("propose", {"amount": 770, "currency": "EUR"})
     assert len(move.offer_id) == 36
@@ -171,7 +169,6 @@ def test_a_moves_message_passes_the_output_guardrails_before_it_leaves() -> None
         record=TaskRecord("submitted", ()),
         our_role="user",
         guidance=[],
-        can_ask=True,
         max_moves=10,
     ).move
 
@@ -190,7 +187,6 @@ def test_a_blocking_output_guardrail_stops_the_move() -> None:
             record=TaskRecord("submitted", ()),
             our_role="user",
             guidance=[],
-            can_ask=True,
             max_moves=10,
         )
 
@@ -210,7 +206,6 @@ def test_what_cannot_negotiate(change: dict[str, Any], error: str) -> None:
             record=TaskRecord("submitted", ()),
             our_role="user",
             guidance=[],
-            can_ask=True,
             max_moves=10,
         )
 

@@ -42,14 +42,17 @@ def eur(amount: float, **more: Any) -> dict[str, Any]:
     return {"amount": amount, "currency": "EUR", **more}
 
 
-def decide(agent: Agent, record: TaskRecord, **kwargs: Any) -> Move:
-    """The negotiator's move as the outbound side, on the fixed clock; the offer id left out."""
+def decide(agent: Agent, record: TaskRecord, *, can_ask: bool = True, **kwargs: Any) -> Move:
+    """The negotiator's move as the outbound side, on the fixed clock; the offer id left out.
+
+    ``can_ask`` gives the agent a principal (an id: only whether it has one counts) or takes it away.
+    """
+    agent.principal_id = 1 if can_ask else None
     arguments: dict[str, Any] = {
         "agent": agent,
         "record": record,
         "our_role": "user",
         "guidance": [],
-        "can_ask": True,
         "max_moves": 10,
         "now": NOW,
         **kwargs,

@@ -5,23 +5,30 @@ the seller's public A2A endpoint; its negotiator talks to the seller's over HTTP
 through the web process and the Celery worker, exactly as in production. The
 parties' limits are term guards, so nobody needs to be asked. Each test asserts
 the exact outcome both sides recorded (the Settlement rows of both tenants) and
-that the two verdicts match.
+that the two verdicts match. Each party is its agent's principal, as the importer
+makes them: an agent with nobody to ask never asks.
 """
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
 
 from a2a_gateway.cards import agent_url
+from a2a_gateway.models import A2ATask
 from agents.models import Agent, Intent, Question, Run
 from agents.services import question_answer, run_start
 from negotiations import negotiator, services
 from negotiations.models import Negotiation, Settlement, Turn
-from parley.models import Tenant
-from tests.conftest import LiveStack, wait_until
+from parley.models import Membership, Tenant
+from tests.conftest import README_SCENARIO, LiveStack, make_user, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,7 +51,11 @@ class Party:
     timezone: str = "UTC"
 
     def create(self, intent: str) -> tuple[Agent, Intent]:
+        """The party's tenant, its account as the agent's principal (who answers what it asks), the
+        agent and its intent."""
         tenant = Tenant.objects.create(slug=f"{self.slug}-co", name=f"{self.name}'s firm")
+        person = make_user(self.slug)
+        Membership.objects.create(user=person, tenant=tenant, role=Membership.Role.PRINCIPAL)
         agent = Agent.objects.create(
             tenant=tenant,
             slug=self.slug,
@@ -52,6 +63,7 @@ class Party:
             terms=self.terms,
             term_guards=self.guards,
             timezone=self.timezone,
+            principal=person,
         )
         return agent, Intent.objects.create(tenant=tenant, agent=agent, statement=intent)
 
@@ -225,4 +237,178 @@ def test_a_seller_that_asks_its_party_holds_and_the_buyer_waits_until_told_to_go
     # The same record on both sides, holding reply included.
     assert list(ours.turns.order_by("seq").values_list("raw__messageId", "action")) == list(
         theirs.turns.order_by("seq").values_list("raw__messageId", "action")
+    )
+
+
+# --- the README's scenario, imported --------------------------------------------------------------
+
+LIMIT_QUESTION = "What is your limit on amount: the most you will pay, or the least you will take?"
+IN_WORDS = "No money changes hands: we would build it together, alongside our day jobs."
+DECLINE = "I must decline: I have no limit on amount and no principal to ask for one."
+
+
+def imported(*, taken: tuple[str, ...] = ()) -> tuple[dict[str, Agent], str]:
+    """The README's example, ``import_scenario <README_SCENARIO> --tenant lisbon --create-tenant``:
+    its agents by slug and what the command wrote to stderr. Each of ``taken`` is first made an
+    account of someone outside the tenant, so the importer cannot make it a principal."""
+    for username in taken:
+        make_user(username)
+    err = StringIO()
+    call_command(
+        "import_scenario",
+        str(README_SCENARIO),
+        "--tenant",
+        "lisbon",
+        "--create-tenant",
+        stdout=StringIO(),
+        stderr=err,
+    )
+    agents = Agent.objects.filter(tenant__slug="lisbon").select_related("principal")
+    return {a.slug: a for a in agents}, err.getvalue()
+
+
+def open_question(run: Run) -> Question | None:
+    return Question.objects.filter(run=run, answered_at=None).first()
+
+
+def heard_nothing(agent: Agent) -> bool:
+    """Whether nothing of a negotiation ever reached ``agent``'s public endpoint."""
+    return (
+        not A2ATask.objects.filter(agent=agent).exists()
+        and not Negotiation.objects.filter(agent=agent).exists()
+    )
+
+
+def test_the_readme_scenario_asks_alice_in_her_inbox_and_says_what_her_answer_in_words_lacked(
+    live_stack: LiveStack, client: Client
+) -> None:
+    """Imported as the README says, Alice is her agent's principal. Her agent asks her for its limit in
+    her inbox, never over the wire; she answers in words, and it asks again saying what was missing."""
+    agents, _ = imported()
+    alice, bob = agents["alice"], agents["bob"]
+    assert alice.principal is not None
+    client.force_login(alice.principal)
+    inbox = reverse("agents:inbox", kwargs={"tenant": "lisbon"})
+
+    started = client.post(
+        reverse("agents:start", kwargs={"tenant": "lisbon"}),
+        {
+            "agent": str(alice.pk),
+            "intent": str(Intent.objects.get(agent=alice).pk),
+            "task": f"Talk to {agent_url(bob)}",
+        },
+    )
+    run = Run.objects.get(agent=alice)
+    assert started.status_code == 302
+    question = wait_until(lambda: open_question(run), what="Alice's agent to ask her")
+
+    assert question.question == LIMIT_QUESTION
+    assert LIMIT_QUESTION in client.get(inbox).content.decode()
+    assert heard_nothing(bob)
+    assert not Negotiation.objects.get(agent=alice).turns.exists()
+
+    client.post(
+        reverse("agents:question-answer", kwargs={"tenant": "lisbon", "pk": question.pk}),
+        {"answer": IN_WORDS},
+    )
+    again = wait_until(lambda: open_question(run), what="Alice's agent to ask her again")
+
+    explained = f'I need a number for amount; you said: "{IN_WORDS}" {LIMIT_QUESTION}'
+    assert again.question == explained
+    assert html.escape(explained) in client.get(inbox).content.decode()
+    assert heard_nothing(bob)
+    assert Negotiation.objects.get(agent=alice).answers == [{"question": LIMIT_QUESTION, "answer": IN_WORDS}]
+
+
+def test_an_imported_agent_the_importer_found_no_principal_for_declines_on_the_wire_and_never_asks(
+    live_stack: LiveStack,
+) -> None:
+    """Bob's account name is someone else's, so the importer says so and Bob's agent has nobody to
+    ask. Offered an amount it has no limit for, it declines, naming why, instead of holding Alice's
+    agent with a question no one will answer."""
+    agents, err = imported(taken=("lisbon.bob",))
+    alice, bob = agents["alice"], agents["bob"]
+    assert (
+        "No principal for bob: the username lisbon.bob is taken by an account that is not a member of lisbon."
+        in err
+    )
+    assert bob.principal is None
+    alice.term_guards = [{"term": "amount", "op": "<=", "value": 500, "currency": "EUR"}]
+    alice.save()
+
+    run = run_start(agent=alice, intent=Intent.objects.get(agent=alice), task=f"Talk to {agent_url(bob)}")
+    wait_until(lambda: Run.objects.get(pk=run.pk).status not in Run.ACTIVE, what="Alice's run to end")
+
+    ours, theirs = Negotiation.objects.get(agent=alice), Negotiation.objects.get(agent=bob)
+    # What Alice's agent received over the wire is Bob's agent's decline, and nothing else.
+    received = ours.turns.filter(side=Turn.Side.THEIRS).get()
+    assert received.raw["parts"] == [{"data": {"action": "reject", "message": DECLINE}}]
+    assert [(t.side, t.action, t.message) for t in ours.turns.order_by("seq")] == [
+        (Turn.Side.OURS, "propose", "I can offer €350."),
+        (Turn.Side.THEIRS, "reject", DECLINE),
+    ]
+    assert (theirs.status, theirs.parked_question, theirs.task_state) == (
+        Negotiation.Status.SETTLED,
+        "",
+        "rejected",
+    )
+    assert Settlement.objects.get(negotiation=theirs).outcome == Settlement.Outcome.DECLINED
+    assert Settlement.objects.get(negotiation=ours).outcome == Settlement.Outcome.DECLINED
+    assert not Question.objects.exists()
+
+
+def test_an_imported_agent_without_a_principal_sends_nothing_when_it_would_ask(live_stack: LiveStack) -> None:
+    """Alice's account name is taken, so her agent has nobody to ask for its limit: rather than open
+    an exchange only to decline it, it sends nothing and its run reports why."""
+    agents, _ = imported(taken=("lisbon.alice",))
+    alice, bob = agents["alice"], agents["bob"]
+    assert alice.principal is None
+
+    run = run_start(agent=alice, intent=Intent.objects.get(agent=alice), task=f"Talk to {agent_url(bob)}")
+    wait_until(lambda: Run.objects.get(pk=run.pk).status not in Run.ACTIVE, what="Alice's run to end")
+
+    run.refresh_from_db()
+    negotiation = Negotiation.objects.get(agent=alice)
+    assert (negotiation.status, negotiation.error) == (
+        Negotiation.Status.FAILED,
+        f"nothing was sent: {DECLINE}",
+    )
+    assert heard_nothing(bob)
+    assert not Question.objects.exists()
+    assert (run.status, run.output) == (
+        Run.Status.DONE,
+        "Here is where things stand.\nFailed (1):\n"
+        f"- {negotiation.pk} ({agent_url(bob)}) — nothing was sent: {DECLINE}",
+    )
+
+
+def test_without_a_principal_a_holding_reply_ends_our_side_instead_of_asking_when_to_go_on(
+    live_stack: LiveStack,
+) -> None:
+    """Bob's agent consults Bob and holds Alice's agent. Alice's agent, with nobody to ask when to go
+    on, stops its side naming why (a retry can follow), rather than leave a question no one answers."""
+    agents, _ = imported(taken=("lisbon.alice",))
+    alice, bob = agents["alice"], agents["bob"]
+    alice.term_guards = [{"term": "amount", "op": "<=", "value": 500, "currency": "EUR"}]
+    alice.save()
+
+    run = run_start(agent=alice, intent=Intent.objects.get(agent=alice), task=f"Talk to {agent_url(bob)}")
+    wait_until(lambda: Run.objects.get(pk=run.pk).status not in Run.ACTIVE, what="Alice's run to end")
+
+    ours, theirs = Negotiation.objects.get(agent=alice), Negotiation.objects.get(agent=bob)
+    assert (ours.status, ours.error, ours.parked_question) == (
+        Negotiation.Status.FAILED,
+        services.HELD_WITHOUT_PRINCIPAL,
+        "",
+    )
+    assert [(t.side, t.action, t.message) for t in ours.turns.order_by("seq")] == [
+        (Turn.Side.OURS, "propose", "I can offer €350."),
+        (Turn.Side.THEIRS, "", services.HOLDING_TEXT),
+    ]
+    assert (theirs.status, theirs.parked_question) == (Negotiation.Status.WAITING, LIMIT_QUESTION)
+    assert not Question.objects.exists()
+    run.refresh_from_db()
+    assert run.status == Run.Status.DONE
+    assert run.output.endswith(
+        f"— {services.HELD_WITHOUT_PRINCIPAL} — the exchange stays with them; answer this id to try again"
     )

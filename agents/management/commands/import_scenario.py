@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from agents.scenarios import ScenarioError, scenario_import
+from agents.scenarios import ImportResult, ScenarioError, scenario_import
 from parley.models import Tenant
 from parley.selectors import tenant_by_slug
 
@@ -18,7 +18,8 @@ from parley.selectors import tenant_by_slug
 class Command(BaseCommand):
     help = (
         "Import a scenario file (users and their intents) into a tenant: one agent per user, "
-        "one intent per intent. Importing the same file again updates the same rows."
+        "one intent per intent, and a principal for each agent (a new principal member per user, "
+        "with no password until invited). Importing the same file again updates the same rows."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -58,10 +59,33 @@ class Command(BaseCommand):
             f"agents created {result.agents_created}, updated {result.agents_updated}; "
             f"intents created {result.intents_created}, updated {result.intents_updated}."
         )
+        for line in _principal_lines(result):
+            self.stdout.write(line)
         if result.timezone_fallbacks:
             self.stderr.write(
                 f"Unknown time zone for {', '.join(result.timezone_fallbacks)}; their agents use UTC."
             )
+        for user_id, reason in result.without_principal:
+            self.stderr.write(
+                f"No principal for {user_id}: {reason}. Until it has one, its agent declines where it "
+                "would ask; set one on the agent's page."
+            )
+
+
+def _principal_lines(result: ImportResult) -> list[str]:
+    """What the import did about principals, one line per kind of change; none when nothing changed."""
+    lines = []
+    if result.principals_created:
+        lines.append(
+            f"Principals created: {', '.join(result.principals_created)} (principal members with no "
+            "password and a placeholder e-mail until they are invited)."
+        )
+    if result.principals_matched:
+        lines.append(f"Principals from existing members: {', '.join(result.principals_matched)}.")
+    if result.principals_kept:
+        count = result.principals_kept
+        lines.append(f"Principals kept: {count} agent{'s' if count != 1 else ''} already had one.")
+    return lines
 
 
 def _read_json(path: Path) -> object:
