@@ -65,7 +65,7 @@ from agents.llm import (
 )
 from agents.models import OFFLINE, Agent, Intent
 from agents.selectors import can_ask_party
-from negotiations import model_negotiator, offline
+from negotiations import limits, model_negotiator, offline
 from negotiations.rules import MoveRules, declared_terms, iso_date, rules_for
 from negotiations.wire import Move, TaskRecord
 from parley import telemetry
@@ -494,6 +494,7 @@ def _decide_offline(
         vocabulary = offline.Vocabulary.from_actions(agent.allowed_actions)
     except ValueError as exc:
         raise NegotiatorError(str(exc)) from exc
+    reading = _guidance_reading(agent, guards, guidance)
     situation = offline.Situation(
         record=record,
         our_role=our_role,
@@ -501,19 +502,15 @@ def _decide_offline(
         term=term,
         currency=currency,
         structured=bool(agent.terms.strip()),
-        limit=_guard_limit(guards, term),
+        limit=reading.limit if reading is not None else _guard_limit(guards, term),
+        # An answer that gave no usable limit is what the next ask explains.
+        unread=reading if reading is not None and reading.limit is None else None,
         max_moves=max_moves,
         can_ask=can_ask,
         unit=unit,
         strategy=agent.strategy,
         guards=guards,
     )
-    if situation.limit is None:
-        offered = offline.their_offer(situation)
-        limit = offline.limit_from_guidance(guidance, term, offered.value if offered else None)
-        # Guidance that names no number (an answer in words) is what the next ask explains.
-        unanswered = guidance[-1] if limit is None and guidance else ""
-        situation = replace(situation, limit=limit, unanswered=unanswered)
     feedback: tuple[Violation, ...] = ()
     for _attempt in range(GUARD_ATTEMPTS):
         move = _admissible(agent, offline.decide(replace(situation, feedback=feedback)), can_ask=can_ask)
@@ -522,6 +519,33 @@ def _decide_offline(
             return _guarded(agent, _stamped(move))
         feedback = (*feedback, *broken)
     return _guarded(agent, _park(agent, feedback, can_ask=can_ask))
+
+
+def limit_reading(
+    *, agent: Agent, guidance: list[str], intent: Intent | None = None, now: datetime | None = None
+) -> limits.Reading | None:
+    """What the ``offline`` negotiator reads of the party's limit from ``guidance`` (oldest first),
+    as :func:`decide` would read it now (relative dates resolve at ``now``).
+
+    None when it reads no limit from guidance: the agent is on a chat model (which reads its
+    guidance itself), a term guard gives the limit, or the term is fixed. Else the
+    :class:`negotiations.limits.Reading` of the line that decides (or, with no guidance at all,
+    None too: the plain question is asked). Raises :class:`NegotiatorError` as :func:`decide` does
+    for a malformed guard or an unknown timezone.
+    """
+    if agent.model != OFFLINE:
+        return None
+    return _guidance_reading(agent, effective_guards(agent, intent, today=local_today(agent, now)), guidance)
+
+
+def _guidance_reading(agent: Agent, guards: tuple[Guard, ...], guidance: list[str]) -> limits.Reading | None:
+    """The limit the party's ``guidance`` gives the ``offline`` negotiator, where it needs one from
+    there (see :func:`limit_reading`)."""
+    term, currency, unit = numeric_term(agent, guards)
+    firm = any(g.term == term and g.fixed for g in guards)
+    if firm or _guard_limit(guards, term) is not None:
+        return None
+    return limits.limit_from_guidance(guidance, term=term, currency=currency, unit=unit)
 
 
 def _decide_on_model(
@@ -677,7 +701,7 @@ def _park(agent: Agent, feedback: tuple[Violation, ...], *, can_ask: bool) -> Mo
     return Move(ASK, f"Every move I could make breaks one of your limits ({limits}). How should I go on?")
 
 
-def _guard_limit(guards: tuple[Guard, ...], term: str) -> offline.Limit | None:
+def _guard_limit(guards: tuple[Guard, ...], term: str) -> limits.Limit | None:
     """The reservation on ``term`` from its numeric bounds, or None.
 
     The first bound's op says whether it is a ceiling (``<=``) or a floor
@@ -693,8 +717,8 @@ def _guard_limit(guards: tuple[Guard, ...], term: str) -> offline.Limit | None:
     values = [float(g.value) for g in same]
     aspiration = next((g.aspiration for g in same if g.aspiration is not None), None)
     if op == "<=":
-        return offline.Limit(term, min(values), "ceiling", aspiration)
-    return offline.Limit(term, max(values), "floor", aspiration)
+        return limits.Limit(term, min(values), "ceiling", aspiration)
+    return limits.Limit(term, max(values), "floor", aspiration)
 
 
 def _scalar(value: object) -> bool:

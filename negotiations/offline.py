@@ -24,12 +24,15 @@ opening) and the reservation value (our limit), chosen per agent by
 
 Offers are rounded to a whole number towards our side (down for a ceiling, up
 for a floor), so rounding never crosses the reservation. The limit comes from a
-term guard (``amount >= 950``, tightest first) or from the party's standing
-guidance ("Up to 1,100 a day"); without either it asks its party, and when the
-party's answer named no number it asks again saying so and quoting it
+term guard (``amount >= 950``, tightest first; its op is the party's side) or
+from the party's standing guidance ("Not above €1,100 a day"), read by
+:mod:`negotiations.limits` only where it states one limit unambiguously — the
+side is not known to the strategy before then, so the answer must say it.
+Without either it asks its party, and when the party's answer gave no usable
+limit it asks again saying what was unclear and quoting it
 (:func:`limit_question`). An agent with no principal has nobody to ask, so it
 declines instead. The aspiration is the guard's optional ``aspiration``, else
-:data:`OPENING_FACTOR` times the limit.
+:data:`negotiations.limits.OPENING_FACTOR` times the limit.
 
 **Acceptance** (Faratin et al.'s "next offer" rule): we accept the
 counterparty's offer once it is at least as good as our own next offer and it
@@ -51,11 +54,11 @@ guard allows, the guard's currency) and a corrected accept becomes a counter.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from negotiations.digest import clean
+from negotiations.limits import Limit, Reading
 from negotiations.verdict import prose_amounts
 from negotiations.wire import Entry, Move, TaskRecord
 
@@ -67,29 +70,7 @@ BOULWARE, LINEAR, CONCEDER, TIT_FOR_TAT = "boulware", "linear", "conceder", "tit
 BETA: dict[str, float] = {BOULWARE: 0.5, LINEAR: 1.0, CONCEDER: 2.0}
 STRATEGIES = frozenset({*BETA, TIT_FOR_TAT})
 
-# The aspiration when no guard names one: a buyer opens at 70% of its ceiling, a seller at 140% of its floor.
-OPENING_FACTOR = {"ceiling": 0.7, "floor": 1.4}
-_CEILING_WORDS = re.compile(r"\b(up to|at most|no more than|max(imum)?|ceiling|under|below)\b", re.I)
-_FLOOR_WORDS = re.compile(r"\b(at least|no less than|min(imum)?|floor|above)\b", re.I)
-_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£"}
-
-
-@dataclass(frozen=True)
-class Limit:
-    """The party's reservation value on ``term``: the most it pays (ceiling) or the least it takes (floor).
-
-    ``aspiration`` is where the concession starts; None means :data:`OPENING_FACTOR` times ``value``.
-    """
-
-    term: str
-    value: float
-    kind: Literal["ceiling", "floor"]
-    aspiration: float | None = None
-
-    @property
-    def opening(self) -> float:
-        return self.aspiration if self.aspiration is not None else self.value * OPENING_FACTOR[self.kind]
 
 
 @dataclass(frozen=True)
@@ -123,9 +104,9 @@ class Situation:
     ``term`` is the numeric term bargained over and ``currency`` the one our
     amounts are in ("" for none); ``structured`` is whether our moves carry
     terms. ``max_moves`` is how many moves we may make in all. ``can_ask`` is
-    whether the agent has a principal to ask; ``unanswered`` is the party's
-    latest guidance when no limit could be read from it ("" otherwise), quoted
-    when we ask again. ``strategy`` is one of :data:`STRATEGIES`. ``guards``
+    whether the agent has a principal to ask; ``unread`` is the party's
+    answer that gave no usable limit, as it was read (None otherwise), quoted
+    with what was unclear when we ask again. ``strategy`` is one of :data:`STRATEGIES`. ``guards``
     are the party's effective guards, relative dates already resolved;
     ``feedback`` the violations of earlier attempts at this same move (see the
     module docstring).
@@ -140,7 +121,7 @@ class Situation:
     limit: Limit | None
     max_moves: int
     can_ask: bool
-    unanswered: str = ""
+    unread: Reading | None = None
     unit: str = ""
     strategy: str = BOULWARE
     guards: tuple[Guard, ...] = ()
@@ -160,43 +141,22 @@ class Offer:
     terms: dict[str, Any] | None
 
 
-def limit_from_guidance(guidance: list[str], term: str, offered: float | None) -> Limit | None:
-    """Read a limit from the party's standing guidance, newest first.
-
-    The first number in a line is the value; "up to"/"at most" make it a
-    ceiling and "at least"/"minimum" a floor; with neither, a counterparty
-    asking for more than the number makes it a ceiling.
-    """
-    for line in reversed(guidance):
-        match = _NUMBER.search(line)
-        if match is None:
-            continue
-        value = float(match.group().replace(",", ""))
-        if _CEILING_WORDS.search(line):
-            kind: Literal["ceiling", "floor"] = "ceiling"
-        elif _FLOOR_WORDS.search(line):
-            kind = "floor"
-        else:
-            kind = "ceiling" if offered is None or offered >= value else "floor"
-        return Limit(term=term, value=value, kind=kind)
-    return None
-
-
-def limit_question(term: str, unit: str = "", unanswered: str = "") -> str:
+def limit_question(term: str, unit: str = "", unread: Reading | None = None) -> str:
     """The question that asks the party for its limit on ``term`` (``unit`` e.g. "EUR per day").
 
-    After guidance that gave no limit (``unanswered``, the party's latest words), it first says
-    what was missing and quotes them, so the party is never asked the same question twice
-    without being told why: 'I need a number for amount (EUR per day); you said: "No money
-    changes hands." What is your limit on amount (EUR per day): …?'
+    After an answer that gave no usable limit (``unread``, as :func:`negotiations.limits.read_limit`
+    read it), it first says what was unclear and quotes the answer, so the party is never asked the
+    same question twice without being told why: 'Your answer gives no usable limit on amount (EUR
+    per day): it names several numbers (2 and 1100). You said: "…" What is your limit on amount
+    (EUR per day): the most you will pay, or the least you will take?'
     """
     shown = f"{term} ({unit})" if unit else term
     question = f"What is your limit on {shown}: the most you will pay, or the least you will take?"
-    if not unanswered:
+    if unread is None or unread.limit is not None:
         return question
-    said = clean(unanswered)
+    said = clean(unread.said)
     stop = "" if said.endswith((".", "!", "?", "…")) else "."
-    return f'I need a number for {shown}; you said: "{said}"{stop} {question}'
+    return f'{unread.message} You said: "{said}"{stop} {question}'
 
 
 def time_dependent_offer(aspiration: float, reservation: float, t: int, deadline: int, beta: float) -> float:
@@ -315,7 +275,7 @@ def decide(s: Situation) -> Move:
     mine = next_value(s)
     if mine is None:
         if s.can_ask:
-            return Move("ask", limit_question(s.term, s.unit, s.unanswered))
+            return Move("ask", limit_question(s.term, s.unit, s.unread))
         return Move(
             s.vocabulary.reject,
             f"I must decline: I have no limit on {s.term} and no principal to ask for one.",

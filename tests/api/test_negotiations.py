@@ -427,8 +427,9 @@ def test_an_answer_in_words_is_taken_and_the_next_question_says_what_it_lacked(
     parked.refresh_from_db()
     assert (parked.status, parked.parked_question) == (
         Negotiation.Status.WAITING,
-        f'I need a number for amount (EUR per day); you said: "{words}" What is your limit on amount '
-        "(EUR per day): the most you will pay, or the least you will take?",
+        "Your answer gives no usable limit on amount (EUR per day): it names no number. "
+        f'You said: "{words}" What is your limit on amount (EUR per day): the most you will pay, or the '
+        "least you will take?",
     )
 
 

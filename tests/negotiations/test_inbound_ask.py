@@ -274,7 +274,8 @@ def test_an_answer_that_leaves_the_limit_unknown_parks_it_again_saying_what_was_
     parked.refresh_from_db()
     assert (parked.status, parked.parked_question) == (
         Negotiation.Status.WAITING,
-        f'I need a number for amount (EUR per day); you said: "Whatever you think is fair." {QUESTION}',
+        "Your answer gives no usable limit on amount (EUR per day): it names no number. "
+        f'You said: "Whatever you think is fair." {QUESTION}',
     )
     assert kinds(parked, "negotiation.waiting") == 2
 

@@ -313,7 +313,10 @@ def test_the_readme_scenario_asks_alice_in_her_inbox_and_says_what_her_answer_in
     )
     again = wait_until(lambda: open_question(run), what="Alice's agent to ask her again")
 
-    explained = f'I need a number for amount; you said: "{IN_WORDS}" {LIMIT_QUESTION}'
+    explained = (
+        f'Your answer gives no usable limit on amount: it names no number. You said: "{IN_WORDS}" '
+        + LIMIT_QUESTION
+    )
     assert again.question == explained
     assert html.escape(explained) in client.get(inbox).content.decode()
     assert heard_nothing(bob)
