@@ -132,6 +132,41 @@ def waiting_on_party(*, tenant: Tenant, pairs: Iterable[tuple[Any, Any]]) -> dic
     return found
 
 
+@dataclass(frozen=True)
+class Understood:
+    """What an agent made of its party's answer, said back to the party as it answers.
+
+    ``message`` says it for people: "Understood: at most 1,100 EUR per day for amount.", or why
+    the answer gives no usable limit. ``limit`` is the limit read, ``{"term", "kind" ("ceiling" |
+    "floor"), "value", "currency", "unit"}`` ("" where the term has none), None when none was.
+    """
+
+    message: str
+    limit: dict[str, Any] | None = None
+
+
+# Who reads a party's answer as soon as it is given (the ``offline`` negotiator, for a limit it
+# asked for). ``negotiations`` registers its reader when it loads, as for :func:`waiting_on_party`.
+AnswerReader = Callable[..., Understood | None]
+_answer_readers: list[AnswerReader] = []
+
+
+def register_answer_reader(reader: AnswerReader) -> None:
+    """Add ``reader(*, question, answer)`` to what :func:`answer_understood` asks. Idempotent."""
+    if reader not in _answer_readers:
+        _answer_readers.append(reader)
+
+
+def answer_understood(*, question: Question, answer: str) -> Understood | None:
+    """What is understood of ``answer`` to ``question`` as it is given: the first registered reader's
+    reading, or None where nothing reads it before the agent's model does."""
+    for reader in _answer_readers:
+        understood = reader(question=question, answer=answer)
+        if understood is not None:
+            return understood
+    return None
+
+
 # What else waits on the party with a question of its own, outside any run (an inbound negotiation
 # parked for guidance), as (item, the counterparty's last move or None) pairs. ``negotiations``
 # registers its source when it loads, as for :func:`waiting_on_party`.

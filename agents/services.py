@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
@@ -746,10 +746,21 @@ def _resume_if_ready(run: Run) -> None:
         _publish_run(run)
 
 
-def question_answer(*, question: Question, answer: str, user: User | None) -> Question:
+@dataclass(frozen=True)
+class Answered:
+    """A question as answered, and what was understood of the answer as it was given (None where
+    nothing reads it before the agent's model: :func:`agents.selectors.answer_understood`)."""
+
+    question: Question
+    understood: selectors.Understood | None
+
+
+def question_answer(*, question: Question, answer: str, user: User | None) -> Answered:
     """Record the party's answer as the suspended tool call's result and resume the run.
 
-    ``user`` None is the host answering through its API. Raises
+    ``user`` None is the host answering through its API. Returns the question
+    and what was understood of the answer, read under the question's lock
+    before the run goes on (:func:`agents.selectors.answer_understood`). Raises
     :class:`NotAllowed` unless ``user`` may answer for the agent (see
     :func:`agents.selectors.can_answer_for`), :class:`QuestionAlreadyAnswered`
     when it was answered before (nothing changes) and :class:`RunError` for an
@@ -763,10 +774,11 @@ def question_answer(*, question: Question, answer: str, user: User | None) -> Qu
     with transaction.atomic():
         question = _lock_open(question, Question.Kind.QUESTION)
         question.answer, question.answered_by, question.answered_at = answer.strip(), user, timezone.now()
+        understood = selectors.answer_understood(question=question, answer=question.answer)
         question.save(update_fields=["answer", "answered_by", "answered_at", "updated_at"])
         tool_call_complete(run=question.run, tool_call_id=question.tool_call_id, result=question.answer)
         _publish_answered(question)
-    return question
+    return Answered(question, understood)
 
 
 def approval_decide(*, question: Question, approve: bool, reason: str = "", user: User | None) -> Question:

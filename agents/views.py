@@ -214,6 +214,17 @@ def already_decided(question: Question) -> str:
     return f"This question was already answered by {who} at {when}."
 
 
+def answer_sent(understood: selectors.Understood | None) -> str:
+    """What the party is told once its answer to a run's question is recorded: that the run goes on,
+    and what was understood of the answer (:func:`selectors.answer_understood`) — a limit is asked
+    for again at once when the answer gave no usable one."""
+    said = "Answer sent. Your agent carries on."
+    if understood is None:
+        return said
+    again = "" if understood.limit is not None else " Your agent will ask you again."
+    return f"{said} {understood.message}{again}"
+
+
 class InboxView(TenantMixin, TemplateView):
     """The open questions and approvals of the parties the member answers for, with the negotiations
     they came from, and the latest runs; ``?fragment=1`` gives the live regions alone.
@@ -257,10 +268,11 @@ class QuestionActionView(TenantMixin, View):
 class QuestionAnswerView(QuestionActionView):
     """POST ``answer`` to a question: records it and resumes the run in a worker.
 
-    Then see :class:`QuestionActionView`: the answer sent, or why it was
-    refused with nothing changed (answered before — by whom and when —, empty,
-    the run stopped). Another tenant's or another party's question is a 404; a
-    member who may not answer for the agent (a viewer) gets a 403.
+    Then see :class:`QuestionActionView`: the answer sent and what was
+    understood of it (:func:`answer_sent`), or why it was refused with nothing
+    changed (answered before — by whom and when —, empty, the run stopped).
+    Another tenant's or another party's question is a 404; a member who may not
+    answer for the agent (a viewer) gets a 403.
     """
 
     def post(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
@@ -270,7 +282,7 @@ class QuestionAnswerView(QuestionActionView):
             messages.error(request, form_errors(form))
         else:
             try:
-                services.question_answer(
+                answered = services.question_answer(
                     question=question, answer=form.cleaned_data["answer"], user=self.membership.user
                 )
             except services.NotAllowed as exc:
@@ -280,7 +292,7 @@ class QuestionAnswerView(QuestionActionView):
             except services.RunError as exc:
                 messages.error(request, str(exc))
             else:
-                messages.success(request, "Answer sent. Your agent carries on.")
+                messages.success(request, answer_sent(answered.understood))
         return self.done(question)
 
 

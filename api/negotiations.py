@@ -27,6 +27,7 @@ from agents.selectors import agent_currency
 from api.base import TenantViewSet
 from api.errors import Conflict
 from api.fields import of_tenant
+from api.runs import UnderstoodSerializer, understood_data
 from api.schema import ERROR_SCHEMA
 from negotiations import negotiator, selectors, services
 from negotiations.models import Negotiation, Settlement, Turn
@@ -169,6 +170,21 @@ class NegotiationDetailSerializer(NegotiationSerializer):
         return TurnSerializer(selectors.negotiation_turns(negotiation), many=True).data
 
 
+class AnsweredNegotiationSerializer(NegotiationDetailSerializer):
+    """An inbound negotiation as its party's answer left it, with ``understood``: what its agent
+    understood of the answer, or null where nothing reads it before the agent's model does."""
+
+    understood = serializers.SerializerMethodField()
+
+    class Meta(NegotiationDetailSerializer.Meta):
+        fields = [*NegotiationDetailSerializer.Meta.fields, "understood"]
+        read_only_fields = fields
+
+    @extend_schema_field(UnderstoodSerializer(allow_null=True))
+    def get_understood(self, negotiation: Negotiation) -> dict[str, Any] | None:
+        return understood_data(self.context.get("understood"))
+
+
 class PromptMessageSerializer(serializers.Serializer[Any]):
     """One chat message of the prompt, as sent to the chat-completions endpoint."""
 
@@ -272,12 +288,15 @@ class NegotiationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenan
     @extend_schema(
         summary="Answer an inbound negotiation waiting on its party",
         request=GuidanceSerializer,
-        responses=NegotiationDetailSerializer,
+        responses=AnsweredNegotiationSerializer,
         description="An inbound negotiation whose agent asked its party (status `waiting`, the question "
         "in `parked_question`) takes the answer as standing guidance and is open again; the counterparty "
         "has been told the party is being consulted. Its next message is answered with the guidance — at "
-        "once, when it registered a push notification config on the A2A Task. A 409 names why it is "
-        "refused: `outbound` (its run asks the party), `not_waiting`, or `already_answered`.",
+        "once, when it registered a push notification config on the A2A Task. `understood` says what the "
+        "agent understood of the answer: the limit it read (an agent on the `offline` model that asked "
+        "for one), or why the answer gives no usable limit, in which case it asks again when it next "
+        "decides; null where its model reads the answer itself. A 409 names why it is refused: "
+        "`outbound` (its run asks the party), `not_waiting`, or `already_answered`.",
     )
     @action(detail=True, methods=["post"])
     def answer(self, request: Request, pk: str | None = None) -> Response:
@@ -286,7 +305,9 @@ class NegotiationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenan
         negotiation = services.negotiation_guidance_give(
             negotiation=self.get_object(), answer=body.validated_data["answer"], user=None
         )
-        return Response(NegotiationDetailSerializer(self.get_queryset().get(pk=negotiation.pk)).data)
+        context = {"understood": selectors.last_answer_understood(negotiation)}
+        answered = self.get_queryset().get(pk=negotiation.pk)
+        return Response(AnsweredNegotiationSerializer(answered, context=context).data)
 
 
 class SettlementFilter(django_filters.FilterSet):

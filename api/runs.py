@@ -415,6 +415,48 @@ class ApprovalSerializer(AskedSerializer):
         return "approved" if question.approved else "rejected"
 
 
+class UnderstoodLimitSerializer(serializers.Serializer[Any]):
+    """The limit the agent read from the answer: on ``term``, a ``ceiling`` (the most the party pays)
+    or a ``floor`` (the least it takes) of ``value`` in ``currency``, per ``unit`` ("" for none)."""
+
+    term = serializers.CharField()
+    kind = serializers.ChoiceField(choices=[("ceiling", "ceiling"), ("floor", "floor")])
+    value = serializers.FloatField()
+    currency = serializers.CharField(allow_blank=True)
+    unit = serializers.CharField(allow_blank=True)
+
+
+class UnderstoodSerializer(serializers.Serializer[Any]):
+    """What the agent understood of the party's answer as it was given (the ``offline`` negotiator
+    reads the limit it asked for): ``message`` for people, ``limit`` the limit read, or null when
+    the answer gives no usable one (``message`` says why, and the agent asks again)."""
+
+    message = serializers.CharField()
+    limit = UnderstoodLimitSerializer(allow_null=True)
+
+
+def understood_data(understood: selectors.Understood | None) -> dict[str, Any] | None:
+    """``understood`` as the API writes it (:class:`UnderstoodSerializer`), None as null."""
+    if understood is None:
+        return None
+    return {"message": understood.message, "limit": understood.limit}
+
+
+class AnsweredQuestionSerializer(QuestionSerializer):
+    """A question as answered, with ``understood``: what the agent understood of the answer, or null
+    where nothing reads it before the agent's model (a chat model, or no limit was asked for)."""
+
+    understood = serializers.SerializerMethodField()
+
+    class Meta(QuestionSerializer.Meta):
+        fields = [*QuestionSerializer.Meta.fields, "understood"]
+        read_only_fields = fields
+
+    @extend_schema_field(UnderstoodSerializer(allow_null=True))
+    def get_understood(self, question: Question) -> dict[str, Any] | None:
+        return understood_data(self.context.get("understood"))
+
+
 class AnswerSerializer(serializers.Serializer[Any]):
     answer = serializers.CharField(
         max_length=MAX_TEXT, help_text="The party's answer: the tool call's result."
@@ -493,8 +535,11 @@ class QuestionViewSet(QuestionsBase):
     @extend_schema(
         summary="Answer a question",
         request=AnswerSerializer,
-        responses=QuestionSerializer,
+        responses=AnsweredQuestionSerializer,
         description="Records the answer as the tool call's result and resumes the run (in a worker). "
+        "`understood` says what the agent understood of it at once: the limit it read (an agent on the "
+        "`offline` model that asked for one), or why the answer gives no usable limit, in which case "
+        "it asks again; null where its model reads the answer itself. "
         "A question answered before is a 409 saying by whom and when; one whose run ended, a 409.",
     )
     @action(detail=True, methods=["post"])
@@ -503,10 +548,13 @@ class QuestionViewSet(QuestionsBase):
         body = AnswerSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            services.question_answer(question=question, answer=body.validated_data["answer"], user=None)
+            answered = services.question_answer(
+                question=question, answer=body.validated_data["answer"], user=None
+            )
         except services.QuestionAlreadyAnswered as exc:
             raise Conflict(already_decided(question)) from exc
-        return Response(QuestionSerializer(self.reread(question)).data)
+        context = {"understood": answered.understood}
+        return Response(AnsweredQuestionSerializer(self.reread(question), context=context).data)
 
 
 @extend_schema_view(

@@ -6,12 +6,13 @@ class NegotiationsConfig(AppConfig):
 
     def ready(self) -> None:
         from agents.models import register_agent_check, register_intent_check
-        from agents.selectors import register_parked_source, register_waiting_source
+        from agents.selectors import register_answer_reader, register_parked_source, register_waiting_source
         from negotiations import checks, selectors, tools
 
         tools.register()
         register_waiting_source(selectors.waiting_for_party)
         register_parked_source(selectors.parked_inbound)
+        register_answer_reader(selectors.question_understood)
         register_agent_check(checks.check_timezone)
         register_agent_check(checks.check_term_guards)
         register_agent_check(checks.check_allowed_actions)

@@ -120,7 +120,7 @@ def read_limit(
     text = said.translate(_SAME_LENGTH)
     numbers = _numbers(text)
     items = _ranged(text, numbers)
-    if not any(n.kind != "other" for n in numbers):
+    if not names_an_amount(said):
         return _refused(reading, _no_amount(numbers))
     if len(items) > 1:
         written = [" to ".join(n.written for n in item) for item in items]
@@ -149,24 +149,31 @@ def limit_from_guidance(
 ) -> Reading | None:
     """The party's limit on ``term`` in its standing ``guidance`` (oldest first), read by :func:`read_limit`.
 
-    The newest line that names an amount decides: lines without one (words, or only a date or a
-    quantity) say nothing about the limit and are passed over, and an older line that gave a limit
-    tells the party's side. With no such line, the newest line is the answer that gave none. None
-    for no guidance at all.
+    The newest line that names an amount decides; lines without one (words, or only a date or a
+    quantity) say nothing of the limit and are passed over, and an older line that gave a limit
+    tells the party's side. When that gives no limit, the reading of the newest line is returned
+    (the answer the party is asked about again). None for no guidance at all.
     """
     lines = [line for line in guidance if line.strip()]
     if not lines:
         return None
-    about = [line for line in lines if any(n.kind != "other" for n in _numbers(line.translate(_SAME_LENGTH)))]
-    if not about:
-        return read_limit(lines[-1], term=term, currency=currency, unit=unit)
+    about = [line for line in lines if names_an_amount(line)]
     side: Kind | None = None
     for line in reversed(about[:-1]):
         earlier = read_limit(line, term=term, currency=currency, unit=unit).limit
         if earlier is not None:
             side = earlier.kind
             break
-    return read_limit(about[-1], term=term, currency=currency, unit=unit, side=side)
+    if about:
+        reading = read_limit(about[-1], term=term, currency=currency, unit=unit, side=side)
+        if reading.limit is not None or about[-1] is lines[-1]:
+            return reading
+    return read_limit(lines[-1], term=term, currency=currency, unit=unit, side=side)
+
+
+def names_an_amount(said: str) -> bool:
+    """Whether ``said`` names a number that may be an amount (not only dates and quantities)."""
+    return any(n.kind != "other" for n in _numbers(said.translate(_SAME_LENGTH)))
 
 
 # --- Numbers ------------------------------------------------------------------------------

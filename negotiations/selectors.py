@@ -8,8 +8,9 @@ from typing import Any
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
 from agents.llm import ChatMessage, ToolSpec
-from agents.models import OFFLINE, Agent, Intent
-from negotiations import model_negotiator, negotiator
+from agents.models import OFFLINE, Agent, Intent, Question
+from agents.selectors import Understood
+from negotiations import limits, model_negotiator, negotiator
 from negotiations.digest import clean, compact_json
 from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.wire import Entry, Move, Role, TaskRecord
@@ -294,3 +295,84 @@ def _their_last_turns(tenant: Tenant | int, rows: list[Negotiation]) -> dict[Any
             "raw", "artifact"
         )
     }
+
+
+def guidance_understood(
+    *, agent: Agent, intent: Intent | None, before: list[str], answer: str
+) -> Understood | None:
+    """What ``agent``'s ``offline`` negotiator reads of the party's limit from ``answer``, added to
+    the standing guidance ``before`` (:func:`negotiations.negotiator.limit_reading`, the rule the
+    negotiator decides by).
+
+    None where it reads nothing of it: a chat model reads its guidance itself, a term guard or a
+    fixed term needs none, an answer without an amount leaves a limit given before as it was, and
+    a malformed guard fails the negotiation before any answer is read.
+    """
+    try:
+        reading = negotiator.limit_reading(agent=agent, guidance=[*before, answer], intent=intent)
+    except negotiator.NegotiatorError:
+        return None
+    if reading is None or (reading.limit is not None and not limits.names_an_amount(answer)):
+        return None
+    limit = reading.limit
+    return Understood(
+        message=reading.message,
+        limit=None
+        if limit is None
+        else {
+            "term": limit.term,
+            "kind": limit.kind,
+            "value": limit.value,
+            "currency": reading.currency,
+            "unit": reading.unit,
+        },
+    )
+
+
+def last_answer_understood(negotiation: Negotiation) -> Understood | None:
+    """What the ``offline`` negotiator reads of the latest line of ``negotiation``'s standing guidance,
+    the party's answer just given (see :func:`guidance_understood`); None without guidance."""
+    if not negotiation.guidance:
+        return None
+    return guidance_understood(
+        agent=negotiation.agent,
+        intent=negotiation.intent,
+        before=negotiation.guidance[:-1],
+        answer=negotiation.guidance[-1],
+    )
+
+
+def question_understood(*, question: Question, answer: str) -> Understood | None:
+    """The answer reader ``negotiations`` registers (:func:`agents.selectors.register_answer_reader`):
+    what ``answer`` to a run's ``question`` tells the outbound negotiations waiting on the party under
+    the run's thread, which the ``offline`` loop answers with it word for word.
+
+    Each as :func:`guidance_understood`; where they read it differently, each is named ("With Noor
+    Lindqvist: …"), and no one limit is given. None where none of them reads it.
+    """
+    if question.kind != Question.Kind.QUESTION:
+        return None
+    run = question.run
+    waiting = (
+        Negotiation.objects.for_tenant(run.tenant_id)
+        .filter(
+            agent_id=run.agent_id,
+            intent_id=run.intent_id,
+            status=Negotiation.Status.WAITING,
+            direction=Negotiation.Direction.OUTBOUND,
+        )
+        .select_related("agent", "intent")
+        .order_by("created_at", "pk")
+    )
+    readings: dict[str, tuple[Understood, list[str]]] = {}
+    for negotiation in waiting:
+        understood = guidance_understood(
+            agent=negotiation.agent, intent=negotiation.intent, before=negotiation.guidance, answer=answer
+        )
+        if understood is not None:
+            who = clean(negotiation.counterparty_name or negotiation.counterparty_url)
+            readings.setdefault(understood.message, (understood, []))[1].append(who)
+    if len(readings) <= 1:
+        return next((understood for understood, _ in readings.values()), None)
+    said = " ".join(f"With {', '.join(names)}: {message}" for message, (_, names) in readings.items())
+    return Understood(message=said)

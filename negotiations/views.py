@@ -15,7 +15,7 @@ from django.views import View
 from django.views.generic import DetailView
 
 from agents.forms import AnswerForm
-from agents.selectors import OPERATE, agent_currency, visible_agents
+from agents.selectors import OPERATE, Understood, agent_currency, visible_agents
 from agents.services import NotAllowed
 from agents.views import form_errors, inbox_context, pretty_json, region_response, term_pairs
 from negotiations import negotiator, selectors, services
@@ -128,12 +128,29 @@ class DecisionPromptView(NegotiationPageMixin, DetailView):
         return context
 
 
+# When an inbound negotiation's next move is decided: at their next message, or, where they
+# registered a push notification config on the Task, at once (the answered hooks).
+WHEN_THEY_WRITE = "when they next write, or at once if they asked to be notified"
+
+
+def guidance_kept(understood: Understood | None) -> str:
+    """What the party is told once its answer to an inbound negotiation is kept as standing guidance:
+    what was understood of it (:func:`selectors.last_answer_understood`), and when it is acted on.
+    Nothing has reached the counterparty yet."""
+    if understood is None:
+        return f"Answer saved. Your agent answers them with it {WHEN_THEY_WRITE}."
+    if understood.limit is None:
+        return f"{understood.message} Your agent will ask you again {WHEN_THEY_WRITE}."
+    return f"{understood.message} Your agent answers them with it {WHEN_THEY_WRITE}."
+
+
 class NegotiationAnswerView(TenantMixin, View):
     """POST ``answer`` to an inbound negotiation waiting on its party: it becomes the negotiation's
     standing guidance (:func:`services.negotiation_guidance_give`).
 
     An htmx request gets the inbox's questions region freshly rendered, the
-    outcome in a ``role="status"`` element; a plain one is redirected to the
+    outcome in a ``role="status"`` element (:func:`guidance_kept`: what was
+    understood, and when it is acted on); a plain one is redirected to the
     negotiation's page, which says what happened. Refused with nothing changed,
     saying why: empty, not waiting, answered before. Another tenant's or
     another party's negotiation is a 404; a member who may not answer for the
@@ -147,7 +164,7 @@ class NegotiationAnswerView(TenantMixin, View):
             messages.error(request, form_errors(form))
         else:
             try:
-                services.negotiation_guidance_give(
+                answered = services.negotiation_guidance_give(
                     negotiation=negotiation, answer=form.cleaned_data["answer"], user=self.membership.user
                 )
             except NotAllowed as exc:
@@ -155,7 +172,7 @@ class NegotiationAnswerView(TenantMixin, View):
             except services.GuidanceRefused as exc:
                 messages.error(request, str(exc))
             else:
-                messages.success(request, "Answer sent. Your agent replies to them with it.")
+                messages.success(request, guidance_kept(selectors.last_answer_understood(answered)))
         if not is_htmx(request):
             return redirect("negotiations:detail", tenant=self.tenant.slug, pk=negotiation.pk)
         context = inbox_context(tenant=self.tenant, membership=self.membership)

@@ -25,11 +25,17 @@ from parley.models import Event, Membership, Tenant
 from tests.agents.conftest import step
 from tests.agents.pages import QUESTION as PARKED_QUESTION
 from tests.agents.pages import member
-from tests.conftest import principal_member
+from tests.chat_server import ChatServer
+from tests.conftest import on_chat_model, principal_member
 from tests.negotiations.pages import inbound
 
 TASK = "Find me a fractional CFO for two days a week."
 ANSWER = "https://cfo.example/a2a"
+# What the party is told of an answer to an inbound negotiation, and when it is acted on.
+WHEN_THEY_WRITE = "when they next write, or at once if they asked to be notified."
+ANSWERS_THEM = f"Your agent answers them with it {WHEN_THEY_WRITE}"
+AT_LEAST_1000 = "Understood: at least 1,000 EUR per day for amount."
+NO_USABLE = "Your answer gives no usable limit on amount (EUR per day):"
 
 
 def htmx(target: str) -> dict[str, str]:
@@ -508,7 +514,7 @@ class TestParkedNegotiations:
         assert 'data-announce="1 open question"' in html
         assert f'id="item-{n.pk}"' not in html
         assert f'id="item-{other.pk}"' in html
-        assert '<li class="success">Answer sent. Your agent replies to them with it.</li>' in html
+        assert f'<li class="success">{AT_LEAST_1000} {ANSWERS_THEM}</li>' in html
         n.refresh_from_db()
         assert (n.status, n.parked_question, n.guidance) == (
             Negotiation.Status.OPEN,
@@ -527,8 +533,56 @@ class TestParkedNegotiations:
         detail = reverse("negotiations:detail", kwargs={"tenant": "acme", "pk": n.pk})
         assert response.redirect_chain == [(detail, 302)]
         html = response.content.decode()
-        assert '<li class="success">Answer sent. Your agent replies to them with it.</li>' in html
+        assert f'<li class="success">{AT_LEAST_1000} {ANSWERS_THEM}</li>' in html
         assert '<dt>Standing guidance</dt><dd><ul class="plain"><li>At least €1,000 a day.</li>' in html
+
+    @pytest.mark.parametrize(
+        ("answer", "said"),
+        [
+            # Words: nothing of a limit, and nothing understood but that it will be asked again.
+            ("Whatever you think is fair.", f"{NO_USABLE} it names no number."),
+            (
+                "Not above 1,100, or 1,200 with travel",
+                f"{NO_USABLE} it names several numbers (1,100 and 1,200).",
+            ),
+            ("at most 1100 USD", f"{NO_USABLE} it is in USD, and amount is in EUR."),
+        ],
+    )
+    def test_an_answer_with_no_usable_limit_says_why_and_that_it_is_asked_again(
+        self, logged_in: Client, agent: Agent, answer: str, said: str
+    ) -> None:
+        n = parked(agent)
+
+        response = logged_in.post(guidance_url(n), {"answer": answer}, **htmx("questions"))
+
+        assert f'<li class="success">{escape(said)} Your agent will ask you again {WHEN_THEY_WRITE}</li>' in (
+            response.content.decode()
+        )
+        n.refresh_from_db()
+        assert (n.status, n.guidance) == (Negotiation.Status.OPEN, [answer])
+
+    def test_without_javascript_the_limit_as_read_is_said_on_the_negotiations_page(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        n = parked(agent)
+
+        response = logged_in.post(guidance_url(n), {"answer": "Never under €950 a day"}, follow=True)
+
+        understood = "Understood: at least 950 EUR per day for amount."
+        assert f'<li class="success">{understood} {ANSWERS_THEM}</li>' in response.content.decode()
+
+    def test_an_answer_to_a_question_that_was_not_for_a_limit_is_saved_and_says_when_it_is_acted_on(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        """Its operator has since given the agent a term guard, so it needs no limit from the party: the
+        answer is kept as guidance and nothing of a limit is said. Nothing has reached them yet."""
+        n = parked(agent)
+        agent.term_guards = [{"term": "amount", "op": ">=", "value": 950, "currency": "EUR"}]
+        agent.save()
+
+        response = logged_in.post(guidance_url(n), {"answer": "Hold at 1,200."}, **htmx("questions"))
+
+        assert f'<li class="success">Answer saved. {ANSWERS_THEM}</li>' in response.content.decode()
 
     @pytest.mark.parametrize(
         ("answer", "refusal"),
@@ -615,3 +669,66 @@ class TestParkedNegotiations:
         html = client.get(inbox_url()).content.decode()
         assert "Questions from the agents (3)" in html
         assert "(for ines)" in html
+
+
+class TestWhatTheAnswerToARunsQuestionTellsItsNegotiations:
+    """The offline loop answers the negotiations waiting on the party with the party's words: what
+    their negotiator reads of a limit in them is said as the answer is sent."""
+
+    def test_the_limit_as_read_is_said_with_the_answer(self, logged_in: Client, agent: Agent) -> None:
+        question = asked(agent)
+        negotiation(agent, question.run.intent, "Idris Haddad")
+
+        response = logged_in.post(
+            answer_url(question), {"answer": "Not above €1,100 a day."}, **htmx("questions")
+        )
+
+        said = "Answer sent. Your agent carries on. Understood: at most 1,100 EUR per day for amount."
+        assert f'<li class="success">{said}</li>' in response.content.decode()
+
+    def test_without_javascript_an_answer_with_no_usable_limit_says_why_on_the_runs_page(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        question = asked(agent)
+        negotiation(agent, question.run.intent, "Idris Haddad")
+
+        response = logged_in.post(answer_url(question), {"answer": "1e3"}, follow=True)
+
+        run_page = reverse("agents:run", kwargs={"tenant": "acme", "pk": question.run_id})
+        assert response.redirect_chain == [(run_page, 302)]
+        said = (
+            f"Answer sent. Your agent carries on. {NO_USABLE} it names 1e3, which I cannot read as an "
+            "amount. Your agent will ask you again."
+        )
+        assert f'<li class="success">{said}</li>' in response.content.decode()
+
+    def test_negotiations_that_read_it_differently_are_each_named(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        """Noor's negotiation has Tomas's ceiling from before, so a floor now contradicts it."""
+        question = asked(agent)
+        negotiation(agent, question.run.intent, "Idris Haddad")
+        noor = negotiation(agent, question.run.intent, "Noor Lindqvist")
+        Negotiation.objects.filter(pk=noor.pk).update(guidance=["Up to €1,100 a day."])
+
+        response = logged_in.post(answer_url(question), {"answer": "At least €900"}, **htmx("questions"))
+
+        said = (
+            "Answer sent. Your agent carries on. With Idris Haddad: Understood: at least 900 EUR per day "
+            f"for amount. With Noor Lindqvist: {NO_USABLE} it gives 900 as the least you will take, and you "
+            "gave your limit as the most you will pay before. Your agent will ask you again."
+        )
+        assert f'<li class="success">{said}</li>' in response.content.decode()
+
+    def test_nothing_is_said_of_a_limit_where_the_agents_model_reads_the_answer(
+        self, logged_in: Client, agent: Agent, chat: ChatServer
+    ) -> None:
+        question = asked(agent)
+        negotiation(agent, question.run.intent, "Idris Haddad")
+        on_chat_model(agent, chat)
+
+        response = logged_in.post(
+            answer_url(question), {"answer": "Not above €1,100 a day."}, **htmx("questions")
+        )
+
+        assert '<li class="success">Answer sent. Your agent carries on.</li>' in response.content.decode()

@@ -403,6 +403,16 @@ def test_the_answer_becomes_standing_guidance_once_whatever_the_retries(
     body = ok(first)
     assert (body["id"], body["direction"], body["status"]) == (str(parked.pk), "inbound", "open")
     assert (body["guidance"], body["parked_question"]) == ([ANSWER], "")
+    assert body["understood"] == {
+        "message": "Understood: at least 1,000 EUR per day for amount.",
+        "limit": {
+            "term": "amount",
+            "kind": "floor",
+            "value": 1000.0,
+            "currency": "EUR",
+            "unit": "EUR per day",
+        },
+    }
     assert [(t["side"], t["action"]) for t in body["turns"]] == [("theirs", "propose"), ("ours", "")]
     assert (retry.headers["Idempotent-Replayed"], ok(retry)) == ("true", body)
     parked.refresh_from_db()
@@ -423,6 +433,10 @@ def test_an_answer_in_words_is_taken_and_the_next_question_says_what_it_lacked(
     reply = inbound(parked.agent, {"action": "propose", "message": "€850?", "terms": {"amount": 850}})
 
     assert (body["guidance"], body["status"]) == ([words], "open")
+    assert body["understood"] == {
+        "message": "Your answer gives no usable limit on amount (EUR per day): it names no number.",
+        "limit": None,
+    }
     assert reply.message["parts"] == [{"text": services.HOLDING_TEXT}]
     parked.refresh_from_db()
     assert (parked.status, parked.parked_question) == (

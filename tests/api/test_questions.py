@@ -16,12 +16,17 @@ from rest_framework.test import APIClient
 from agents import services
 from agents.models import Agent, Message, Question, Run, Tool
 from agents.offline import ASK_FOR_COUNTERPARTIES, NO_COUNTERPARTIES
+from negotiations.models import Negotiation
 from parley.models import Tenant
 from tests.agents.conftest import LOOKUP_SCHEMA, HostServer, step
 from tests.chat_server import ChatServer, text, tool_calls
 from tests.conftest import LiveStack, on_chat_model, principal_member, wait_until
 
 TASK = "Find me a fractional CFO for two days a week."
+UNIT = "EUR per day"
+LIMIT_QUESTION = (
+    "What is your limit on amount (EUR per day): the most you will pay, or the least you will take?"
+)
 # When an answer or decision was recorded, as the 409 states it: ISO 8601 in UTC.
 WHEN = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00"
 
@@ -80,6 +85,57 @@ def error(response: Any, status: int) -> dict[str, Any]:
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("answer", "understood"),
+    [
+        (
+            "Not above €1,100 a day.",
+            {
+                "message": "Understood: at most 1,100 EUR per day for amount.",
+                "limit": {
+                    "term": "amount",
+                    "kind": "ceiling",
+                    "value": 1100.0,
+                    "currency": "EUR",
+                    "unit": UNIT,
+                },
+            },
+        ),
+        (
+            "Day 2 of the month is fine; up to 1100",
+            {
+                "message": "Your answer gives no usable limit on amount (EUR per day): it names several "
+                "numbers (Day 2 and 1100).",
+                "limit": None,
+            },
+        ),
+    ],
+)
+def test_the_answer_says_what_the_runs_negotiations_understood_of_the_limit_they_asked_for(
+    api: APIClient, agent: Agent, answer: str, understood: dict[str, Any]
+) -> None:
+    """The offline loop answers the negotiations waiting on the party with the party's words; the
+    limit their negotiator reads there (or why none) comes back with the answer."""
+    question = asked(agent)
+    Negotiation.objects.create(
+        tenant=agent.tenant,
+        agent=agent,
+        intent=question.run.intent,
+        direction=Negotiation.Direction.OUTBOUND,
+        counterparty_name="Idris Haddad",
+        counterparty_url="https://idris.example/a2a",
+        status=Negotiation.Status.WAITING,
+        parked_question=LIMIT_QUESTION,
+    )
+
+    response = api.post(f"/api/v1/questions/{question.pk}/answer", {"answer": answer}, format="json")
+
+    assert response.status_code == 200
+    assert response.json()["understood"] == understood
+    assert api.get(f"/api/v1/questions/{question.pk}").json()["answer"] == answer
+
+
+@pytest.mark.django_db
 def test_an_answer_through_the_api_resumes_the_run(api: APIClient, agent: Agent) -> None:
     question = asked(agent)
 
@@ -91,6 +147,7 @@ def test_an_answer_through_the_api_resumes_the_run(api: APIClient, agent: Agent)
     body = response.json()
     assert (body["status"], body["answer"], body["answered_by"]) == ("answered", "Nobody yet.", None)
     assert body["answered_at"] is not None
+    assert body["understood"] is None  # no negotiation asked for a limit
     run = question.run
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING

@@ -223,7 +223,8 @@ def test_a_new_user_starts_an_organisation_and_its_principal_answers_the_agent(
 
     petra.get_by_label("Your answer").fill(ANSWER)
     petra.get_by_role("button", name="Send answer").click()
-    expect(petra.get_by_role("status").filter(has_text="Answer sent. Your agent carries on.")).to_be_visible()
+    said = "Answer sent. Your agent carries on. Understood: at most 1,100 EUR per day for amount."
+    expect(petra.get_by_role("status").filter(has_text=said)).to_be_visible()
     expect(petra.get_by_text(QUESTION)).to_be_hidden()
 
     # The answer is recorded as hers, and the run goes past the question to its end.

@@ -55,9 +55,11 @@ def test_the_party_answers_an_inbound_ask_in_the_inbox_and_the_next_reply_carrie
     item.get_by_label("Your answer").fill(ANSWER)
     item.get_by_role("button", name="Send answer").click()
 
-    expect(
-        page.get_by_role("status").filter(has_text="Answer sent. Your agent replies to them with it.")
-    ).to_be_visible()
+    said = (
+        "Understood: at least 1,000 EUR per day for amount. Your agent answers them with it when they "
+        "next write, or at once if they asked to be notified."
+    )
+    expect(page.get_by_role("status").filter(has_text=said)).to_be_visible()
     expect(item).to_be_hidden()
     expect(page.get_by_text("No open questions.")).to_be_visible()
     assert not_reloaded(page)

@@ -2,6 +2,11 @@
 
 On the ``offline`` model by default (no key, no network); ``--model-url``, ``--model`` and
 ``--model-key-env`` put every agent on one chat-completions model instead.
+
+Scripted, Tomas gives :data:`ANSWER`, and the command fails unless the run is done and its
+settlements meet the demo's bar (distinct outcomes, matching verdicts). With ``--browser`` Tomas
+answers in the browser, so his answer may change the outcome: how the run ended and whether the
+bar is met are reported, and the server keeps serving either way.
 """
 
 from __future__ import annotations
@@ -85,20 +90,29 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Answer it in the browser: {base}/login/ (user tomas, password {demo.TOMAS_PASSWORD})"
             )
-            run = self._wait(run, {Run.Status.DONE, Run.Status.MAX_STEPS, Run.Status.FAILED}, None)
+            # Tomas may answer anything, so however the run ends is reported, not raised.
+            run = self._wait(run, set(Run.ENDED), None)
         else:
             tomas = get_user_model().objects.get(username="tomas")
-            question_answer(question=question, answer=ANSWER, user=tomas)
-            self.stdout.write(f"Tomas answers: {ANSWER}\n")
+            answered = question_answer(question=question, answer=ANSWER, user=tomas)
+            self.stdout.write(f"Tomas answers: {ANSWER}")
+            if answered.understood is not None:
+                self.stdout.write(answered.understood.message)
+            self.stdout.write("")
             run = self._wait(
                 run, {Run.Status.DONE, Run.Status.MAX_STEPS, Run.Status.FAILED}, options["timeout"]
             )
-        if run.status != Run.Status.DONE:
-            raise CommandError(f"The run ended {run.status}: {run.end_reason}")
-        self.stdout.write("The run is done. Its report:\n")
-        self.stdout.write(run.output + "\n")
-        self._print_usage(demo.demo_usage(world, run))
-        self._print_pairs(demo.demo_pairs(world))
+        if run.status == Run.Status.DONE:
+            self.stdout.write("The run is done. Its report:\n")
+            self.stdout.write(run.output + "\n")
+            self._print_usage(demo.demo_usage(world, run))
+            failed = self._print_pairs(demo.demo_pairs(world))
+        else:
+            failed = f"The run ended {run.status}: {run.end_reason}"
+        if failed and not options["browser"]:
+            raise CommandError(failed)
+        if failed:
+            self.stdout.write(f"\n{failed}")
         if options["browser"]:
             self.stdout.write(f"\nStill serving on {base} so you can look around; press Ctrl-C to stop.")
             try:
@@ -131,7 +145,9 @@ class Command(BaseCommand):
             f"{usage.input_tokens} tokens in, {usage.output_tokens} out.\n"
         )
 
-    def _print_pairs(self, pairs: list[demo.SidePair]) -> None:
+    def _print_pairs(self, pairs: list[demo.SidePair]) -> str:
+        """Print each settlement as both sides recorded it; returns why they miss the demo's bar
+        (distinct outcomes, matching verdicts), "" when they meet it."""
         self.stdout.write("Settlements, as each side recorded them:")
         for pair in pairs:
             self.stdout.write(f"\n  {pair.counterparty}")
@@ -144,9 +160,8 @@ class Command(BaseCommand):
             self.stdout.write(f"    verdicts match: {'yes' if pair.verdicts_match else 'NO'}")
         outcomes = [p.ours.outcome for p in pairs if p.ours]
         if not all(p.verdicts_match for p in pairs) or len(set(outcomes)) != len(pairs):
-            raise CommandError(
-                "The demo's settlements do not meet its bar (distinct outcomes, matching verdicts)."
-            )
+            return "The demo's settlements do not meet its bar (distinct outcomes, matching verdicts)."
+        return ""
 
 
 def _model(options: dict[str, Any]) -> demo.DemoModel | None:
