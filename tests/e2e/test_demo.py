@@ -9,13 +9,22 @@ from a2a_gateway.cards import agent_url
 from agents.models import Question, Run
 from agents.services import question_answer, run_start
 from negotiations import demo
-from negotiations.models import Settlement
+from negotiations.models import Settlement, Turn
+from negotiations.verdict import prose_amounts
 from tests.conftest import LiveStack, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_fractional_cfo_scenario(live_stack: LiveStack) -> None:
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Up to €1,100 a day.",
+        # A tester's answer once read as a floor: Tomas's agent opened at €1,540 and agreed it.
+        "Not above €1,100 a day.",
+    ],
+)
+def test_fractional_cfo_scenario(live_stack: LiveStack, answer: str) -> None:
     world = demo.demo_seed()
     urls = [agent_url(a) for a in world.cfo_agents]
     run = run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
@@ -30,9 +39,11 @@ def test_fractional_cfo_scenario(live_stack: LiveStack) -> None:
         == "What is your limit on amount (EUR per day): the most you will pay, or the least you will take?"
     )
 
-    question_answer(
-        question=question, answer="Up to €1,100 a day.", user=get_user_model().objects.get(username="tomas")
+    answered = question_answer(
+        question=question, answer=answer, user=get_user_model().objects.get(username="tomas")
     )
+    assert answered.understood is not None
+    assert answered.understood.message == "Understood: at most 1,100 EUR per day for amount."
 
     def finished() -> Run | None:
         run.refresh_from_db()
@@ -56,3 +67,10 @@ def test_fractional_cfo_scenario(live_stack: LiveStack) -> None:
     assert agreed.terms is not None
     assert 950 <= agreed.terms["amount"] <= 1100
     assert agreed.terms["currency"] == "EUR"
+    # Nothing above Tomas's ceiling was ever offered, nor agreed, in any of the three.
+    ours = Turn.objects.filter(negotiation__agent=world.tomas_agent, side=Turn.Side.OURS)
+    offered = [t.terms["amount"] for t in ours if t.terms] + [
+        a for t in ours if not t.terms for a in prose_amounts(t.message)
+    ]
+    assert offered
+    assert max(offered) <= 1100

@@ -6,7 +6,10 @@ organisation and invites Oscar as its operator and Petra as a principal. Each
 opens the link from their e-mail in a browser of their own and signs up. Oscar
 creates an agent on the ``offline`` model for Petra; Petra starts it on a task
 naming one of the demo's CFO agents, her agent asks for her ceiling, she
-answers in her inbox, and the run goes on to its end.
+answers in her inbox, is told the ceiling as read, and the run goes on to its end.
+
+Tomas answering the demo's own question in the browser may change its outcome; the demo then
+says its bar is missed and keeps serving.
 """
 
 from __future__ import annotations
@@ -240,3 +243,33 @@ def test_a_new_user_starts_an_organisation_and_its_principal_answers_the_agent(
     assert status == "done"
     assert str(output).startswith("Here is where things stand.\nSettled (1):")
     assert "Idris Haddad" in str(output)
+
+
+def test_tomas_answers_the_demo_in_the_browser_and_it_keeps_serving_when_his_answer_misses_its_bar(
+    running_demo: Demo, browser: Browser
+) -> None:
+    """A higher ceiling than the script's lets Noor agree too, so the outcomes are no longer distinct:
+    the demo says so, and keeps serving so that Tomas can look at what his answer did."""
+    demo = running_demo
+    assert demo.printed("The agent stops and asks Tomas: ") == f"The agent stops and asks Tomas: {QUESTION}"
+    tomas = fresh_page(browser)
+    tomas.goto(demo.printed("Answer it in the browser: ").split(": ", 1)[1].split(" ", 1)[0])
+    tomas.get_by_label("Username").fill("tomas")
+    tomas.get_by_label("Password").fill("tomas-demo")
+    tomas.get_by_role("button", name="Log in").click()
+    wait_live(tomas)
+    expect(tomas.get_by_text(QUESTION)).to_be_visible()
+
+    tomas.get_by_label("Your answer").fill("Up to €2,000 a day.")
+    tomas.get_by_role("button", name="Send answer").click()
+
+    said = "Answer sent. Your agent carries on. Understood: at most 2,000 EUR per day for amount."
+    expect(tomas.get_by_role("status").filter(has_text=said)).to_be_visible()
+    serving = demo.printed("Still serving on ")
+    assert serving == f"Still serving on {demo.url} so you can look around; press Ctrl-C to stop."
+    assert "The demo's settlements do not meet its bar (distinct outcomes, matching verdicts)." in demo.lines
+    settled = [line.split()[2] for line in demo.lines if line.startswith("    acme (Tomas)")]
+    assert settled == ["agreed", "agreed", "unconfirmed"]
+    assert demo.process.poll() is None
+    tomas.goto(f"{demo.url}/t/acme/runs/")
+    expect(tomas.get_by_role("heading", name="Runs", level=1)).to_be_visible()

@@ -89,6 +89,16 @@ def test_the_demo_runs_with_every_agent_on_a_chat_model(tmp_path: Path) -> None:
     assert json.loads(calls[2]["arguments"])["guidance"] == "Up to €1,100 a day."
 
 
+def test_the_scripted_demo_says_what_its_agent_understood_of_tomass_answer(tmp_path: Path) -> None:
+    done = run_demo(database=tmp_path / "demo.sqlite3", environ={})
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    at = lines.index("Tomas answers: Up to €1,100 a day.")
+    assert lines[at + 1] == "Understood: at most 1,100 EUR per day for amount."
+    assert done.stdout.count("verdicts match: yes") == 3
+
+
 @pytest.mark.parametrize(
     ("arguments", "environ", "refusal"),
     [

@@ -201,8 +201,10 @@ def test_what_the_party_is_told_names_the_bound_the_amount_and_the_unit() -> Non
         (["Up to 1,100 a day.", "Make it 1,200."], "ceiling", 1200, ""),
         (["At least 950.", "between 900 and 1000"], "floor", 900, ""),
         (["Up to 1,100 a day.", "At least 900."], None, None, f"it gives 900 as {AGAINST_CEILING}"),
-        # An unreadable newest amount is never replaced by an older one.
+        # An unreadable newest amount is never replaced by an older one; words after it are what the
+        # party is asked about again.
         (["Up to 1,100 a day.", "900 or 1000?"], None, None, "it names several numbers (900 and 1000)"),
+        (["Up to 1,100 a day.", "900 or 1000?", "Whatever."], None, None, "it names no number"),
     ],
 )
 def test_standing_guidance_is_read_newest_first(
@@ -255,9 +257,6 @@ def test_the_testers_answer_is_a_ceiling_and_nothing_above_it_is_offered_or_acce
 @pytest.mark.parametrize(
     ("answer", "why"),
     [
-        ("Bis zu 1.100 € pro Tag", None),
-        ("1 100 € max", None),
-        ("no more than 1k", None),
         ("1e3", "it names 1e3, which I cannot read as an amount"),
         ("Day 2 of the month is fine; up to 1100", "it names several numbers (Day 2 and 1100)"),
         ("between 900 and 1100", f"it does not say whether 900 to 1,100 is {EITHER}"),
@@ -267,10 +266,17 @@ def test_the_testers_answer_is_a_ceiling_and_nothing_above_it_is_offered_or_acce
 )
 def test_the_negotiator_asks_again_where_the_reader_reads_no_limit(answer: str, why: str | None) -> None:
     """Never guessed from the counterparty's offer: the answer says its direction, or it is asked."""
-    move = decide([answer], [1330])
-    if why is None:
-        assert move.action == "counter"
-        assert move.terms is not None
-        assert move.terms["amount"] <= 1100
-    else:
-        assert move == Move("ask", asked_again(answer, why))
+    assert decide([answer], [1330]) == Move("ask", asked_again(answer, why))
+
+
+@pytest.mark.parametrize(
+    ("answer", "second"),
+    [
+        # Boulware's second offer towards a ceiling of 1,100 (opening 770), or of 1,000 (opening 700).
+        ("Bis zu 1.100 € pro Tag", 774),
+        ("1 100 € max", 774),
+        ("no more than 1k", 703),
+    ],
+)
+def test_the_negotiator_concedes_towards_the_ceiling_as_read(answer: str, second: int) -> None:
+    assert decide([answer], [1330]).terms == {"amount": second, "currency": "EUR"}
