@@ -3,8 +3,10 @@
 Start every process with ``DJANGO_SETTINGS_MODULE=parley.settings.production``.
 Settings that cannot be right by default are refused at start-up, naming the
 variable: ``SECRET_KEY`` unset, the embedded default's public key, or one
-Django's deployment check calls weak (shorter than 50 characters or fewer than
-5 distinct ones); ``KEY_HASH_SECRET`` set to that public key. Every setting is in docs/settings.md.
+Django's deployment check (``check --deploy``, security.W009) calls weak: shorter
+than 50 characters, fewer than 5 distinct ones, or starting ``django-insecure-``
+(the mark of a key ``startproject`` made for development); ``KEY_HASH_SECRET``
+set to that public key. Every setting is in docs/settings.md.
 """
 
 from django.core.exceptions import ImproperlyConfigured
@@ -19,6 +21,11 @@ if not SECRET_KEY or SECRET_KEY == EMBEDDED_SECRET_KEY:
     )
 if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
     raise ImproperlyConfigured("SECRET_KEY is too weak: use at least 50 random characters.")
+if SECRET_KEY.startswith("django-insecure-"):
+    raise ImproperlyConfigured(
+        "SECRET_KEY starts with 'django-insecure-', Django's mark of a development key: "
+        "use a secret of your own."
+    )
 if KEY_HASH_SECRET == EMBEDDED_SECRET_KEY:
     raise ImproperlyConfigured("KEY_HASH_SECRET must not be the embedded default's public key.")
 DEBUG = False

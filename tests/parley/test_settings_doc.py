@@ -153,6 +153,10 @@ def start_production(**environ: str) -> subprocess.CompletedProcess[str]:
         ({"SECRET_KEY": "short"}, "SECRET_KEY is too weak: use at least 50 random characters."),
         ({"SECRET_KEY": "a" * 60}, "SECRET_KEY is too weak"),
         (
+            {"SECRET_KEY": "django-insecure-" + "k7-Qx" * 10},
+            "SECRET_KEY starts with 'django-insecure-', Django's mark of a development key",
+        ),
+        (
             {"SECRET_KEY": "k7-Qx" * 12, "KEY_HASH_SECRET": "parley-embedded-default-not-for-production"},
             "KEY_HASH_SECRET must not be the embedded default's public key.",
         ),
