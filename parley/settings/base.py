@@ -5,6 +5,7 @@ With no ``DATABASE_URL`` and no ``REDIS_URL`` this is the *embedded default*
 thread inside the process, and the in-memory Channels layer.
 """
 
+import hashlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -186,9 +187,15 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Where `celery -A parley beat` keeps the periodic tasks' last run times (shelve files: the name plus
-# suffixes): outside the checkout, in the system's temporary directory, unless set.
+# suffixes). Unless set: outside the checkout, in the system's temporary directory, named after the
+# checkout's path, so two checkouts' beats on one machine keep apart. Beat makes its directory, or
+# refuses to start naming this setting (parley.celery.ScheduleFileScheduler).
 CELERY_BEAT_SCHEDULE_FILENAME = env.str(
-    "CELERY_BEAT_SCHEDULE_FILENAME", default=str(Path(tempfile.gettempdir()) / "parley-celerybeat-schedule")
+    "CELERY_BEAT_SCHEDULE_FILENAME",
+    default=str(
+        Path(tempfile.gettempdir())
+        / f"parley-celerybeat-schedule-{hashlib.sha256(str(BASE_DIR).encode()).hexdigest()[:12]}"
+    ),
 )
 # Periodic tasks; `celery -A parley beat` sends them (the embedded default runs beat in-process).
 CELERY_BEAT_SCHEDULE = {
