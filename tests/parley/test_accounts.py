@@ -43,7 +43,9 @@ def test_sign_up_asks_to_confirm_the_address_and_logs_in_once_it_is(client: Clie
     response = client.post(reverse("account_signup"), SIGNUP, follow=True)
 
     assert response.redirect_chain == [(reverse("account_email_verification_sent"), 302)]
-    assert "<h1>Confirm your e-mail address</h1>" in response.content.decode()
+    page = response.content.decode()
+    assert "<h1>Confirm your e-mail address</h1>" in page
+    assert "Open it to confirm that the address is yours. Opened in this browser, it logs you in too;" in page
     assert client.get(reverse("home"))["Location"].startswith(reverse("login"))  # not logged in yet
     assert not EmailAddress.objects.get(email="nina@example.org").verified
     [sent] = mail.outbox
@@ -94,6 +96,25 @@ def test_the_passwords_the_demo_and_the_suite_give_pass_the_validators(
     """The demo prints these logins, and the suite signs up with :data:`PASSWORD`: a password change
     or a sign-up with them must not be refused."""
     validate_password(password, User(username=username, email=email, first_name=first_name))
+
+
+def test_a_link_opened_in_another_browser_confirms_the_address_and_that_one_logs_in(
+    client: Client, db: None
+) -> None:
+    """The confirmation page promises a login only in the browser that signed up: allauth logs in on
+    confirmation only where the sign-up's session is."""
+    client.post(reverse("account_signup"), SIGNUP)
+    [sent] = mail.outbox
+    phone = Client()
+
+    confirmed = phone.post(link_in(sent.body, "/confirm-email/"), follow=True)
+
+    assert confirmed.redirect_chain[-1] == (reverse("login"), 302)
+    assert "You have confirmed nina@example.org." in confirmed.content.decode()
+    assert EmailAddress.objects.get(email="nina@example.org").verified
+    assert phone.get(reverse("home"))["Location"].startswith(reverse("login"))
+    logged_in = phone.post(reverse("login"), {"login": "nina", "password": PASSWORD})
+    assert (logged_in.status_code, logged_in["Location"]) == (302, reverse("home"))
 
 
 def test_an_unconfirmed_account_cannot_log_in(client: Client, db: None) -> None:
