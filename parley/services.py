@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -260,6 +261,27 @@ def invitation_refusal(*, invitation: Invitation, user: User | None) -> Invitati
             f"You are a member of {tenant.name} already ({existing.role}).", code="already_member"
         )
     return None
+
+
+def invited_address_confirm(*, invitation: Invitation, user: User) -> bool:
+    """Record the address ``invitation`` is for as confirmed on ``user``, who has it unconfirmed,
+    while the invitation is open. Returns whether it did; otherwise changes nothing.
+
+    For an account logging in from the session that opened the invitation's link
+    (:mod:`parley.accounts`): the link was e-mailed to that address, which proves
+    it as allauth's own confirmation link would. An address another account has
+    confirmed is left unconfirmed (allauth's rule: one account per confirmed address).
+    """
+    with transaction.atomic():
+        address = (
+            EmailAddress.objects.select_for_update()
+            .filter(user_id=user.pk, email__iexact=invitation.email, verified=False)
+            .first()
+        )
+        current = Invitation.objects.for_tenant(invitation.tenant_id).filter(pk=invitation.pk).first()
+        if address is None or current is None or current.status != Invitation.Status.PENDING:
+            return False
+        return address.set_verified()
 
 
 def invitation_accept(*, invitation: Invitation, user: User) -> Membership:
