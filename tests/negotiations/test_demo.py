@@ -228,7 +228,9 @@ def test_a_second_demo_on_the_running_ones_database_is_refused_and_leaves_it_run
             "use it, or stop it (Ctrl-C where it runs) and start this one again."
         ) in second.stderr
         with sqlite3.connect(database) as db:
-            assert db.execute("SELECT count(*) FROM agents_question WHERE answered_at IS NULL").fetchone() == (1,)
+            assert db.execute(
+                "SELECT count(*) FROM agents_question WHERE answered_at IS NULL"
+            ).fetchone() == (1,)
         assert first.poll() is None
     finally:
         first.terminate()

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from allauth.account.models import EmailAddress
 from django.apps import apps
-from django.contrib.auth.password_validation import validate_password
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
 from django.core import mail
 from django.core.cache import cache
 from django.test import Client

@@ -210,7 +210,7 @@ def test_a_visitor_signs_up_from_the_link_and_lands_in_the_organisation(
 def test_sign_up_from_the_link_is_for_the_invited_address_only(
     client: Client, tenant: Tenant, owner: AbstractUser
 ) -> None:
-    invitation, link = invite(tenant, "oscar@example.org", "operator", owner)
+    _, link = invite(tenant, "oscar@example.org", "operator", owner)
     client.get(link)
 
     form = client.get(reverse("account_signup")).context["form"]

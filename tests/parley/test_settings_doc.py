@@ -243,7 +243,11 @@ def test_the_default_beat_schedule_is_one_per_checkout() -> None:
     env = {k: v for k, v in os.environ.items() if k != "CELERY_BEAT_SCHEDULE_FILENAME"}
     env["DJANGO_SETTINGS_MODULE"] = "parley.settings.base"
     shown = subprocess.run(
-        [sys.executable, "-c", "from django.conf import settings; print(settings.CELERY_BEAT_SCHEDULE_FILENAME)"],
+        [
+            sys.executable,
+            "-c",
+            "from django.conf import settings; print(settings.CELERY_BEAT_SCHEDULE_FILENAME)",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
