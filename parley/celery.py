@@ -34,6 +34,8 @@ class ScheduleFileScheduler(beat.PersistentScheduler):
     first makes the file's directory. Where it cannot, beat stops at start-up with one line naming the
     setting (``SystemExit``), instead of the schedule library's traceback about a missing file."""
 
+    schedule_filename: str  # set by PersistentScheduler.__init__ (celery-types leaves it out)
+
     def setup_schedule(self) -> None:
         directory = Path(self.schedule_filename).parent
         try:
