@@ -261,8 +261,8 @@ def page_id(page: Page) -> str:
 def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, prefix: str) -> World:
     """An agent of ``party`` with a run waiting on a question, one waiting on an approval, a
     negotiation, a grounding document, an inbound key and an Agent Exchange profile; a spare member,
-    a placeholder member, an open invitation, an API key, a tool, a model endpoint, and a webhook endpoint with a
-    delivery."""
+    a placeholder member, an open invitation, an API key, a tool, a model endpoint, and a webhook
+    endpoint with a delivery."""
     agent = Agent.objects.create(
         tenant=tenant, slug=f"{prefix}-agent", name=f"{prefix} agent", principal=party, terms="amount"
     )
