@@ -248,6 +248,12 @@ WEBHOOKS_ALLOW_HTTP = env.bool("WEBHOOKS_ALLOW_HTTP", default=False)
 # as on loopback in tests.
 PARLEY_HOST_OPERATIONS_ALLOW_HTTP = env.bool("PARLEY_HOST_OPERATIONS_ALLOW_HTTP", default=False)
 
+# URLs a tenant or a counterparty chose (evaluation hooks, model endpoints, host operations,
+# counterparties' cards and endpoints, Agent Exchange) must resolve to public addresses
+# (parley.outbound), unless this allows private, loopback and link-local ones: on the embedded
+# default, whose demo counterparties and local models (Ollama at 127.0.0.1:11434) are on loopback.
+OUTBOUND_ALLOW_PRIVATE = env.bool("OUTBOUND_ALLOW_PRIVATE", default=EMBEDDED)
+
 # LOG_FORMAT=plain (the default, for people) or json (one object per line, for log shippers). In
 # both, records logged inside parley.telemetry.log_context carry its ids (run_id, tenant_id…) and
 # the current span's trace_id/span_id: JSON fields, or " key=value" pairs after the message.

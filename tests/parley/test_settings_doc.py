@@ -162,6 +162,11 @@ def start_production(**environ: str) -> subprocess.CompletedProcess[str]:
             {"SECRET_KEY": "k7-Qx" * 12, "KEY_HASH_SECRET": "parley-embedded-default-not-for-production"},
             "KEY_HASH_SECRET must not be the embedded default's public key.",
         ),
+        (
+            {"SECRET_KEY": "Zq8vW2m-" * 8, "OUTBOUND_ALLOW_PRIVATE": "true"},
+            "OUTBOUND_ALLOW_PRIVATE=true lets every organisation's URLs reach this deployment's own "
+            "network, and SIGNUP_OPEN lets anyone make an organisation",
+        ),
     ],
 )
 def test_production_refuses_to_start_without_a_secret_of_its_own(
@@ -174,8 +179,16 @@ def test_production_refuses_to_start_without_a_secret_of_its_own(
     assert refusal in started.stderr
 
 
-def test_production_starts_with_a_secret_of_its_own() -> None:
-    started = start_production(SECRET_KEY="Zq8vW2m-" * 8)
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {},
+        # A single-tenant deployment (sign-up closed) may call private addresses: its own model server.
+        {"OUTBOUND_ALLOW_PRIVATE": "true", "SIGNUP_OPEN": "false"},
+    ],
+)
+def test_production_starts_with_a_secret_of_its_own(environ: dict[str, str]) -> None:
+    started = start_production(SECRET_KEY="Zq8vW2m-" * 8, **environ)
 
     assert (started.returncode, started.stdout.strip()) == (
         0,
