@@ -119,9 +119,9 @@ def read_limit(
     reading = Reading(said=said, term=term, currency=currency, unit=unit)
     text = said.translate(_SAME_LENGTH)
     numbers = _numbers(text)
-    items = _ranged(text, numbers)
-    if not names_an_amount(said):
+    if all(n.kind == "other" for n in numbers):
         return _refused(reading, _no_amount(numbers))
+    items = _ranged(text, numbers)
     if len(items) > 1:
         written = [" to ".join(n.written for n in item) for item in items]
         return _refused(reading, f"it names several numbers ({_listed(written)})")
@@ -217,7 +217,9 @@ _UNIT_AFTER = re.compile(
     re.I,
 )
 _COUNTER_BEFORE = re.compile(
-    r"(?:(?<!\w)(?:day|week|month|year|nr|number|page|room|tag|woche|monat|jahr|jour|semaine)\.?\s*"
+    # "Day 2", not "per day 1100".
+    r"(?:(?<!\w)(?<!per )(?<!a )(?<!each )(?<!pro )"
+    r"(?:day|week|month|year|nr|number|page|room|tag|woche|monat|jahr|jour|semaine)\.?\s*"
     r"|(?<!\w)no\.\s*|#\s*)$",
     re.I,
 )
@@ -306,7 +308,6 @@ def _listed(items: list[str]) -> str:
 _RANGE_MARK = re.compile("\\s*(?:-|\u2013|\u2014|to|bis|\u00e0)\\s*", re.I)
 _RANGE_AND = re.compile(r"\s*(?:and|und|et)\s*", re.I)
 _RANGE_OPEN = re.compile(r"(?<!\w)(?:between|zwischen|entre)\s*$", re.I)
-_RANGE_FROM = re.compile(r"(?<!\w)(?:from|von|de)\s*$", re.I)
 _CURRENCY_AROUND = re.compile(r"[€$£]|(?<!\w)(?:eur|euros?|usd|dollars?|gbp|pounds?|chf)(?!\w)", re.I)
 
 

@@ -79,6 +79,7 @@ READ: list[tuple[str, Kind, float]] = [
     ("Up to €1,100 a day, two days a month", "ceiling", 1100),
     ("up to 1100/day", "ceiling", 1100),
     ("daily max 1100", "ceiling", 1100),
+    ("Max per day 1100", "ceiling", 1100),
 ]
 
 
