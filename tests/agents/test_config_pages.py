@@ -1015,6 +1015,30 @@ def test_term_guards_and_guardrails_are_added_changed_and_removed_row_by_row(
     ]
 
 
+@pytest.mark.parametrize("remove", ["delete", "clear"])
+def test_the_last_term_guard_and_guardrail_are_removed(ops: Client, agent: Agent, remove: str) -> None:
+    """Removing the only row leaves the setting empty ([] is what the rows say, though the setting's
+    own field is never posted: Django keeps a model default for an omitted field whose value is empty)."""
+    agent.term_guards = [{"term": "amount", "op": "<=", "value": 1200}]
+    agent.guardrails = [{"name": "no-email", "stage": "output", "action": "redact", "match": "email"}]
+    agent.save()
+    data = page_form(ops, url("agent-edit", pk=agent.pk))
+    if remove == "delete":
+        data["term_guards-0-DELETE"] = data["guardrails-0-DELETE"] = ["on"]
+    else:
+        with_row(data, "term_guards", 0, {"term": "", "value": ""})
+        with_row(data, "guardrails", 0, {"name": "", "stage": "", "action": "", "match": ""})
+
+    response = ops.post(url("agent-edit", pk=agent.pk), data)
+
+    assert response.status_code == 302, response.context and response.context["form"].errors
+    agent.refresh_from_db()
+    assert (agent.term_guards, agent.guardrails) == ([], [])
+    assert (
+        ops.get(url("agent-edit", pk=agent.pk)).context["form"].rows["term_guards"].initial_form_count() == 0
+    )
+
+
 def test_the_rows_editors_are_labelled_groups_that_work_without_javascript(ops: Client, agent: Agent) -> None:
     """Each row is a fieldset named by its legend, each cell labelled; blank rows are there to fill in,
     and the "Add" button, which needs JavaScript, is hidden until the script shows it."""
