@@ -2,7 +2,8 @@
 
 Every page but the agents list is for the tenant's owners and operators
 (:data:`agents.selectors.OPERATE`; anyone else gets a 403); a row of another
-tenant is a 404. A form is saved in one transaction or not at all; saved, the
+tenant is a 404. The agents list shows each member the agents they see
+(:func:`agents.selectors.visible_agents`). A form is saved in one transaction or not at all; saved, the
 page redirects with a message, refused, it is shown again with each error at
 its field. A new secret is the one thing shown on the response to the POST
 itself (never stored where the page could show it again).
@@ -92,13 +93,15 @@ class OperatorFormMixin(TenantMixin):
 
 
 class AgentListView(TenantMixin, ListView):
-    """Every agent of the tenant, by name; owners and operators also get the links to change them."""
+    """The agents of the tenant the member sees (:func:`agents.selectors.visible_agents`: a principal's
+    own, every one for anyone else), by name; owners and operators also get the links to change them."""
 
     template_name = "agents/config/agent_list.html"
     context_object_name = "agents"
 
     def get_queryset(self) -> QuerySet[Agent]:
-        return Agent.objects.for_tenant(self.tenant).select_related("principal").order_by("name", "slug")
+        agents = selectors.visible_agents(membership=self.membership)
+        return agents.select_related("principal").order_by("name", "slug")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)

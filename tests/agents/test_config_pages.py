@@ -251,8 +251,8 @@ def test_another_tenants_rows_are_not_found_and_unchanged(
     assert [snapshot(seller), snapshot(foreign_tool), snapshot(foreign_endpoint)] == before
 
 
-@pytest.mark.parametrize(("role", "operates"), [("operator", True), ("principal", False), ("viewer", False)])
-def test_every_member_sees_the_agents_and_only_operators_the_links_to_change_them(
+@pytest.mark.parametrize(("role", "operates"), [("operator", True), ("owner", True), ("viewer", False)])
+def test_every_member_but_a_principal_sees_every_agent_and_only_operators_the_links_to_change_them(
     client: Client, tenant: Tenant, agent: Agent, seller: Agent, role: str, operates: bool
 ) -> None:
     client.force_login(member(tenant, "sam", role))
@@ -262,10 +262,29 @@ def test_every_member_sees_the_agents_and_only_operators_the_links_to_change_the
     html = response.content.decode()
     assert response.status_code == 200
     assert f'href="{url("agent", pk=agent.pk)}">Tomas&#x27;s agent</a>' in html
+    assert "<td>tomas</td>" in html
     assert seller.name not in html
     assert (f'href="{url("agent-create")}">New agent</a>' in html) is operates
     assert (f'href="{url("agent-edit", pk=agent.pk)}"' in html) is operates
     assert f'<a href="{url("agent-list")}" aria-current="page">Agents</a>' in html
+
+
+def test_a_principal_sees_their_own_agents_only(client: Client, tenant: Tenant, agent: Agent) -> None:
+    """Another party's agent (its name, its party's username) is not listed: its page is a 404 to
+    them (agents.selectors.visible_agents)."""
+    sam = member(tenant, "sam", Membership.Role.PRINCIPAL)
+    own = Agent.objects.create(tenant=tenant, slug="sam", name="Sam's agent", principal=sam)
+    client.force_login(sam)
+
+    response = client.get(url("agent-list"))
+
+    html = response.content.decode()
+    assert [a.pk for a in response.context["agents"]] == [own.pk]
+    assert f'href="{url("agent", pk=own.pk)}">Sam&#x27;s agent</a>' in html
+    assert "Tomas" not in html
+    assert "<td>tomas</td>" not in html
+    assert client.get(url("agent", pk=own.pk)).status_code == 200
+    assert client.get(url("agent", pk=agent.pk)).status_code == 404
 
 
 @pytest.mark.parametrize(("role", "operates"), [("operator", True), ("owner", True), ("principal", False)])
