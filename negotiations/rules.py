@@ -33,13 +33,22 @@ Pure: no Django, no I/O.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from typing import Any, Literal
 
-from negotiations.wire import MAX_MESSAGE, MAX_OFFER_ID, MAX_TERM_KEY, MAX_TERMS, Move, MoveError
+from negotiations.wire import (
+    MAX_MESSAGE,
+    MAX_OFFER_ID,
+    MAX_TERM_KEY,
+    MAX_TERMS,
+    Move,
+    MoveError,
+    number_text,
+)
 from parley.jsontypes import json_type
 
 # Our AgentCard extension carrying an agent's move rules. A fixed URI, as the party extension's:
@@ -214,15 +223,19 @@ def check_move(move: Move, rules: MoveRules) -> None:
 
 
 def check_terms(terms: Mapping[str, Any] | None, declared: tuple[TermSpec, ...]) -> None:
-    """Refuse ``terms`` when a term in ``declared`` has a value of another type, the first in
-    ``terms``' own order.
+    """Refuse ``terms`` when a term in ``declared`` has a value of another type, or any term a
+    number that is not finite (NaN, ±Infinity: no JSON number, as :func:`parse_move` has it), the
+    first in ``terms``' own order.
 
     Raises:
         MoveError: "move.terms.amount must be a number (EUR per day), got 'lots'" (a string is
-            quoted, cut at 40 characters; any other value is named by its JSON type).
+            quoted, cut at 40 characters; any other value is named by its JSON type);
+            "move.terms.amount must be a finite number, got Infinity".
     """
     specs = {spec.name: spec for spec in declared}
     for name, value in (terms or {}).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise MoveError(f"move.terms.{name} must be a finite number, got {number_text(value)}")
         spec = specs.get(name)
         if spec is not None and not spec.allows(value):
             raise MoveError(f"move.terms.{name} must be {spec.expected}, got {_shown(value)}")

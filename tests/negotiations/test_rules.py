@@ -98,6 +98,15 @@ def test_a_long_prose_description_is_read_at_once() -> None:
             {"action": "propose", "message": "", "terms": {"amount": "x" * 50}},
             f"move.terms.amount must be a number (EUR per day), got '{'x' * 40}…'",
         ),
+        # No JSON number, declared or not (a lenient reading, decode_move, lets one through).
+        (
+            {"action": "propose", "message": "", "terms": {"amount": float("inf")}},
+            "move.terms.amount must be a finite number, got Infinity",
+        ),
+        (
+            {"action": "propose", "message": "", "terms": {"days": float("nan")}},
+            "move.terms.days must be a finite number, got NaN",
+        ),
     ],
 )
 def test_check_move(data: dict[str, Any], problem: str | None) -> None:
