@@ -1148,6 +1148,12 @@ def test_the_system_message_preview_and_the_editor_have_the_agents_sub_navigatio
 # --- Tools -------------------------------------------------------------------------------------------
 
 
+BUILTIN_NAME_TAKEN = (
+    "'ask_user' is the name of a built-in tool (answer, ask_user, negotiate): choose another name, "
+    'or the kind "Built in" to offer the built-in.'
+)
+
+
 def tool_data(**fields: str) -> dict[str, str]:
     return {
         "name": "lookup",
@@ -1229,6 +1235,7 @@ def test_a_tool_edit_page_reads_back_and_round_trips(ops: Client, lookup: Tool) 
         ({"url": ""}, "url", "A host operation needs the URL it calls."),
         ({"secret": ""}, "secret", "A host operation needs a secret to sign its calls."),
         ({"kind": "builtin", "name": "fetch"}, "name", "Built-in tools are"),
+        ({"name": "ask_user"}, "name", BUILTIN_NAME_TAKEN),
         ({"name": "bad name!"}, "name", "A tool name is 1 to 64 letters"),
         ({"suspends": "on", "requires_approval": "on"}, "requires_approval", "A tool that asks the party"),
     ],

@@ -609,6 +609,12 @@ def test_a_tool_round_trips_and_its_secret_is_write_only(api: APIClient, agent: 
         ({"name": "taken"}, "name", "This tenant already has a tool with the name 'taken'."),
         ({"name": "bad name!"}, "name", "A tool name is 1 to 64 letters"),
         ({"kind": "builtin"}, "name", "Built-in tools are"),
+        (
+            {"name": "ask_user"},
+            "name",
+            "'ask_user' is the name of a built-in tool (answer, ask_user, negotiate): choose another "
+            'name, or the kind "Built in" to offer the built-in.',
+        ),
         ({"suspends": True}, "requires_approval", "A tool that asks the party needs no approval"),
         ({"timeout": 500}, "timeout", "Ensure this value is less than or equal to 240"),
         ({"kind": "agent"}, "target_agent", "Choose an agent of this tenant to run."),
@@ -641,6 +647,26 @@ def test_a_tool_runs_only_an_agent_of_the_tenant(api: APIClient, seller: Agent) 
 
     assert invalid(response) == {"target_agent": [f"This tenant has no agent with the id {seller.pk}."]}
     assert stored() == before
+
+
+def test_a_tool_that_is_no_built_in_cannot_take_a_built_ins_name(api: APIClient, agent: Agent) -> None:
+    before = stored()
+
+    response = api.post(
+        "/api/v1/tools",
+        {"name": "negotiate", "kind": "agent", "description": "x", "target_agent": str(agent.pk)},
+        format="json",
+    )
+
+    assert invalid(response) == {
+        "name": [
+            "'negotiate' is the name of a built-in tool (answer, ask_user, negotiate): choose another "
+            'name, or the kind "Built in" to offer the built-in.'
+        ]
+    }
+    assert stored() == before
+    built_in = {"name": "negotiate", "kind": "builtin", "description": "x"}
+    assert api.post("/api/v1/tools", built_in, format="json").status_code == 201
 
 
 # --- Model endpoints ---------------------------------------------------------------------------------
