@@ -459,8 +459,8 @@ class TermGuardForm(RowForm):
     """One term guard: ``{term, op, value, currency?, aspiration?}``, what
     :func:`negotiations.negotiator.parse_guards` reads; whether it is one is that check's to say.
 
-    The value is typed as :func:`read_guard_value` reads it; an empty currency or opening value
-    is left out.
+    The value is typed as :func:`read_guard_value` reads it; a currency code is taken in
+    capitals; an empty currency or opening value is left out.
     """
 
     content = ("term", "value", "currency", "aspiration")
@@ -486,6 +486,11 @@ class TermGuardForm(RowForm):
             "currency": guard.get("currency") or "",
             "aspiration": "" if aspiration is None else json.dumps(aspiration),
         }
+
+    def clean_currency(self) -> str:
+        # Codes are written in capitals (ISO 4217): "eur" is EUR, as for model endpoints.
+        currency: str = self.cleaned_data["currency"]
+        return currency.upper() if len(currency) == 3 and currency.isalpha() else currency
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

@@ -575,6 +575,24 @@ REFUSED = [
     ("turn_timeout", "0", "Ensure this value is greater than or equal to 0.1."),
     ("turn_timeout", "-5", "Ensure this value is greater than or equal to 0.1."),
     ("turn_timeout", "1e308", "Ensure this value is less than or equal to 3600.0."),
+    # A description in the format that would be misread is refused; prose declares nothing, and passes.
+    (
+        "terms",
+        "amount (numbr, EUR per day)",
+        "The term amount: 'numbr' stands where its type goes and is no type; the types are number, "
+        "integer, string, text, boolean, date. Did you mean number?",
+    ),
+    (
+        "terms",
+        "amount (number, EUR), ((",
+        "'((' does not read as a term: write each term as a name, or a name and its details in "
+        'parentheses — "amount (number, EUR per day), currency" — separated by commas.',
+    ),
+    (
+        "terms",
+        "amount (number), amount (string)",
+        "The term amount is declared twice; declare each term once.",
+    ),
     # The hook is POSTed to: http or https only (agents.models.http_url_validator).
     ("evaluation_url", "ftp://files.example/hook", "Enter an http:// or https:// URL."),
     (
@@ -627,6 +645,19 @@ ROW_REFUSED = [
         {"aspiration": "high"},
         "aspiration",
         "Opening value: has an aspiration that is not a number",
+    ),
+    (
+        "term_guards",
+        {"currency": "euros!!"},
+        "currency",
+        "Currency: has currency 'euros!!'; a currency is its ISO 4217 code, three capital letters: "
+        "EUR, USD, GBP",
+    ),
+    (
+        "term_guards",
+        {"term": "banana"},
+        "term",
+        "Term: names term 'banana', which the terms description does not declare (amount, currency)",
     ),
     ("guardrails", {"stage": "inbound"}, "stage", 'Stage: "inbound" is not one of "input", "output".'),
     ("guardrails", {"stage": ""}, "stage", 'Stage: required, one of "input", "output".'),
@@ -692,6 +723,7 @@ def test_a_row_that_cannot_work_is_refused_at_its_row_and_cell_and_nothing_is_sa
 def test_a_rows_error_is_shown_at_its_row_when_rows_above_it_are_deleted_or_blank(
     ops: Client, agent: Agent
 ) -> None:
+    agent.terms = GUARDED_TERMS
     agent.term_guards = [
         {"term": "amount", "op": "<=", "value": 1200},
         {"term": "days", "op": "<=", "value": 5},
@@ -879,6 +911,7 @@ def api_refusal(response: Any, field: str) -> list[str]:
 
 
 SAME_WORDS = [
+    ("terms", "amount (wibble, EUR)"),
     ("card_skills", {"not": "a list"}),
     ("card_skills", [{"id": "x", "bogus": 1}]),
     ("card_fields", ["not", "an", "object"]),
@@ -914,6 +947,18 @@ def test_a_setting_is_refused_on_the_page_in_the_words_of_the_api(
             {"term": "amount", "op": "<=", "value": "soon"},
             {**GUARD_ROW, "value": "soon"},
             "value",
+        ),
+        (
+            "term_guards",
+            {"term": "amount", "op": "<=", "value": 1200, "currency": "euros!!"},
+            {**GUARD_ROW, "currency": "euros!!"},
+            "currency",
+        ),
+        (
+            "term_guards",
+            {"term": "banana", "op": "<=", "value": 1200},
+            {**GUARD_ROW, "term": "banana"},
+            "term",
         ),
         (
             "guardrails",
@@ -978,11 +1023,16 @@ STORED_GUARDS = [
     {"term": "currency", "op": "in", "value": ["EUR", "USD"]},
     {"term": "seats", "op": "in", "value": [1, "2", "a, b"]},
 ]
+# A description declaring every term STORED_GUARDS limit (a guard must limit a declared term).
+GUARDED_TERMS = (
+    "amount (number, EUR per day), currency, rate (number), start (date), code, remote (boolean), seats, days"
+)
 # How each stored guard's value is shown in its row, to be read back as it is.
 SHOWN_VALUES = ["1200", "12.5", "2030-01-01", "next friday", '"1200"', "true", "EUR, USD", '[1, "2", "a, b"]']
 
 
 def test_stored_term_guards_show_in_their_rows_and_save_back_unchanged(ops: Client, agent: Agent) -> None:
+    agent.terms = GUARDED_TERMS
     agent.term_guards = STORED_GUARDS
     agent.save()
 
@@ -999,6 +1049,7 @@ def test_stored_term_guards_show_in_their_rows_and_save_back_unchanged(ops: Clie
 def test_term_guards_and_guardrails_are_added_changed_and_removed_row_by_row(
     ops: Client, agent: Agent
 ) -> None:
+    agent.terms = GUARDED_TERMS
     agent.term_guards = [
         {"term": "amount", "op": "<=", "value": 1200},
         {"term": "days", "op": "<=", "value": 5},
@@ -1056,6 +1107,28 @@ def test_the_last_term_guard_and_guardrail_are_removed(ops: Client, agent: Agent
     assert (
         ops.get(url("agent-edit", pk=agent.pk)).context["form"].rows["term_guards"].initial_form_count() == 0
     )
+
+
+def test_a_currency_typed_in_small_letters_is_taken_in_capitals(ops: Client, agent: Agent) -> None:
+    data = page_form(ops, url("agent-edit", pk=agent.pk))
+    with_row(data, "term_guards", 0, {**GUARD_ROW, "currency": "eur"})
+
+    assert ops.post(url("agent-edit", pk=agent.pk), data).status_code == 302
+    agent.refresh_from_db()
+    assert agent.term_guards == [{"term": "amount", "op": "<=", "value": 1200, "currency": "EUR"}]
+
+
+def test_prose_terms_take_guards_on_any_term(ops: Client, agent: Agent) -> None:
+    """A description that declares no terms (prose) leaves a guard's term to the operator."""
+    data = page_form(ops, url("agent-edit", pk=agent.pk))
+    data["terms"] = ["The day rate in euros, and how many days a month."]
+    with_row(data, "term_guards", 0, {**GUARD_ROW, "term": "days", "currency": ""})
+
+    response = ops.post(url("agent-edit", pk=agent.pk), data)
+
+    assert response.status_code == 302, response.context and response.context["form"].errors
+    agent.refresh_from_db()
+    assert agent.term_guards == [{"term": "days", "op": "<=", "value": 1200}]
 
 
 def test_the_rows_editors_are_labelled_groups_that_work_without_javascript(ops: Client, agent: Agent) -> None:
