@@ -54,7 +54,7 @@ class OperatorFormMixin(TooLargeFormMixin, TenantMixin):
                 raise  # the forms check every other constraint: this one is a bug, not a race
             form.add_error(None, RACED)
             return self.form_invalid(form)  # type: ignore[attr-defined]
-        messages.success(self.request, self.saved.format(self.object))  # type: ignore[attr-defined]
+        messages.success(self.request, self.saved.format(self.object))
         return self.saved_response(form)
 
     def saved_response(self, form: TenantModelForm) -> HttpResponse:
@@ -147,7 +147,7 @@ class ToolFormView(OperatorFormMixin):
             return super().saved_response(form)
         context = {"tenant": self.tenant, "membership": self.membership, "tool": self.object}
         context.update(secret=form.new_secret, back=self.get_success_url())
-        response = TemplateResponse(self.request, "agents/config/secret_shown.html", context)  # type: ignore[attr-defined]
+        response = TemplateResponse(self.request, "agents/config/secret_shown.html", context)
         response["Cache-Control"] = "no-store"
         return response
 

@@ -49,6 +49,7 @@ from datetime import date, datetime, timedelta
 from typing import Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from agents import guardrails
@@ -313,7 +314,7 @@ def parse_guards(
         currency = item.get("currency") or ""
         if not isinstance(currency, str):
             raise _guard_error(name, index, "currency", "has a currency that is not a string")
-        if currency and not currency_validator.regex.match(currency):
+        if currency and not _is_currency(currency):
             problem = (
                 f"has currency {currency!r}; a currency is its ISO 4217 code, three capital letters: "
                 "EUR, USD, GBP"
@@ -338,6 +339,16 @@ def parse_guards(
             Guard(term, _GUARD_OPS[op], value, currency, None if aspiration is None else float(aspiration))
         )
     return tuple(guards)
+
+
+def _is_currency(code: str) -> bool:
+    """Whether ``code`` is written as an ISO 4217 code, the model endpoints' rule
+    (``agents.models.currency_validator``)."""
+    try:
+        currency_validator(code)
+    except ValidationError:
+        return False
+    return True
 
 
 def _guard_error(name: str, index: int, field: str, problem: str) -> GuardError:

@@ -97,7 +97,7 @@ class TooLargeFormMixin:
     def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
         if "too_large" in context:
             kwargs.setdefault("status", TOO_LARGE)
-        return super().render_to_response(context, **kwargs)  # type: ignore[misc,no-any-return]
+        return super().render_to_response(context, **kwargs)  # type: ignore[misc]
 
 
 class FilteredListView(TenantMixin, ListView):
