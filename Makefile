@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# --fresh: the demo empties demo.sqlite3 itself, once it holds its lock (a running demo keeps it).
 demo: $(STAMP)
-	rm -f demo.sqlite3 demo.sqlite3-*
-	env -u REDIS_URL DATABASE_URL=sqlite:///demo.sqlite3 $(BIN)/python manage.py demo $(DEMO_ARGS)
+	env -u REDIS_URL DATABASE_URL=sqlite:///demo.sqlite3 $(BIN)/python manage.py demo --fresh $(DEMO_ARGS)
 
 # The suite on Postgres, Redis and Chromium; then, every test that needs none of them, on SQLite.
 test: $(STAMP)

@@ -9,9 +9,9 @@ from typing import Any
 from django import forms
 
 from a2a_gateway.models import GroundingDocument, InboundKey
+from agents.config_forms import read_json
 from agents.models import Agent
 from exchange.models import ExchangeProfile
-from parley import strict_json
 
 NAME_LENGTH = InboundKey._meta.get_field("name").max_length
 ISSUER_LENGTH = ExchangeProfile._meta.get_field("issuer").max_length
@@ -124,16 +124,4 @@ class ExchangeProfileForm(forms.Form):
         super().__init__(*args, **kwargs)
 
     def clean_jwks(self) -> Any:
-        text: str = self.cleaned_data["jwks"]
-        try:
-            return strict_json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(
-                "JSON Web Key Set: not valid JSON (%(reason)s, line %(line)d column %(column)d).",
-                code="invalid",
-                params={"reason": exc.msg, "line": exc.lineno, "column": exc.colno},
-            ) from exc
-        except ValueError as exc:
-            raise forms.ValidationError(
-                "JSON Web Key Set: not valid JSON (%(reason)s).", code="invalid", params={"reason": str(exc)}
-            ) from exc
+        return read_json(self.cleaned_data["jwks"], label="JSON Web Key Set")

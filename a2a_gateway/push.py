@@ -43,7 +43,6 @@ from a2a_gateway.models import A2ATask, PushConfig
 from a2a_gateway.store import call_agent, id_problem, owner_of
 from negotiations.wire import nul_path
 from parley import netguard
-from parley.http import ssl_context
 
 logger = logging.getLogger(__name__)
 
@@ -82,31 +81,14 @@ async def url_allowed(url: str) -> bool:
     return True
 
 
-class PublicOnlyTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that connects only to the address :func:`vetted_address` approves.
-
-    Resolving the host again to connect would let one that answers DNS
-    differently the second time reach a private address; the request goes to
-    the vetted address instead, with the host name kept for the Host header
-    and for TLS (SNI and the certificate check). A refused URL is an
-    ``httpx.ConnectError``.
-    """
+class PublicOnlyTransport(netguard.AsyncPinnedTransport):
+    """:class:`parley.netguard.AsyncPinnedTransport` under ``settings.A2A_PUSH_ALLOW_PRIVATE``: it
+    connects only to the addresses it has just vetted, so the policy holds at connect time too (DNS
+    rebinding). A refused URL is a :class:`parley.netguard.AddressRefused` (an
+    ``httpx.ConnectError``)."""
 
     def __init__(self) -> None:
-        self._inner = httpx.AsyncHTTPTransport(verify=ssl_context())
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        try:
-            address = await vetted_address(str(request.url))
-        except PushURLRefused as exc:
-            raise httpx.ConnectError(str(exc), request=request) from exc
-        host = request.url.host
-        request.url = request.url.copy_with(host=address)
-        request.extensions = {**request.extensions, "sni_hostname": host}
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+        super().__init__(allow_private=lambda: bool(settings.A2A_PUSH_ALLOW_PRIVATE))
 
 
 class PushSender(BasePushNotificationSender):

@@ -10,7 +10,9 @@ chunk), and a reply that cannot be acted on: one cut off at the length limit
 calls — waiting 1 s, 2 s, 4 s … with jitter, or what ``Retry-After`` asks.
 Any other failure ends the call at once. A wait is never cut short: one the
 call cannot afford (see :meth:`ChatCompletionsModel.complete`) makes the model
-unavailable for the call, saying why.
+unavailable for the call, saying why. The endpoint's URL is the tenant's, so it is
+called on public addresses only (:mod:`parley.outbound`); a host the policy
+refuses makes the model unavailable at once.
 :class:`FallbackChain` tries models in order, moving on only when one's tries
 are spent.
 
@@ -46,7 +48,7 @@ from agents.llm import (
     ToolSpec,
     json_kind,
 )
-from parley.http import client as http_client
+from parley import netguard, outbound
 
 if TYPE_CHECKING:
     from agents.models import ModelEndpoint
@@ -133,8 +135,10 @@ class ChatCompletionsModel:
         Raises :class:`ModelCancelled` once ``options.cancelled()`` is True (never retried);
         :class:`ModelUnavailable` when every try failed in a way that may pass (a reply cut off
         at the length limit, or with neither text nor tool calls, is such a failed try) or the
-        next wait is one the call cannot afford; :class:`ModelError` once ``options.deadline``
-        passed, and at once for anything else (another 4xx, a malformed reply).
+        next wait is one the call cannot afford, and at once, without a retry, when the address
+        policy refuses the endpoint's host (:mod:`parley.outbound`: "<model>: not called: the host
+        '<host>' resolves to a private address; …", nothing sent); :class:`ModelError` once
+        ``options.deadline`` passed, and at once for anything else (another 4xx, a malformed reply).
         """
         options = options or CallOptions()
         endpoint = self.endpoint
@@ -142,7 +146,7 @@ class ChatCompletionsModel:
         headers = {"Accept": "text/event-stream, application/json"}
         if endpoint.api_key:
             headers["Authorization"] = f"Bearer {endpoint.api_key}"
-        with http_client(timeout=endpoint.timeout) as http:
+        with outbound.client(timeout=endpoint.timeout) as http:
             attempt = 1
             while True:
                 self._check(options)
@@ -214,6 +218,10 @@ class ChatCompletionsModel:
                         options.on_delta(answer.content)
                     return answer
                 return _check_usable(self._stream(response, deadline, options))
+        except netguard.AddressRefused as exc:
+            if exc.private:  # the policy's: no retry changes it, another model may be elsewhere
+                raise ModelUnavailable(endpoint.name, f"not called: {exc}") from exc
+            raise _Retryable("could not connect") from exc
         except httpx.TimeoutException as exc:
             raise _Retryable("timed out") from exc
         except httpx.ConnectError as exc:

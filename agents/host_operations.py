@@ -1,6 +1,7 @@
 """Host operations: tools that run on the host's own server, and checking any tool's arguments.
 
-A ``host`` :class:`~agents.models.Tool` runs by one HTTPS POST of the call to the tool's ``url``::
+A ``host`` :class:`~agents.models.Tool` runs by one HTTPS POST of the call to the tool's ``url``
+(a public address: :mod:`parley.outbound`)::
 
     POST /orders/lookup HTTP/1.1
     Content-Type: application/json
@@ -74,7 +75,7 @@ from jsonschema.validators import (
 from referencing.exceptions import Unresolvable
 
 from agents.tools import ToolError
-from parley.http import client as http_client
+from parley import netguard, outbound
 
 if TYPE_CHECKING:
     from agents.models import Tool
@@ -152,8 +153,10 @@ def call_host_operation(*, tool: Tool, arguments: dict[str, Any], run_id: str, t
     Returns the text the model sees (see the module docstring for the request and the answers).
     Takes at most ``tool.timeout`` seconds in all. Raises :class:`~agents.tools.ToolError`
     naming the tool and what went wrong: a URL that is missing, malformed, or not https (plain
-    http only with ``settings.PARLEY_HOST_OPERATIONS_ALLOW_HTTP``), no secret, a timeout, no
-    connection, a redirect, HTTP 4xx/5xx, an answer too large or neither JSON nor plain text.
+    http only with ``settings.PARLEY_HOST_OPERATIONS_ALLOW_HTTP``), or whose host the address
+    policy refuses (:mod:`parley.outbound`: "… was not called: the host '<host>' resolves to a
+    private address; …", nothing sent), no secret, a timeout, no connection, a redirect, HTTP
+    4xx/5xx, an answer too large or neither JSON nor plain text.
     """
     try:
         return _call(tool, arguments, run_id, tool_call_id)
@@ -207,10 +210,17 @@ def _checked_url(tool: Tool) -> httpx.URL:
         raise ToolError(f"Host operation {tool.name!r} has an invalid URL ({exc}).") from None
     if not url.host:
         raise ToolError(f"Host operation {tool.name!r} has an invalid URL (no host).")
-    allowed = ("https", "http") if settings.PARLEY_HOST_OPERATIONS_ALLOW_HTTP else ("https",)
-    if url.scheme not in allowed:
+    if not scheme_allowed(tool.url):
         raise ToolError(f"Host operation {tool.name!r} must have an https:// URL.")
     return url
+
+
+def scheme_allowed(url: str) -> bool:
+    """Whether a host operation may be called at ``url`` for its scheme: https, and http where
+    ``settings.PARLEY_HOST_OPERATIONS_ALLOW_HTTP`` allows it (a host on loopback in tests). The
+    tool's ``clean`` asks it at save time, the call again (the setting may have changed)."""
+    allowed = ("https", "http") if settings.PARLEY_HOST_OPERATIONS_ALLOW_HTTP else ("https",)
+    return url.partition(":")[0].lower() in allowed
 
 
 def _timed_out(name: str, timeout: float) -> ToolError:
@@ -239,7 +249,7 @@ def _post(
 ) -> _Answer:
     try:
         with (
-            http_client(timeout=timeout, follow_redirects=False) as http,
+            outbound.client(timeout=timeout, follow_redirects=False) as http,
             http.stream("POST", url, content=body, headers=headers) as response,
         ):
             received = bytearray()
@@ -250,6 +260,8 @@ def _post(
                 if time.monotonic() > deadline:
                     raise _timed_out(name, timeout)
             return _answer(response, bytes(received))
+    except netguard.AddressRefused as exc:
+        raise ToolError(f"Host operation {name!r} was not called: {exc}.") from None
     except httpx.TimeoutException:
         raise _timed_out(name, timeout) from None
     except httpx.ConnectError as exc:

@@ -15,10 +15,10 @@ from django.core.validators import (
     MaxValueValidator,
     MinValueValidator,
     RegexValidator,
-    URLValidator,
 )
 from django.db import models
 
+from parley import outbound
 from parley.models import Membership, TenantOwnedModel
 
 DEFAULT_ACTIONS: list[dict[str, object]] = [
@@ -98,9 +98,6 @@ def default_actions() -> list[dict[str, object]]:
 currency_validator = RegexValidator(
     r"^[A-Z]{3}\Z", "A currency is three capital letters, its ISO 4217 code: EUR, USD, GBP."
 )
-# A hook the platform POSTs to (the evaluation hook) is reached over HTTP; URLField's own validator
-# also takes ftp:// and ftps://.
-http_url_validator = URLValidator(schemes=["http", "https"], message="Enter an http:// or https:// URL.")
 # The system prompt is sent with every step of every run: a book's worth (about 25,000 tokens) is
 # already more than a prompt needs, and far below what a form may send (DATA_UPLOAD_MAX_MEMORY_SIZE).
 SYSTEM_PROMPT_MAX_LENGTH = 100_000
@@ -136,7 +133,9 @@ class Tool(TenantOwnedModel):
     description = models.TextField()
     parameters = models.JSONField(default=dict, blank=True, help_text="JSON Schema of the arguments")
     kind = models.CharField(max_length=8, choices=Kind.choices)
-    url = models.URLField(max_length=500, blank=True)
+    # Every URL the platform calls is http(s) and, outside the embedded default, public (parley.outbound):
+    # URLField's own validator also takes ftp:// and ftps://.
+    url = models.URLField(max_length=500, blank=True, validators=[outbound.url_validator])
     secret = models.CharField(max_length=200, blank=True, help_text="HMAC-SHA256 key for the body")
     timeout = models.FloatField(
         default=10.0,
@@ -179,6 +178,10 @@ class Tool(TenantOwnedModel):
             )
         if self.kind == self.Kind.HOST and not self.url:
             raise ValidationError({"url": "A host operation needs the URL it calls."})
+        # Plain http only: any other scheme is the field's validator's to refuse.
+        plain_http = self.url.lower().startswith("http://")
+        if self.kind == self.Kind.HOST and plain_http and not host_operations.scheme_allowed(self.url):
+            raise ValidationError({"url": "A host operation's URL must be https://, not plain http."})
         if self.kind == self.Kind.HOST and not self.secret:
             raise ValidationError({"secret": "A host operation needs a secret to sign its calls."})
         if self.requires_approval and (self.suspends or self.name == "ask_user"):
@@ -284,7 +287,7 @@ class Agent(TenantOwnedModel):
     evaluation_url = models.URLField(
         max_length=500,
         blank=True,
-        validators=[http_url_validator],
+        validators=[outbound.url_validator],
         help_text="host hook that attaches an Artifact to each turn (http or https)",
     )
     fallback_models = models.JSONField(
@@ -484,7 +487,9 @@ class ModelEndpoint(TenantOwnedModel):
     """
 
     name = models.CharField(max_length=200, help_text="what Agent.model and fallback_models refer to")
-    base_url = models.URLField(max_length=500, help_text="e.g. https://api.openai.com/v1")
+    base_url = models.URLField(
+        max_length=500, validators=[outbound.url_validator], help_text="e.g. https://api.openai.com/v1"
+    )
     api_key = models.CharField(max_length=500, blank=True)
     upstream_model = models.CharField(max_length=200, help_text="the model id sent to the endpoint")
     input_price = models.DecimalField(

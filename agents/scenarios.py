@@ -16,8 +16,9 @@ silently drop a party's brief.
 Each user is a party, and an agent with nobody to ask never asks (README,
 "Negotiating"), so every imported agent gets a principal: the agent's own when
 it has one, else the tenant's member named ``<tenant slug>.<user slug>``, else a
-new account of that name made a ``principal`` member — with no usable password
-and a placeholder e-mail (``…@scenario.invalid``) until the person is invited.
+new placeholder account of that name made a ``principal`` member — with no
+usable password and a placeholder e-mail (``…@scenario.invalid``) until an owner
+hands its place to the person (:func:`parley.services.placeholder_invite`).
 The file names no e-mail addresses, so nobody outside the tenant is matched.
 """
 
@@ -34,6 +35,7 @@ from django.utils.text import slugify
 from agents.models import ANSWERING_ROLES, Agent, Intent
 from parley.jsontypes import json_type
 from parley.models import Membership, Tenant
+from parley.services import placeholder_create
 
 _TOP_KEYS = frozenset({"users"})
 _USER_KEYS = frozenset({"id", "name", "instructions", "intro", "location", "timezone", "intents"})
@@ -56,8 +58,6 @@ _EXTERNAL_ID_MAX = _max_length(Intent, "external_id")
 _USER_ID_MAX = _max_length(Agent, "party_id") - len(":user:") - _max_length(Tenant, "slug")
 _TIMEZONE_MAX = _max_length(Agent, "timezone")
 _FALLBACK_TIMEZONE = "UTC"
-# The placeholder e-mail's domain: ".invalid" is reserved (RFC 2606), so nothing is ever sent there.
-_PLACEHOLDER_DOMAIN = "scenario.invalid"
 
 
 class ScenarioError(ValueError):
@@ -224,17 +224,14 @@ def _principal(tenant: Tenant, user: ScenarioUser) -> tuple[User, bool] | str:
     """The account that answers for ``user``'s agent and whether it is new, or why there is none.
 
     The tenant's member of :func:`principal_username` (any case, as usernames are taken), or a new
-    account of that name made a ``principal`` member. Never an account outside the tenant: the name
-    may be someone else's, and making them a member would hand them this tenant.
+    placeholder account of that name (:func:`parley.services.placeholder_create`). Never an account
+    outside the tenant: the name may be someone else's, and making them a member would hand them
+    this tenant.
     """
     username = principal_username(tenant, user)
     account = User.objects.filter(username__iexact=username).first()
     if account is None:
-        account = User(username=username, email=f"{username}@{_PLACEHOLDER_DOMAIN}")
-        account.set_unusable_password()
-        account.save()
-        Membership.objects.create(user=account, tenant=tenant, role=Membership.Role.PRINCIPAL)
-        return account, True
+        return placeholder_create(tenant=tenant, username=username), True
     role = Membership.objects.filter(tenant=tenant, user=account).values_list("role", flat=True).first()
     name = account.get_username()
     if role is None:

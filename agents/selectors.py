@@ -54,6 +54,12 @@ def visible_agents(*, membership: Membership) -> QuerySet[Agent]:
     return agents
 
 
+def agents_of_principal(*, membership: Membership) -> QuerySet[Agent]:
+    """The agents of the member's tenant that the member is the principal of, by name."""
+    agents: QuerySet[Agent] = Agent.objects.for_tenant(membership.tenant_id)
+    return agents.filter(principal_id=membership.user_id).order_by("name")
+
+
 def visible_runs(*, membership: Membership) -> QuerySet[Run]:
     """The runs of the member's tenant the member may see: those of :func:`visible_agents`, and the
     runs they called as tools, however deep (another agent's work done for them)."""

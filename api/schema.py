@@ -49,7 +49,12 @@ ERROR_SCHEMA = {
 
 
 # Statuses every authenticated operation may answer with the error body, by method.
-_ERRORS = {"401": "no valid API key", "403": "the key lacks the scope", "404": "no such object here"}
+_ERRORS = {
+    "401": "no valid API key",
+    "403": "the key lacks the scope",
+    "404": "no such object here",
+    "406": "the Accept header allows no JSON",
+}
 _WRITE_ERRORS = {
     "400": "the request is not valid; `fields` names what",
     "409": "the object's state refuses it, or the Idempotency-Key is in flight",

@@ -239,6 +239,7 @@ def main() -> None:
         "PUBLIC_BASE_URL": base,
         "DJANGO_SETTINGS_MODULE": "parley.settings.base",
         "LOG_LEVEL": "ERROR",
+        "OUTBOUND_ALLOW_PRIVATE": "true",  # the model server is on loopback
     }
     fresh_database(env, urlsplit(database_url).path.lstrip("/"))
     import httpx

@@ -39,6 +39,7 @@ def main() -> None:
         "PUBLIC_BASE_URL": base,
         "DJANGO_SETTINGS_MODULE": "parley.settings.base",
         "LOG_LEVEL": "ERROR",
+        "OUTBOUND_ALLOW_PRIVATE": "true",  # the counterparties are this stack's own agents, on loopback
     }
     fresh_database(env)
     import httpx

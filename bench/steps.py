@@ -76,6 +76,7 @@ def main() -> None:
         "DJANGO_SETTINGS_MODULE": "parley.settings.base",
         "LOG_LEVEL": "ERROR",
         "PARLEY_HOST_OPERATIONS_ALLOW_HTTP": "true",  # the host tool is plain http on loopback
+        "OUTBOUND_ALLOW_PRIVATE": "true",  # the model and the host tool are on loopback
     }
     fresh_database(env)
     import redis

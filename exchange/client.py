@@ -22,6 +22,9 @@ receipt from a 0.3 peer is the data part of the ``agent-exchange:receipt`` artif
 :data:`exchange.wire.RECEIPT_MEDIA_TYPE`. Either way its data must be a receipt
 (:func:`exchange.wire.check_receipt`) for our exchange and reference.
 
+Every request goes to public addresses only (:mod:`parley.outbound`): a refusal is "<url> was not
+called: the host '<host>' resolves to a private address; …", and nothing was sent there.
+
 Every failure is an :class:`ExchangeFailed` whose message says why, in words that name no token
 or protected value.
 """
@@ -57,8 +60,7 @@ from negotiations.client import (
     origin_of,
     read_card,
 )
-from parley import strict_json
-from parley.http import async_client
+from parley import outbound, strict_json
 
 # Bytes of a preparation endpoint's answer we read; a longer one is refused unread past this.
 MAX_PREPARATION_BYTES = 64 * 1024
@@ -121,12 +123,15 @@ async def _exchange(outgoing: _Outgoing, headers: dict[str, str], seconds: float
     url = outgoing.url
     timeout = httpx.Timeout(seconds, connect=min(seconds, settings.A2A_CARD_TIMEOUT))
     # httpx follows no redirect unless told to: neither the request nor the credential leaves the origin.
-    async with async_client(timeout=timeout, headers=headers) as http:
+    # The URL is the tenant's choice: every request goes to public addresses only (parley.outbound).
+    async with outbound.async_client(timeout=timeout, headers=headers) as http:
         try:
             card = await read_card(http, url)
         except CounterpartyError as exc:
             raise ExchangeFailed(str(exc)) from None
         except (httpx.HTTPError, ValueError) as exc:
+            if outbound.refusal(exc):
+                raise ExchangeFailed(failure_reason(url, exc)) from None
             raise ExchangeFailed(f"{url}: its agent card could not be read ({type(exc).__name__})") from None
         endpoint = preparation_endpoint(card, url)
         if not outgoing.prepared_by_host and endpoint is not None:
@@ -225,6 +230,8 @@ async def _prepare(http: httpx.AsyncClient, endpoint: str, request: dict[str, An
             raw = await _read_bounded(response)
             content_type = response.headers.get("content-type", "")
     except httpx.HTTPError as exc:
+        if outbound.refusal(exc):
+            raise ExchangeFailed(failure_reason(endpoint, exc)) from None
         raise ExchangeFailed(f"{endpoint}: the preparation failed ({type(exc).__name__}: {exc})") from None
     if not 200 <= status < 300:
         said = _error_message(raw)

@@ -16,7 +16,6 @@ import logging
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -25,6 +24,7 @@ from agents.models import Agent
 from exchange import client, wire
 from exchange.models import OutboundExchange
 from negotiations.client import canonical_url
+from parley import outbound
 from parley.live import publish_on_commit
 
 logger = logging.getLogger(__name__)
@@ -43,14 +43,15 @@ def exchange_send_start(
     own, so no preparation endpoint is called; the request is still needed, for its reference.
 
     Raises ``django.core.exceptions.ValidationError`` keyed by field, nothing written: ``url`` when
-    it is no http(s) URL of at most 500 characters; ``request`` when it is no valid request
-    (:func:`exchange.wire.reference_of`'s message, ``request.<member>: …``), names another
-    recipient than ``url`` (its complete request would go to an agent it is not for), or its
-    ``exchangeId`` was already sent by ``agent``.
+    it is no http(s) URL of at most 500 characters, or one Parley does not call
+    (:data:`parley.outbound.url_validator`: its host is or resolves to a private address);
+    ``request`` when it is no valid request (:func:`exchange.wire.reference_of`'s message,
+    ``request.<member>: …``), names another recipient than ``url`` (its complete request would go
+    to an agent it is not for), or its ``exchangeId`` was already sent by ``agent``.
     """
     problems: dict[str, list[str]] = {}
     try:
-        URLValidator(schemes=["http", "https"])(url)
+        outbound.url_validator(url)
         if len(url) > URL_LENGTH:
             raise ValidationError(f"Give a URL of at most {URL_LENGTH} characters.")
     except ValidationError as exc:

@@ -8,8 +8,11 @@ checklist"): at the origin root when not beside the URL, without
 were given is the endpoint). A signed card is checked (:func:`verify_card`)
 and refused when no signature holds. What our agent presents to the
 counterparty is its :class:`CounterpartyCredential` for that URL
-(:func:`credential_headers`), sent on every request of the exchange. Errors
-of any kind reach the caller as :class:`CounterpartyError`.
+(:func:`credential_headers`), sent on every request of the exchange. The URL
+is a tenant's or a counterparty's choice, so every request goes to public
+addresses only (:mod:`parley.outbound`), no redirect is followed, and a refusal
+names the policy, never what the address would have answered. Errors of any
+kind reach the caller as :class:`CounterpartyError`.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from agents.models import Agent
 from negotiations.models import CounterpartyCredential
 from negotiations.rules import NEGOTIATION_EXTENSION, MoveRules, rules_from_params
 from negotiations.wire import Move
-from parley.http import async_client
+from parley import outbound
 
 CARD_PATH = "/.well-known/agent-card.json"
 JSONRPC = "JSONRPC"  # the only protocol binding our client speaks (the SDK's default)
@@ -191,7 +194,7 @@ async def _send(
     )
     try:
         # No redirects are followed (httpx's default), so the credential never leaves the origin.
-        async with async_client(timeout=timeout, headers=headers) as http:
+        async with outbound.async_client(timeout=timeout, headers=headers) as http:
             card = await read_card(http, url)
             client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
             task = None
@@ -356,8 +359,12 @@ def failure_reason(url: str, exc: Exception) -> str:
     of a non-2xx answer, so its body is read here from the ``httpx`` error the
     SDK chained; a code the SDK has no error class for (-32010) it reports as
     "JSON-RPC Error <code>: <message>", read back here. Anything else is
-    "<url>: <ExceptionType>: <text>".
+    "<url>: <ExceptionType>: <text>". A URL the address policy refused (:mod:`parley.outbound`),
+    whichever request it stopped, is "<url> was not called: the host '<host>' resolves to a
+    private address; Parley does not call private addresses".
     """
+    if (refused := outbound.refusal(exc)) is not None:
+        return f"{url} was not called: {refused}"
     cause = exc.__cause__
     if isinstance(cause, httpx.HTTPStatusError):
         status = cause.response.status_code

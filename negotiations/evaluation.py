@@ -1,10 +1,11 @@
 """The evaluation hook: a host URL that attaches an artifact to each turn (issue 4, "Optional evaluation").
 
-The request is one JSON POST (:class:`Request`); the answer must be a JSON
-object ``{"artifact": {...}}``. Whatever goes wrong — no connection, a
-timeout, a status other than 2xx, a body that is not that shape — reaches the
-caller as :class:`EvaluationError`. A hook is advisory: callers log the error
-and go on without the artifact.
+The request is one JSON POST (:class:`Request`) to a URL the tenant chose, so it
+goes to public addresses only (:mod:`parley.outbound`); the answer must be a JSON
+object ``{"artifact": {...}}``. Whatever goes wrong — the address policy
+refusing the URL, no connection, a timeout, a status other than 2xx, a body that
+is not that shape — reaches the caller as :class:`EvaluationError`. A hook is
+advisory: callers log the error and go on without the artifact.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, TypedDict
 import httpx
 
 from negotiations.wire import nul_path
-from parley.http import client as http_client
+from parley import netguard, outbound
 
 TIMEOUT = 10.0
 # The artifact is stored on the turn and may ride on the A2A Task; a hook gets no more room
@@ -64,12 +65,14 @@ def evaluate(url: str, request: Request, *, timeout: float = TIMEOUT) -> Evaluat
     """POST ``request`` to the hook at ``url`` and return its artifact.
 
     Waits at most ``timeout`` seconds in all (a hook that trickles its answer is
-    cut off); redirects are not followed. Raises :class:`EvaluationError`.
+    cut off); redirects are not followed. Raises :class:`EvaluationError`; when the address policy
+    refuses the URL, "<url> was not called: the host '<host>' resolves to a private address; …"
+    and nothing was sent.
     """
     deadline = time.monotonic() + timeout
     try:
         with (
-            http_client(timeout=timeout) as http,
+            outbound.client(timeout=timeout) as http,
             http.stream("POST", url, json=request, headers={"Accept": "application/json"}) as response,
         ):
             if not response.is_success:
@@ -81,6 +84,8 @@ def evaluate(url: str, request: Request, *, timeout: float = TIMEOUT) -> Evaluat
                     raise EvaluationError(f"{url} answered more than {MAX_BYTES} bytes")
                 if time.monotonic() > deadline:
                     raise httpx.ReadTimeout("the answer kept coming past the deadline")
+    except netguard.AddressRefused as exc:
+        raise EvaluationError(f"{url} was not called: {exc}") from exc
     except httpx.TimeoutException as exc:
         raise EvaluationError(f"{url} did not answer within {timeout:g} s") from exc
     except httpx.HTTPError as exc:

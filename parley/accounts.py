@@ -1,10 +1,19 @@
 """How django-allauth's accounts (sign-up, e-mail verification, password reset, login) fit Parley:
-who may sign up, and an invitation that a visitor signs up from.
+who may sign up, and an invitation that a visitor signs up or logs in from.
 
-The invitation page (:class:`parley.organisation_views.InvitationView`) remembers
-the invitation in the visitor's session and stashes its address as verified
-(the link reached them at it). Signing up with that address then needs no
-confirmation e-mail, and the new account joins the tenant at once.
+An invitation link is for its address: it is e-mailed there (and shown once to
+the owner who invited that address), so opening it shows the address is the
+visitor's, as allauth's own confirmation link does. The invitation page
+(:class:`parley.organisation_views.InvitationView`) remembers the open
+invitation in the visitor's session and stashes its address as verified. Then:
+
+* sign-up takes that address only (the form's e-mail is fixed to it), needs no
+  confirmation e-mail, and the new account joins the tenant at once; an account
+  signed up with any other address (the invitation expired meanwhile, say) never
+  gets the stashed address recorded as confirmed;
+* an account that has the address unconfirmed and logs in from that session gets
+  it confirmed (:class:`InvitedAddressStage`), instead of being sent to confirm it
+  by another e-mail to the same inbox, and joins from the link.
 """
 
 from __future__ import annotations
@@ -15,11 +24,14 @@ from allauth.account.adapter import DefaultAccountAdapter
 from allauth.account.forms import LoginForm as AllauthLoginForm
 from allauth.account.forms import ResetPasswordForm as AllauthResetPasswordForm
 from allauth.account.forms import SignupForm as AllauthSignupForm
+from allauth.account.stages import LoginStage
+from allauth.account.utils import user_email
+from allauth.account.views import SignupView as AllauthSignupView
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, User
 from django.forms import BaseForm
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from parley import services
 from parley.models import Invitation, Membership
@@ -40,32 +52,44 @@ def welcome(request: HttpRequest, membership: Membership) -> None:
     messages.success(request, f"Welcome to {membership.tenant.name}: you joined as {role}.")
 
 
-def _remembered(request: HttpRequest) -> Invitation | None:
+def remembered_invitation(request: HttpRequest) -> Invitation | None:
+    """The invitation this visitor opened (:func:`invitation_remember`) while it is still open (pending),
+    with its tenant; else None."""
     pk = request.session.get(INVITATION_SESSION_KEY)
     if pk is None:
         return None
     invitation: Invitation | None = Invitation.objects.select_related("tenant").filter(pk=pk).first()
+    if invitation is None or invitation.status != Invitation.Status.PENDING:
+        return None
     return invitation
 
 
 class AccountAdapter(DefaultAccountAdapter):
     """Sign-up is open when ``SIGNUP_OPEN`` is (``ACCOUNT_SIGNUP_ENABLED``), to a visitor who opened
     an open invitation, and to the first account of a deployment; an account signed up with the
-    address of the invitation its visitor opened joins that tenant."""
+    address of the invitation its visitor opened joins that tenant. A login from that visitor's
+    session passes :class:`InvitedAddressStage` before allauth's own stages."""
 
     def is_open_for_signup(self, request: HttpRequest) -> bool:
         if super().is_open_for_signup(request):
             return True
-        invitation = _remembered(request)
-        if invitation is not None and invitation.status == Invitation.Status.PENDING:
+        if remembered_invitation(request) is not None:
             return True
         return not get_user_model().objects.exists()
+
+    def get_login_stages(self) -> list[str]:
+        return [f"{__name__}.{InvitedAddressStage.__name__}", *super().get_login_stages()]
 
     def save_user(
         self, request: HttpRequest, user: AbstractBaseUser, form: BaseForm, commit: bool = True
     ) -> AbstractBaseUser:
         saved = super().save_user(request, user, form, commit)
-        invitation = _remembered(request)
+        # allauth records a stashed address as confirmed for whoever signs up next; only an account
+        # signed up with that very address has shown it is theirs.
+        stashed = self.unstash_verified_email(request)
+        if stashed and stashed.lower() == (user_email(saved) or "").lower():
+            self.stash_verified_email(request, stashed)
+        invitation = remembered_invitation(request)
         if not commit or invitation is None or not isinstance(saved, User):
             return saved
         if invitation.email.lower() != saved.email.lower():
@@ -99,13 +123,46 @@ class LoginForm(AllauthLoginForm):
         field.widget.attrs.update(autofocus=True, autocomplete="username")
 
 
-class SignupForm(AllauthSignupForm):
-    """allauth's sign-up form in the dashboard's words."""
+class InvitedAddressStage(LoginStage):
+    """A login stage, before allauth's e-mail verification: an account logging in from the session
+    that opened an open invitation gets the invitation's address confirmed, when it has that address
+    unconfirmed (:func:`parley.services.invited_address_confirm`; the module docstring says why)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    key = "parley_invited_address"
+
+    def handle(self) -> tuple[HttpResponse | None, bool]:
+        invitation = remembered_invitation(self.request)
+        user = self.login.user
+        if invitation is not None and isinstance(user, User) and not self.login.signup:
+            services.invited_address_confirm(invitation=invitation, user=user)
+        return None, True
+
+
+class SignupForm(AllauthSignupForm):
+    """allauth's sign-up form in the dashboard's words. Given the ``invitation`` its visitor opened,
+    the e-mail is that invitation's, fixed: the link is for its address."""
+
+    def __init__(self, *args: Any, invitation: Invitation | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _labelled_only(self)
-        self.fields["email"].label = "E-mail"
+        email = self.fields["email"]
+        email.label = "E-mail"
+        if invitation is not None:
+            email.initial = invitation.email
+            email.disabled = True
+            email.help_text = (
+                f"The invitation to {invitation.tenant.name} is for this address. To join with another, "
+                "ask whoever invited you to invite that one."
+            )
+
+
+class SignupView(AllauthSignupView):
+    """allauth's sign-up page, which hands its form the open invitation the visitor opened, if any."""
+
+    def get_form_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = super().get_form_kwargs()
+        kwargs["invitation"] = remembered_invitation(self.request)
+        return kwargs
 
 
 class ResetPasswordForm(AllauthResetPasswordForm):

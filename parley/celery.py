@@ -9,6 +9,7 @@ import enum
 import os
 import threading
 import warnings
+from pathlib import Path
 
 from celery import Celery, beat
 from celery.exceptions import SecurityWarning
@@ -28,10 +29,30 @@ class TaskQueue(enum.StrEnum):
     EVENTS = "events"
 
 
+class ScheduleFileScheduler(beat.PersistentScheduler):
+    """Celery's scheduler that keeps its schedule in a file (``CELERY_BEAT_SCHEDULE_FILENAME``), which
+    first makes the file's directory. Where it cannot, beat stops at start-up with one line naming the
+    setting (``SystemExit``), instead of the schedule library's traceback about a missing file."""
+
+    schedule_filename: str  # set by PersistentScheduler.__init__ (celery-types leaves it out)
+
+    def setup_schedule(self) -> None:
+        directory = Path(self.schedule_filename).parent
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SystemExit(
+                f"CELERY_BEAT_SCHEDULE_FILENAME={self.schedule_filename}: cannot create its directory "
+                f"{directory} ({exc.strerror}). Create it, writable by this user, or set another path."
+            ) from None
+        super().setup_schedule()
+
+
 app = Celery("parley")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_queues = [Queue(q.value) for q in TaskQueue]
 app.conf.task_default_queue = TaskQueue.AGENT.value
+app.conf.beat_scheduler = f"{__name__}:{ScheduleFileScheduler.__name__}"
 app.autodiscover_tasks()
 
 

@@ -44,6 +44,17 @@ class InvitationForm(forms.Form):
     )
 
 
+class HandOverForm(forms.Form):
+    """The own address of the person a placeholder member stands for."""
+
+    email = forms.EmailField(
+        label="Their e-mail",
+        max_length=254,
+        error_messages={"required": "Give the person's own e-mail address."},
+        widget=forms.EmailInput(attrs={"autocomplete": "off"}),
+    )
+
+
 class MemberRoleForm(forms.Form):
     """A member's new role."""
 

@@ -41,6 +41,13 @@ class Tenant(TimeStampedModel):
         return self.slug
 
 
+# A placeholder account stands in for a person who has no account yet (the scenario importer makes
+# them as agents' principals): no usable password and an address at this domain, which is reserved
+# (RFC 2606), so nothing is ever sent there. An owner hands it over to the person with an invitation
+# (parley.services.placeholder_invite).
+PLACEHOLDER_EMAIL_DOMAIN = "scenario.invalid"
+
+
 class Membership(TimeStampedModel):
     """A user's role in one tenant."""
 
@@ -81,13 +88,14 @@ class TenantOwnedModel(TimeStampedModel):
 
 
 class Invitation(TenantOwnedModel):
-    """An owner's invitation of an e-mail address to join the tenant in ``role``.
+    """An owner's invitation of an e-mail address to join the tenant in ``role``, or, with
+    ``for_member``, to take a placeholder member's place (its role is ``role``).
 
     The link carries a secret token, shown once (in the e-mail, and to the
     inviter); only its keyed hash is kept (:mod:`parley.keys`). The invitation
     is open until it is accepted, revoked (by an owner, or by inviting the same
     address again) or past ``expires_at``; one open invitation per address and
-    tenant. Made, revoked and accepted through :mod:`parley.services`.
+    tenant, and one per placeholder member. Made, revoked and accepted through :mod:`parley.services`.
     """
 
     class Status(models.TextChoices):
@@ -116,6 +124,14 @@ class Invitation(TenantOwnedModel):
     revoked_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    for_member = models.ForeignKey(
+        Membership,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="a placeholder member whose place (role, agents, questions) the invited person takes",
+    )
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -125,7 +141,14 @@ class Invitation(TenantOwnedModel):
                 "tenant",
                 condition=models.Q(accepted_at__isnull=True, revoked_at__isnull=True),
                 name="one_open_invitation_per_address",
-            )
+            ),
+            models.UniqueConstraint(
+                "for_member",
+                condition=models.Q(
+                    accepted_at__isnull=True, revoked_at__isnull=True, for_member__isnull=False
+                ),
+                name="one_open_hand_over_per_member",
+            ),
         ]
 
     def __str__(self) -> str:

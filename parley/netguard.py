@@ -11,9 +11,15 @@ translation prefix that leads to them. The one policy lives here:
   URL, resolve its host within :data:`RESOLVE_TIMEOUT` seconds and return the
   address(es) to connect to, refusing a host any of whose addresses is not
   public unless the caller allows private ones (a receiver on loopback in tests);
-* :class:`PinnedTransport` (sync httpx) connects only to the addresses it has
-  just vetted, trying each in turn, so the check holds at connect time too
-  (DNS rebinding: a host that answers differently the second time).
+* :class:`PinnedTransport` (sync httpx) and :class:`AsyncPinnedTransport` connect
+  only to the addresses they have just vetted, trying each in turn, so the check
+  holds at connect time too (DNS rebinding: a host that answers differently the
+  second time), and at every request a client makes, each redirect it follows
+  included.
+
+A refusal by the policy (:class:`NonPublicAddress`) names the host and the policy,
+never the address the host resolved to: what an internal name resolves to is
+the internal network's business, and whoever chose the URL may be a stranger.
 
 Nothing here reads settings: each caller passes its own ``allow_private``.
 """
@@ -26,7 +32,7 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -87,8 +93,17 @@ _DENIED_V6 = tuple(
 _AddrInfo = list[tuple[Any, ...]]
 
 
+# What a refusal by the policy says after naming the host.
+POLICY = "resolves to a private address; Parley does not call private addresses"
+
+
 class URLRefused(Exception):
     """A URL we do not connect to; the message says why (it names the host, never the whole URL)."""
+
+
+class NonPublicAddress(URLRefused):
+    """The policy's own refusal: the host is, or resolves to, an address that is not public.
+    The message is "the host '<host>' :data:`POLICY`"."""
 
 
 def is_public(address: str) -> bool:
@@ -143,21 +158,19 @@ def _vetted(host: str, infos: _AddrInfo, *, allow_private: bool) -> list[str]:
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     if not addresses:
         raise URLRefused(f"the host {host!r} does not resolve")
-    if not allow_private:
-        for address in addresses:
-            if not is_public(address):
-                raise URLRefused(f"the host {host!r} resolves to the non-public address {address}")
+    if not allow_private and not all(is_public(address) for address in addresses):
+        raise NonPublicAddress(f"the host {host!r} {POLICY}")
     return addresses
 
 
-async def vetted_address(url: str, *, allow_private: bool) -> str:
-    """The address a request to ``url`` goes to: the first one its host resolves to.
+async def vetted_addresses(url: str, *, allow_private: bool) -> list[str]:
+    """Every address ``url``'s host resolves to, in the resolver's order (each once).
 
     Raises:
         URLRefused: the URL does not parse, is not http(s) or names no host; the
-            host does not resolve within :data:`RESOLVE_TIMEOUT` seconds; or any
-            address it resolves to is not public (:func:`is_public`), unless
-            ``allow_private``.
+            host does not resolve within :data:`RESOLVE_TIMEOUT` seconds; or
+            (:class:`NonPublicAddress`) any address it resolves to is not public
+            (:func:`is_public`), unless ``allow_private``.
     """
     host, port = _target(url)
     try:
@@ -165,12 +178,18 @@ async def vetted_address(url: str, *, allow_private: bool) -> str:
             infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, ValueError, TimeoutError) as exc:  # ValueError: a NUL, or a label IDNA refuses
         raise URLRefused(f"the host {host!r} does not resolve") from exc
-    return _vetted(host, infos, allow_private=allow_private)[0]
+    return _vetted(host, infos, allow_private=allow_private)
+
+
+async def vetted_address(url: str, *, allow_private: bool) -> str:
+    """The address a request to ``url`` goes to: the first one its host resolves to. Raises as
+    :func:`vetted_addresses` does."""
+    return (await vetted_addresses(url, allow_private=allow_private))[0]
 
 
 def vetted_addresses_sync(url: str, *, allow_private: bool) -> list[str]:
     """Every address ``url``'s host resolves to, in the resolver's order (each once), for
-    synchronous code (a view, a Celery task). Raises as :func:`vetted_address` does: one address
+    synchronous code (a view, a Celery task). Raises as :func:`vetted_addresses` does: one address
     that is not public refuses the host.
 
     The lookup runs in a daemon thread so that a resolver that hangs costs at
@@ -195,8 +214,13 @@ def vetted_addresses_sync(url: str, *, allow_private: bool) -> list[str]:
 
 
 class AddressRefused(httpx.ConnectError):
-    """Raised by :class:`PinnedTransport` for a URL :func:`vetted_addresses_sync` refuses; nothing
-    was sent. The message is the refusal's."""
+    """Raised by the pinned transports for a URL the policy refuses; nothing was sent. The message
+    is the refusal's; ``private`` says whether it is the policy's own (:class:`NonPublicAddress`)
+    rather than a host that does not resolve or a URL that is not http(s)."""
+
+    def __init__(self, refusal: URLRefused, *, request: httpx.Request) -> None:
+        super().__init__(str(refusal), request=request)
+        self.private = isinstance(refusal, NonPublicAddress)
 
 
 class PinnedTransport(httpx.BaseTransport):
@@ -212,7 +236,8 @@ class PinnedTransport(httpx.BaseTransport):
     reach is still reached over IPv4. The request's connect timeout bounds
     resolving and connecting together: each address but the last may take
     half of what is left of it, the last all the rest. ``allow_private`` is
-    asked at each request, so a settings change applies to the next one.
+    asked at each request, so a settings change applies to the next one. A
+    refused URL raises :class:`AddressRefused`.
     """
 
     def __init__(self, *, allow_private: Callable[[], bool]) -> None:
@@ -220,49 +245,89 @@ class PinnedTransport(httpx.BaseTransport):
         self._inner = httpx.HTTPTransport(verify=ssl_context())
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
-        connect_timeout = timeouts.get("connect")
-        connect_by = None if connect_timeout is None else time.monotonic() + connect_timeout
+        attempts = _Attempts(request)
         try:
             addresses = vetted_addresses_sync(str(request.url), allow_private=self._allow_private())
         except URLRefused as exc:
-            raise AddressRefused(str(exc), request=request) from exc
-        host, url = request.url.host, request.url
-        failures: list[tuple[str, httpx.TransportError]] = []
-        for address in addresses:
-            share = connect_timeout
-            if connect_by is not None:
-                left = connect_by - time.monotonic()
-                if left <= 0:
-                    break
-                share = left if len(failures) == len(addresses) - 1 else left / 2
-            request.url = url.copy_with(host=address)
-            request.extensions = {
-                **request.extensions,
-                "sni_hostname": host,
-                "timeout": {**timeouts, "connect": share},
-            }
+            raise AddressRefused(exc, request=request) from exc
+        for address in attempts.over(addresses):
             try:
                 return self._inner.handle_request(request)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent: try the next
-                failures.append((address, exc))
-        raise _connect_failure(request, addresses, failures)
+                attempts.failures.append((address, exc))
+        raise attempts.failure()
 
     def close(self) -> None:
         self._inner.close()
 
 
-def _connect_failure(
-    request: httpx.Request, addresses: list[str], failures: list[tuple[str, httpx.TransportError]]
-) -> httpx.TransportError:
-    """The error of a request none of whose ``addresses`` was connected to: the failure itself
-    when there was one address, a ``ConnectTimeout`` when resolving left no time to connect, else a
-    ``ConnectError`` naming each address's failure."""
-    if not failures:
-        return httpx.ConnectTimeout("resolving the host left no time to connect", request=request)
-    if len(addresses) == len(failures) == 1:
-        return failures[0][1]
-    parts = [f"{address}: {exc or type(exc).__name__}" for address, exc in failures]
-    if untried := len(addresses) - len(failures):
-        parts.append(f"no time left for {untried} more address(es)")
-    return httpx.ConnectError("; ".join(parts), request=request)
+class AsyncPinnedTransport(httpx.AsyncBaseTransport):
+    """:class:`PinnedTransport` for ``httpx.AsyncClient``: the same vetting (resolved with
+    :func:`vetted_addresses`), the same order and timeouts, the same :class:`AddressRefused`."""
+
+    def __init__(self, *, allow_private: Callable[[], bool]) -> None:
+        self._allow_private = allow_private
+        self._inner = httpx.AsyncHTTPTransport(verify=ssl_context())
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        attempts = _Attempts(request)
+        try:
+            addresses = await vetted_addresses(str(request.url), allow_private=self._allow_private())
+        except URLRefused as exc:
+            raise AddressRefused(exc, request=request) from exc
+        for address in attempts.over(addresses):
+            try:
+                return await self._inner.handle_async_request(request)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent: try the next
+                attempts.failures.append((address, exc))
+        raise attempts.failure()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _Attempts:
+    """The tries of one pinned request, made when it arrives (its connect timeout runs from then):
+    :meth:`over` points the request at each vetted address in turn, with its share of the connect
+    timeout; the caller records each failure to connect in :attr:`failures`."""
+
+    def __init__(self, request: httpx.Request) -> None:
+        self.request = request
+        self.timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
+        connect_timeout = self.timeouts.get("connect")
+        self.connect_by = None if connect_timeout is None else time.monotonic() + connect_timeout
+        self.addresses: list[str] = []
+        self.failures: list[tuple[str, httpx.TransportError]] = []
+
+    def over(self, addresses: list[str]) -> Iterator[str]:
+        """Each address to try, with the request pointed at it; stops when the time is up."""
+        self.addresses = addresses
+        request, host, url = self.request, self.request.url.host, self.request.url
+        for address in addresses:
+            share = self.timeouts.get("connect")
+            if self.connect_by is not None:
+                left = self.connect_by - time.monotonic()
+                if left <= 0:
+                    return
+                share = left if len(self.failures) == len(addresses) - 1 else left / 2
+            request.url = url.copy_with(host=address)
+            request.extensions = {
+                **request.extensions,
+                "sni_hostname": host,
+                "timeout": {**self.timeouts, "connect": share},
+            }
+            yield address
+
+    def failure(self) -> httpx.TransportError:
+        """The error of a request none of whose addresses was connected to: the failure itself
+        when there was one address, a ``ConnectTimeout`` when resolving left no time to connect,
+        else a ``ConnectError`` naming each address's failure."""
+        request, addresses, failures = self.request, self.addresses, self.failures
+        if not failures:
+            return httpx.ConnectTimeout("resolving the host left no time to connect", request=request)
+        if len(addresses) == len(failures) == 1:
+            return failures[0][1]
+        parts = [f"{address}: {exc or type(exc).__name__}" for address, exc in failures]
+        if untried := len(addresses) - len(failures):
+            parts.append(f"no time left for {untried} more address(es)")
+        return httpx.ConnectError("; ".join(parts), request=request)

@@ -24,6 +24,7 @@ REFUSAL_STATUS = {
     "expired": 410,
     "revoked": 410,
     "accepted": 410,
+    "not_placeholder": 410,
     "wrong_account": 403,
     "already_member": 200,
 }

@@ -10,7 +10,15 @@ from django.http import Http404
 from django.utils import timezone
 
 from parley import keys
-from parley.models import ApiKey, Invitation, Membership, Tenant, WebhookDelivery, WebhookEndpoint
+from parley.models import (
+    PLACEHOLDER_EMAIL_DOMAIN,
+    ApiKey,
+    Invitation,
+    Membership,
+    Tenant,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 
 
 def roles_of(user: AbstractBaseUser | AnonymousUser) -> list[tuple[int, str]]:
@@ -104,6 +112,23 @@ def addresses_of(user: AbstractBaseUser) -> set[str]:
     return {email.lower()} if email else set()
 
 
+def is_placeholder(user: AbstractBaseUser) -> bool:
+    """Whether ``user`` is a placeholder account (:data:`parley.models.PLACEHOLDER_EMAIL_DOMAIN`): no
+    usable password and an address at that domain."""
+    email = str(getattr(user, "email", "") or "")
+    return not user.has_usable_password() and email.lower().endswith("@" + PLACEHOLDER_EMAIL_DOMAIN)
+
+
+def member_by_username(*, tenant: Tenant, username: str) -> Membership | None:
+    """The tenant's membership of the account named ``username`` (in any case), with its user, or
+    ``None``."""
+    return (
+        Membership.objects.filter(tenant=tenant, user__username__iexact=username)
+        .select_related("user")
+        .first()
+    )
+
+
 def member_by_address(*, tenant: Tenant, email: str) -> Membership | None:
     """The tenant's membership of an account that has ``email`` (in any case) as its address or as one
     of its verified addresses, or ``None``."""
@@ -126,7 +151,7 @@ def invitation_by_token(token: str) -> Invitation | None:
     if len(token) > keys.MAX_KEY_CHARS:
         return None
     return (
-        Invitation.objects.select_related("tenant", "invited_by")
+        Invitation.objects.select_related("tenant", "invited_by", "for_member__user")
         .filter(token_hash=keys.secret_hash(token))
         .first()
     )
@@ -134,9 +159,11 @@ def invitation_by_token(token: str) -> Invitation | None:
 
 def invitations_of(*, tenant: Tenant) -> QuerySet[Invitation]:
     """The tenant's open invitations (pending or expired, not accepted, not revoked), newest first,
-    with who sent them."""
+    with who sent them and the placeholder member each is for, if any."""
     invitations: QuerySet[Invitation] = Invitation.objects.for_tenant(tenant)
-    return invitations.filter(accepted_at__isnull=True, revoked_at__isnull=True).select_related("invited_by")
+    return invitations.filter(accepted_at__isnull=True, revoked_at__isnull=True).select_related(
+        "invited_by", "for_member__user"
+    )
 
 
 def invitations_to(user: AbstractBaseUser) -> QuerySet[Invitation]:
@@ -152,7 +179,7 @@ def invitations_to(user: AbstractBaseUser) -> QuerySet[Invitation]:
         Invitation.objects.filter(match, accepted_at__isnull=True, revoked_at__isnull=True)
         .filter(expires_at__gt=timezone.now())
         .exclude(tenant__memberships__user_id=user.pk)
-        .select_related("tenant", "invited_by")
+        .select_related("tenant", "invited_by", "for_member__user")
         .order_by("-created_at", "-pk")
     )
 

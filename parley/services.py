@@ -19,13 +19,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from allauth.account.models import EmailAddress
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import ForeignObjectRel, Q, QuerySet
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
@@ -33,7 +35,7 @@ from django.utils.text import slugify
 
 from agents.models import Agent
 from parley import keys, selectors
-from parley.models import ApiKey, Invitation, Membership, Tenant
+from parley.models import PLACEHOLDER_EMAIL_DOMAIN, ApiKey, Invitation, Membership, Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -129,8 +131,9 @@ class IssuedInvitation:
 
 class InvitationUnusable(ValidationError):
     """An invitation that cannot be accepted, by anyone or by this account. ``code`` says why:
-    ``expired``, ``revoked``, ``accepted`` (used already), ``wrong_account`` (it is for another
-    address than the account's) or ``already_member``."""
+    ``expired``, ``revoked``, ``accepted`` (used already), ``not_placeholder`` (the member whose
+    place it offers is no placeholder any more), ``wrong_account`` (it is for another address than
+    the account's) or ``already_member``."""
 
 
 def invitation_link(*, origin: str, token: str) -> str:
@@ -150,9 +153,47 @@ def invitation_create(
 
     Raises:
         NotAllowed: ``user`` is not an owner of ``tenant``.
-        ValidationError: ``{"role": …}`` not a role; ``{"email": …}`` not an address, or the
-            address is a member's already (the message gives their role).
+        ValidationError: ``{"role": …}`` not a role; ``{"email": …}`` not an address, a
+            placeholder's address (it receives no mail), or the address is a member's already (the
+            message gives their role).
     """
+    return _invitation_issue(tenant=tenant, email=email, role=role, user=user, origin=origin)
+
+
+def placeholder_invite(
+    *, membership: Membership, email: str, user: User | None, origin: str
+) -> IssuedInvitation:
+    """Invite ``email`` to take the place of the placeholder member ``membership`` (see
+    :data:`parley.models.PLACEHOLDER_EMAIL_DOMAIN`), as :func:`invitation_create` invites.
+
+    The person accepts as any invitation is accepted (signing up from the link,
+    or logging in), and their account then takes the placeholder's place in the
+    tenant: its membership and role, and every row of the tenant that names it,
+    so the agents it answers for and their questions become theirs (see
+    :func:`invitation_accept`). An open invitation for the same member, or to the
+    same address, is revoked.
+
+    Raises:
+        NotAllowed: ``user`` is not an owner of the member's tenant.
+        ValidationError: the member is no placeholder (it is a person's own account) or was
+            removed; ``{"email": …}`` as :func:`invitation_create`.
+    """
+    return _invitation_issue(
+        tenant=membership.tenant, email=email, role="", user=user, origin=origin, for_member=membership
+    )
+
+
+def _invitation_issue(
+    *,
+    tenant: Tenant,
+    email: str,
+    role: str,
+    user: User | None,
+    origin: str,
+    for_member: Membership | None = None,
+) -> IssuedInvitation:
+    """Make an invitation (``for_member``: to take that placeholder's place, in its role) and e-mail
+    it on commit; see :func:`invitation_create` and :func:`placeholder_invite`."""
     email = email.strip()
     token = keys.new_secret()
     with transaction.atomic():
@@ -160,24 +201,43 @@ def invitation_create(
             _lock(tenant.pk)
         else:
             _lock_as_owner(tenant_id=tenant.pk, user=user)
+        if for_member is not None:
+            placeholder = _current(for_member)
+            if not selectors.is_placeholder(placeholder.user):
+                raise ValidationError(
+                    f"{placeholder.user.get_username()} is no placeholder: it is a person's own account."
+                )
+            role = placeholder.role
         _check_role(role)
         try:
             validate_email(email)
         except ValidationError as exc:
             raise ValidationError({"email": f"{email!r} is not an e-mail address."}) from exc
         member = selectors.member_by_address(tenant=tenant, email=email)
+        if email.lower().endswith("@" + PLACEHOLDER_EMAIL_DOMAIN):
+            whose = f" of {member.user.get_username()}" if member is not None else ""
+            raise ValidationError(
+                {
+                    "email": f"{email} is the placeholder address{whose}, which receives no mail: invite "
+                    "the person's own address for that member instead."
+                }
+            )
         if member is not None:
             raise ValidationError(
                 {"email": f"{email} is a member already: {member.user.get_username()} ({member.role})."}
             )
         now = timezone.now()
+        earlier = Q(email__iexact=email)
+        if for_member is not None:
+            earlier |= Q(for_member=for_member)
         Invitation.objects.for_tenant(tenant).filter(
-            email__iexact=email, accepted_at__isnull=True, revoked_at__isnull=True
+            earlier, accepted_at__isnull=True, revoked_at__isnull=True
         ).update(revoked_at=now, revoked_by=user, updated_at=now)
         invitation = Invitation.objects.create(
             tenant=tenant,
             email=email,
             role=role,
+            for_member=for_member,
             invited_by=user,
             token_hash=keys.secret_hash(token),
             expires_at=now + timedelta(days=settings.INVITATION_DAYS),
@@ -246,6 +306,13 @@ def invitation_refusal(*, invitation: Invitation, user: User | None) -> Invitati
         )
     if status == Invitation.Status.ACCEPTED:
         return InvitationUnusable(f"This invitation to {tenant.name} was used already.", code=status)
+    placeholder = invitation.for_member.user if invitation.for_member is not None else None
+    if placeholder is not None and not selectors.is_placeholder(placeholder):
+        return InvitationUnusable(
+            f"This invitation was to take {placeholder.get_username()}'s place in {tenant.name}, which "
+            "is no placeholder any more: ask its owners for a new one.",
+            code="not_placeholder",
+        )
     if user is None:
         return None
     if invitation.email.lower() not in selectors.addresses_of(user):
@@ -262,29 +329,95 @@ def invitation_refusal(*, invitation: Invitation, user: User | None) -> Invitati
     return None
 
 
+def invited_address_confirm(*, invitation: Invitation, user: User) -> bool:
+    """Record the address ``invitation`` is for as confirmed on ``user``, who has it unconfirmed,
+    while the invitation is open. Returns whether it did; otherwise changes nothing.
+
+    For an account logging in from the session that opened the invitation's link
+    (:mod:`parley.accounts`): the link was e-mailed to that address, which proves
+    it as allauth's own confirmation link would. An address another account has
+    confirmed is left unconfirmed (allauth's rule: one account per confirmed address).
+    """
+    with transaction.atomic():
+        address = (
+            EmailAddress.objects.select_for_update()
+            .filter(user_id=user.pk, email__iexact=invitation.email, verified=False)
+            .first()
+        )
+        current = Invitation.objects.for_tenant(invitation.tenant_id).filter(pk=invitation.pk).first()
+        if address is None or current is None or current.status != Invitation.Status.PENDING:
+            return False
+        return address.set_verified()
+
+
 def invitation_accept(*, invitation: Invitation, user: User) -> Membership:
     """Make ``user`` a member of the invitation's tenant in its role; returns the membership.
 
+    An invitation for a placeholder member (:func:`placeholder_invite`) gives
+    ``user`` the placeholder's place instead: its membership, and every row of the
+    tenant that names the placeholder account (the agents it is the principal or
+    intake owner of, their questions and intake requests…) then names ``user``;
+    the placeholder account, left in no tenant, is deleted.
+
     Raises:
         InvitationUnusable: :func:`invitation_refusal`'s, with the code ``expired``, ``revoked``,
-            ``accepted``, ``wrong_account`` or ``already_member``. Nothing changes.
+            ``accepted``, ``not_placeholder``, ``wrong_account`` or ``already_member``. Nothing
+            changes.
     """
     with transaction.atomic():
         _lock(invitation.tenant_id)
         current = (
             Invitation.objects.for_tenant(invitation.tenant_id)
             .select_for_update(of=("self",))
-            .select_related("tenant")
+            .select_related("tenant", "for_member__user")
             .get(pk=invitation.pk)
         )
         refusal = invitation_refusal(invitation=current, user=user)
         if refusal is not None:
             raise refusal
-        membership = Membership.objects.create(tenant=current.tenant, user=user, role=current.role)
+        if current.for_member is None:
+            membership = Membership.objects.create(tenant=current.tenant, user=user, role=current.role)
+        else:
+            membership = _place_take(placeholder=current.for_member, user=user)
         current.accepted_at = timezone.now()
         current.accepted_by = user
         current.save(update_fields=["accepted_at", "accepted_by", "updated_at"])
         return membership
+
+
+def _place_take(*, placeholder: Membership, user: User) -> Membership:
+    """Give ``user`` (no member of the tenant) the placeholder member's place: every row of the tenant
+    that names the placeholder account (its membership among them) names ``user`` instead; then the
+    placeholder account is deleted unless another tenant has it. Returns the membership, now ``user``'s.
+
+    Every row a tenant owns carries its ``tenant``, so the rows are found through the user model's
+    relations rather than listed here, and a relation added later is moved too.
+    """
+    account = placeholder.user
+    for relation in get_user_model()._meta.get_fields(include_hidden=True):
+        if not isinstance(relation, ForeignObjectRel) or isinstance(relation.related_model, str):
+            continue
+        model, field = relation.related_model, relation.field.name
+        if any(f.name == "tenant" for f in model._meta.concrete_fields):
+            rows = model._base_manager.filter(tenant_id=placeholder.tenant_id, **{field: account})
+            rows.update(**{field: user})
+    if not Membership.objects.filter(user=account).exists():
+        account.delete()
+    placeholder.refresh_from_db()
+    return placeholder
+
+
+def placeholder_create(*, tenant: Tenant, username: str) -> User:
+    """A new placeholder account ``username`` made a ``principal`` member of ``tenant``: no usable
+    password and the address ``<username>@`` :data:`parley.models.PLACEHOLDER_EMAIL_DOMAIN`, until
+    an owner hands its place to the person (:func:`placeholder_invite`). For trusted callers (the
+    scenario importer), which check the name is free.
+    """
+    account = User(username=username, email=f"{username}@{PLACEHOLDER_EMAIL_DOMAIN}")
+    account.set_unusable_password()
+    account.save()
+    Membership.objects.create(user=account, tenant=tenant, role=Membership.Role.PRINCIPAL)
+    return account
 
 
 # Members.

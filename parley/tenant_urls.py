@@ -13,6 +13,7 @@ urlpatterns = [
     ),
     path("members/<int:pk>/role/", views.MemberRoleView.as_view(), name="member-role"),
     path("members/<int:pk>/remove/", views.MemberRemoveView.as_view(), name="member-remove"),
+    path("members/<int:pk>/hand-over/", views.MemberHandOverView.as_view(), name="member-hand-over"),
     path("api-keys/", views.ApiKeysView.as_view(), name="api-keys"),
     path("api-keys/<int:pk>/revoke/", views.ApiKeyRevokeView.as_view(), name="api-key-revoke"),
     path("webhooks/", webhook_views.WebhooksView.as_view(), name="webhooks"),

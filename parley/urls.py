@@ -7,7 +7,7 @@ from allauth.account import views as account_views
 from django.contrib import admin
 from django.urls import include, path
 
-from parley import organisation_views
+from parley import accounts, organisation_views
 from parley.health import health
 from parley.views import home
 
@@ -19,6 +19,8 @@ urlpatterns = [
     # logout are also named login and logout, as Django's own were.
     path("login/", account_views.login, name="login"),
     path("logout/", account_views.logout, name="logout"),
+    # allauth's sign-up, handed the invitation its visitor opened (parley.accounts).
+    path("signup/", accounts.SignupView.as_view(), name="account_signup"),
     path("", include("allauth.account.urls")),
     path("organisations/", organisation_views.OrganisationsView.as_view(), name="organisations"),
     path("organisations/new/", organisation_views.TenantCreateView.as_view(), name="tenant-create"),

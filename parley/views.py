@@ -11,16 +11,16 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.generic import ListView, TemplateView
 from django_htmx.http import HttpResponseClientRedirect
 
-from agents.selectors import OPERATE
+from agents.selectors import OPERATE, agents_of_principal
 from parley import selectors, services
-from parley.forms import ApiKeyForm, InvitationForm, MemberRoleForm
+from parley.forms import ApiKeyForm, HandOverForm, InvitationForm, MemberRoleForm
 from parley.middleware import TOO_LARGE, too_large_text
 from parley.models import ApiKey, Membership, Tenant
 from parley.selectors import first_membership, membership_for
@@ -167,7 +167,9 @@ class MembersView(TenantMixin, TemplateView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         is_owner = self.membership.role == Membership.Role.OWNER
-        context.update(members=selectors.members_of(tenant=self.tenant), is_owner=is_owner)
+        members = list(selectors.members_of(tenant=self.tenant))
+        placeholders = {m.pk for m in members if selectors.is_placeholder(m.user)}
+        context.update(members=members, placeholders=placeholders, is_owner=is_owner)
         if is_owner:
             context.update(
                 roles=Membership.Role.choices,
@@ -302,6 +304,51 @@ class MemberRemoveView(MembersView):
         else:
             messages.success(request, f"{membership.user.get_username()} is no longer a member.")
         return self.changed()
+
+
+class MemberHandOverView(MembersView):
+    """GET: the form to invite the person a placeholder member stands for, at their own address; POST
+    ``email``: invites them to take its place (:func:`parley.services.placeholder_invite`), then the
+    members page with the link shown once (not cached), or this page with the refusal at its field.
+    Owners only; a member who is no placeholder, or another tenant's, is a 404."""
+
+    allowed_roles = OWNER
+    template_name = "parley/member_hand_over.html"
+    fragment_template_name = ""
+
+    def placeholder(self) -> Membership:
+        member = self.member(self.kwargs["pk"])
+        if not selectors.is_placeholder(member.user):
+            raise Http404("No placeholder member has this id.")
+        return member
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        member = context.get("member") or self.placeholder()
+        context.update(member=member, agents=agents_of_principal(membership=member))
+        context.setdefault("hand_over_form", HandOverForm())
+        return context
+
+    def post(self, request: HttpRequest, tenant: str, pk: int) -> HttpResponse:
+        member = self.placeholder()
+        form = HandOverForm(request.POST)
+        if form.is_valid():
+            try:
+                issued = services.placeholder_invite(
+                    membership=member,
+                    email=form.cleaned_data["email"],
+                    user=self.membership.user,
+                    origin=request.build_absolute_uri("/"),
+                )
+            except ValidationError as exc:
+                form.add_error(None, exc)
+            else:
+                response = render(
+                    request, MembersView.template_name, self.get_context_data(member=member, issued=issued)
+                )
+                add_never_cache_headers(response)
+                return response
+        return render(request, self.template_name, self.get_context_data(member=member, hand_over_form=form))
 
 
 class ApiKeysView(TenantMixin, TemplateView):

@@ -112,6 +112,31 @@ def runs_settle(timeout: float = 30.0) -> None:
     )
 
 
+# A host name and the public address the test resolver gives it (see ``public_name``).
+PUBLIC_NAME = "public.example"
+PUBLIC_ADDRESS = "8.8.8.8"
+# What the address policy says of a host on a private address (parley.netguard.POLICY).
+PRIVATE = "resolves to a private address; Parley does not call private addresses"
+
+
+@pytest.fixture
+def public_name(monkeypatch: pytest.MonkeyPatch) -> str:
+    """:data:`PUBLIC_NAME`, a host name the system resolver answers with the public address
+    :data:`PUBLIC_ADDRESS`, which in turn resolves to 127.0.0.1: a server on loopback that the
+    address policy takes for a public one, as behind a NAT. Only the resolver is replaced; a
+    synchronous connection to the literal address resolves it through the resolver (asyncio's does
+    not, so it reaches only synchronous clients)."""
+    real = socket.getaddrinfo
+
+    def resolver(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == PUBLIC_NAME:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (PUBLIC_ADDRESS, port))]
+        return real("127.0.0.1" if host == PUBLIC_ADDRESS else host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    return PUBLIC_NAME
+
+
 @dataclass
 class LiveStack:
     url: str

@@ -5,6 +5,7 @@ With no ``DATABASE_URL`` and no ``REDIS_URL`` this is the *embedded default*
 thread inside the process, and the in-memory Channels layer.
 """
 
+import hashlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -95,8 +96,16 @@ else:
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's standard four: not like the username or e-mail, at least 8 characters, not one of 20,000
+# common passwords, not all digits. Sign-up, password change and reset all check them.
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": f"django.contrib.auth.password_validation.{name}"}
+    for name in (
+        "UserAttributeSimilarityValidator",
+        "MinimumLengthValidator",
+        "CommonPasswordValidator",
+        "NumericPasswordValidator",
+    )
 ]
 AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
@@ -180,9 +189,15 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Where `celery -A parley beat` keeps the periodic tasks' last run times (shelve files: the name plus
-# suffixes): outside the checkout, in the system's temporary directory, unless set.
+# suffixes). Unless set: outside the checkout, in the system's temporary directory, named after the
+# checkout's path, so two checkouts' beats on one machine keep apart. Beat makes its directory, or
+# refuses to start naming this setting (parley.celery.ScheduleFileScheduler).
 CELERY_BEAT_SCHEDULE_FILENAME = env.str(
-    "CELERY_BEAT_SCHEDULE_FILENAME", default=str(Path(tempfile.gettempdir()) / "parley-celerybeat-schedule")
+    "CELERY_BEAT_SCHEDULE_FILENAME",
+    default=str(
+        Path(tempfile.gettempdir())
+        / f"parley-celerybeat-schedule-{hashlib.sha256(str(BASE_DIR).encode()).hexdigest()[:12]}"
+    ),
 )
 # Periodic tasks; `celery -A parley beat` sends them (the embedded default runs beat in-process).
 CELERY_BEAT_SCHEDULE = {
@@ -234,6 +249,12 @@ WEBHOOKS_ALLOW_HTTP = env.bool("WEBHOOKS_ALLOW_HTTP", default=False)
 # Host operations (tools that call a host's URL) must use HTTPS unless this allows plain HTTP,
 # as on loopback in tests.
 PARLEY_HOST_OPERATIONS_ALLOW_HTTP = env.bool("PARLEY_HOST_OPERATIONS_ALLOW_HTTP", default=False)
+
+# URLs a tenant or a counterparty chose (evaluation hooks, model endpoints, host operations,
+# counterparties' cards and endpoints, Agent Exchange) must resolve to public addresses
+# (parley.outbound), unless this allows private, loopback and link-local ones: on the embedded
+# default, whose demo counterparties and local models (Ollama at 127.0.0.1:11434) are on loopback.
+OUTBOUND_ALLOW_PRIVATE = env.bool("OUTBOUND_ALLOW_PRIVATE", default=EMBEDDED)
 
 # LOG_FORMAT=plain (the default, for people) or json (one object per line, for log shippers). In
 # both, records logged inside parley.telemetry.log_context carry its ids (run_id, tenant_id…) and

@@ -3,14 +3,26 @@
 Start every process with ``DJANGO_SETTINGS_MODULE=parley.settings.production``.
 Settings that cannot be right by default are refused at start-up, naming the
 variable: ``SECRET_KEY`` unset, the embedded default's public key, or one
-Django's deployment check calls weak (shorter than 50 characters or fewer than
-5 distinct ones); ``KEY_HASH_SECRET`` set to that public key. Every setting is in docs/settings.md.
+Django's deployment check (``check --deploy``, security.W009) calls weak: shorter
+than 50 characters, fewer than 5 distinct ones, or starting ``django-insecure-``
+(the mark of a key ``startproject`` made for development); ``KEY_HASH_SECRET``
+set to that public key; ``OUTBOUND_ALLOW_PRIVATE`` with open sign-up. Every
+setting is in docs/settings.md.
 """
+
+import os
 
 from django.core.exceptions import ImproperlyConfigured
 
 from parley.settings.base import *  # noqa: F403
-from parley.settings.base import EMBEDDED_SECRET_KEY, KEY_HASH_SECRET, REDIS_URL, env
+from parley.settings.base import (
+    ACCOUNT_SIGNUP_ENABLED,
+    EMBEDDED_SECRET_KEY,
+    KEY_HASH_SECRET,
+    OUTBOUND_ALLOW_PRIVATE,
+    REDIS_URL,
+    env,
+)
 
 SECRET_KEY = env.str("SECRET_KEY", default="")
 if not SECRET_KEY or SECRET_KEY == EMBEDDED_SECRET_KEY:
@@ -19,6 +31,11 @@ if not SECRET_KEY or SECRET_KEY == EMBEDDED_SECRET_KEY:
     )
 if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
     raise ImproperlyConfigured("SECRET_KEY is too weak: use at least 50 random characters.")
+if SECRET_KEY.startswith("django-insecure-"):
+    raise ImproperlyConfigured(
+        "SECRET_KEY starts with 'django-insecure-', Django's mark of a development key: "
+        "use a secret of your own."
+    )
 if KEY_HASH_SECRET == EMBEDDED_SECRET_KEY:
     raise ImproperlyConfigured("KEY_HASH_SECRET must not be the embedded default's public key.")
 DEBUG = False
@@ -29,6 +46,18 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 # Webhooks go to public addresses over https only, whatever the environment says.
 WEBHOOKS_ALLOW_PRIVATE = False
 WEBHOOKS_ALLOW_HTTP = False
+# Tenants' URLs go to public addresses only unless the deployment says otherwise, even on the embedded
+# default (whose "true" is for the demo's loopback peers). A single-tenant deployment may allow private
+# ones (a model server on its own network); with open sign-up every stranger's organisation could then
+# reach that network, so the two are refused together.
+if "OUTBOUND_ALLOW_PRIVATE" not in os.environ:
+    OUTBOUND_ALLOW_PRIVATE = False
+if OUTBOUND_ALLOW_PRIVATE and ACCOUNT_SIGNUP_ENABLED:
+    raise ImproperlyConfigured(
+        "OUTBOUND_ALLOW_PRIVATE=true lets every organisation's URLs reach this deployment's own network, "
+        "and SIGNUP_OPEN lets anyone make an organisation: set SIGNUP_OPEN=false to allow private "
+        "addresses, or OUTBOUND_ALLOW_PRIVATE=false."
+    )
 
 # Shared by every web process, so django-allauth's login and sign-up rate limits count across them.
 if REDIS_URL:

@@ -39,6 +39,9 @@ PARLEY_HOST_OPERATIONS_ALLOW_HTTP = True
 # seconds. Tests of the address policy set WEBHOOKS_ALLOW_PRIVATE = False themselves.
 WEBHOOKS_ALLOW_PRIVATE = True
 WEBHOOKS_ALLOW_HTTP = True
+# The suite's counterparties, hooks, host operations and model servers are on loopback. Tests of the
+# policy set OUTBOUND_ALLOW_PRIVATE = False themselves.
+OUTBOUND_ALLOW_PRIVATE = True
 WEBHOOK_TIMEOUT = 5.0
 WEBHOOK_BACKOFF_BASE = 0.3
 WEBHOOK_BACKOFF_MAX = 2.0

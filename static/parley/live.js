@@ -37,12 +37,29 @@
   let posting = 0;
   let deferred = false;
 
+  // A pointer held down on the page: a click is under way. Swapping the node under it between
+  // its press and release would lose the click (the two land on different nodes), so refreshes
+  // wait for the release, as they wait for a form's answer.
+  let pressing = false;
+  document.addEventListener("pointerdown", function () {
+    pressing = true;
+  });
+  function released() {
+    pressing = false;
+    if (!posting && deferred) {
+      deferred = false;
+      refresh();
+    }
+  }
+  document.addEventListener("pointerup", released);
+  document.addEventListener("pointercancel", released);
+
   document.addEventListener("htmx:beforeRequest", function () {
     posting += 1;
   });
   document.addEventListener("htmx:afterRequest", function () {
     posting = Math.max(0, posting - 1);
-    if (!posting && deferred) {
+    if (!posting && !pressing && deferred) {
       deferred = false;
       refresh();
     }
@@ -81,7 +98,7 @@
   // One refresh at a time. Events during a refresh ask for one more pass, so
   // responses never land out of order and a burst of events costs two passes.
   async function refresh() {
-    if (posting) {
+    if (posting || pressing) {
       deferred = true;
       return;
     }
@@ -115,8 +132,8 @@
       } catch (error) {
         return; // offline: the socket drops too, and its reconnect re-syncs
       }
-      if (posting) {
-        deferred = true; // a form was sent meanwhile: merge after its answer, from a fresh fetch
+      if (posting || pressing) {
+        deferred = true; // a form was sent or a click began meanwhile: merge after it, from a fresh fetch
         return;
       }
       const fresh = document.createElement("template");
@@ -129,6 +146,8 @@
   }
 
   function merge(current, region) {
+    // Unchanged: leave the nodes be, so nothing under the pointer or the focus is swapped for nothing.
+    if (current.isEqualNode(region)) return;
     // Moving a node out of the document drops its focus; note it to give it back.
     const focused = current.contains(document.activeElement) ? document.activeElement : null;
     const selection =

@@ -39,6 +39,7 @@ from tests.chat_server import (
     tool_calls,
     unstreamed,
 )
+from tests.conftest import PRIVATE
 
 KEY = "sk-test-0123456789abcdef"
 MESSAGES = [{"role": "system", "content": "You act for Tomas."}, {"role": "user", "content": "Hello."}]
@@ -714,3 +715,38 @@ def test_another_tenants_endpoint_is_not_available(
     with pytest.raises(ModelError, match="'gpt-x' is not available"):
         model(agent, "gpt-x")
     assert server.requests == []
+
+
+# The endpoint's URL is the tenant's: it is called on public addresses only (parley.outbound).
+
+
+def test_an_endpoint_on_a_private_address_is_not_called_and_the_fallback_takes_over(
+    settings: Any, tenant: Tenant, agent: Agent, server: ChatServer
+) -> None:
+    """Saved while the setting allowed it, or its name (``localhost``) resolves to loopback since: the
+    call is refused where it connects, at once, without retries, and the next model answers."""
+    endpoint(tenant, server, base_url=server.url.replace("127.0.0.1", "localhost"))
+    settings.OUTBOUND_ALLOW_PRIVATE = False
+    seen = Seen()
+
+    reply = ask(model(agent, "gpt-x", "offline"), seen)
+
+    assert reply.model == "offline"
+    reason = f"not called: the host 'localhost' {PRIVATE}"
+    assert (seen.fallbacks, seen.retries, server.requests) == ([("gpt-x", "offline", reason)], [], [])
+
+
+def test_an_endpoint_on_the_metadata_address_fails_the_call_naming_the_policy(
+    settings: Any, tenant: Tenant, agent: Agent
+) -> None:
+    ModelEndpoint.objects.create(
+        tenant=tenant, name="gpt-x", base_url="http://169.254.169.254/v1", upstream_model="m", timeout=2.0
+    )
+    settings.OUTBOUND_ALLOW_PRIVATE = False
+    seen = Seen()
+
+    with pytest.raises(ModelError) as error:
+        ask(model(agent, "gpt-x"), seen)
+
+    assert str(error.value) == f"gpt-x: not called: the host '169.254.169.254' {PRIVATE}"
+    assert seen.retries == []

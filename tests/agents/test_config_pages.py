@@ -593,7 +593,7 @@ REFUSED = [
         "amount (number), amount (string)",
         "The term amount is declared twice; declare each term once.",
     ),
-    # The hook is POSTed to: http or https only (agents.models.http_url_validator).
+    # The hook is POSTed to: http or https only (parley.outbound.url_validator).
     ("evaluation_url", "ftp://files.example/hook", "Enter an http:// or https:// URL."),
     (
         "system_prompt",
@@ -1004,6 +1004,83 @@ def test_a_tools_parameters_are_refused_on_the_page_in_the_words_of_the_api(
     )
 
     assert page == answered == ["A JSON Schema for arguments must be a JSON object."]
+
+
+# --- URLs the platform calls: public addresses only (parley.outbound) --------------------------------
+
+# Where a tenant stores a URL the platform calls: (the page that edits it, the API's collection,
+# the field, a body that creates a row through the API but for that URL).
+CALLED_URLS = [
+    ("agent-edit", "agents", "evaluation_url", {"slug": "vera", "name": "Vera's agent"}),
+    (
+        "tool-edit",
+        "tools",
+        "url",
+        {"name": "probe", "kind": "host", "description": "Probe.", "secret": "a-signing-secret"},
+    ),
+    ("model-edit", "model-endpoints", "base_url", {"name": "probe", "upstream_model": "m-1"}),
+]
+# (URL, its host): loopback, link-local (the cloud metadata service), a name that resolves to loopback.
+PRIVATE_TARGETS = [
+    ("http://127.0.0.1:47123/prod-internal", "127.0.0.1"),
+    ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
+    ("http://localhost:47123/prod-internal", "localhost"),
+]
+
+
+@pytest.mark.parametrize(("page", "collection", "field", "body"), CALLED_URLS)
+@pytest.mark.parametrize(("target", "host"), PRIVATE_TARGETS)
+def test_a_url_on_a_private_address_is_refused_on_the_page_and_by_the_api_and_nothing_is_saved(
+    settings: Any,
+    ops: Client,
+    api: APIClient,
+    agent: Agent,
+    lookup: Tool,
+    house: ModelEndpoint,
+    page: str,
+    collection: str,
+    field: str,
+    body: dict[str, str],
+    target: str,
+    host: str,
+) -> None:
+    settings.OUTBOUND_ALLOW_PRIVATE = False  # as in production
+    row = {"agent-edit": agent, "tool-edit": lookup, "model-edit": house}[page]
+    refusal = f"The host '{host}' resolves to a private address; Parley does not call private addresses."
+    data = page_form(ops, url(page, pk=row.pk))
+    data[field] = [target]
+    before = snapshot(row)
+
+    shown = errors_of(ops.post(url(page, pk=row.pk), data), field)
+    changed = api.patch(f"/api/v1/{collection}/{row.pk}", {field: target}, format="json")
+    created = api.post(f"/api/v1/{collection}", {**body, field: target}, format="json")
+
+    assert shown == api_refusal(changed, field) == api_refusal(created, field) == [refusal]
+    assert snapshot(row) == before
+    assert type(row).objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("allow_http", "target", "refusal"),
+    [
+        (True, "ftp://files.example/lookup", "Enter an http:// or https:// URL."),
+        (True, "ftps://files.example/lookup", "Enter an http:// or https:// URL."),
+        (False, "http://host.example/lookup", "A host operation's URL must be https://, not plain http."),
+    ],
+)
+def test_a_host_operations_url_is_refused_on_the_page_and_by_the_api_unless_it_may_be_called(
+    settings: Any, ops: Client, api: APIClient, lookup: Tool, allow_http: bool, target: str, refusal: str
+) -> None:
+    settings.PARLEY_HOST_OPERATIONS_ALLOW_HTTP = allow_http
+    data = page_form(ops, url("tool-edit", pk=lookup.pk))
+    data["url"] = [target]
+    before = snapshot(lookup)
+
+    shown = errors_of(ops.post(url("tool-edit", pk=lookup.pk), data), "url")
+    answered = api_refusal(api.patch(f"/api/v1/tools/{lookup.pk}", {"url": target}, format="json"), "url")
+
+    assert shown == answered == [refusal]
+    assert snapshot(lookup) == before
 
 
 # --- Term guards and guardrails, row by row ---------------------------------------------------------

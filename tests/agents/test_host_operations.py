@@ -29,7 +29,7 @@ from agents.host_operations import (
 from agents.models import Tool
 from agents.tools import ToolError
 from parley.models import Tenant
-from tests.conftest import free_port
+from tests.conftest import PRIVATE, free_port
 from tests.loopback import LoopbackServer
 
 SECRET = "whsec_7c1d0a9e-do-not-show"
@@ -434,3 +434,23 @@ def test_check_schema_rejects_an_invalid_schema(schema: Any, message: str) -> No
         check_schema(schema)
 
     assert failure.value.messages == [message]
+
+
+# The tool's URL is the tenant's: it is called on public addresses only (parley.outbound).
+
+
+@pytest.mark.parametrize("name", ["localhost", "169.254.169.254"])
+def test_a_host_operation_on_a_private_address_sends_nothing(
+    tenant: Tenant, host: HostServer, settings: Any, name: str
+) -> None:
+    """Saved while the setting allowed it, or its name (``localhost``) resolves to loopback since:
+    the call is refused where it connects, and the model is told why in the policy's words."""
+    tool = host_tool(tenant, f"http://{name}:{host.port}/echo")
+    settings.OUTBOUND_ALLOW_PRIVATE = False
+    before = len(host.received)
+
+    with pytest.raises(ToolError) as failure:
+        call(tool)
+
+    assert str(failure.value) == f"Host operation 'lookup_order' was not called: the host '{name}' {PRIVATE}."
+    assert len(host.received) == before

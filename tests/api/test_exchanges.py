@@ -19,6 +19,7 @@ from agents.models import Agent
 from exchange import outbound, wire
 from exchange.models import ExchangeProfile, OutboundExchange
 from parley.models import Tenant
+from tests.conftest import PRIVATE
 from tests.exchange.issuer import ISSUER, Issuer, request_for
 
 pytestmark = pytest.mark.django_db
@@ -245,6 +246,29 @@ def test_what_is_not_valid_is_refused_naming_the_field(
 
     assert list(fields) == [field]
     assert any(says in message for message in fields[field]), fields
+    assert not OutboundExchange.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "host"),
+    [
+        ("http://127.0.0.1:47123/a2a/globex/helpdesk", "127.0.0.1"),
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
+        ("http://localhost:47123/a2a/globex/helpdesk", "localhost"),
+    ],
+)
+def test_a_recipient_on_a_private_address_is_refused_at_url_and_nothing_is_queued(
+    settings: Any, api: APIClient, agent: Agent, issuer: Issuer, url: str, host: str
+) -> None:
+    settings.OUTBOUND_ALLOW_PRIVATE = False  # as in production
+
+    fields = fields_of(
+        api.post(
+            exchanges_path(agent), {"url": url, "request": request_for(url, issuer.token(url))}, format="json"
+        )
+    )
+
+    assert fields == {"url": [f"The host '{host}' {PRIVATE}."]}
     assert not OutboundExchange.objects.exists()
 
 

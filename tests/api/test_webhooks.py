@@ -104,8 +104,8 @@ def test_a_private_or_plain_http_url_is_refused_in_production_settings(settings:
     assert [r.status_code for r in (loopback, metadata, plain)] == [400, 400, 400]
     [refusal] = loopback.json()["error"]["fields"]["url"]
     assert refusal == (
-        "Webhooks are not sent to this URL: the host '127.0.0.1' resolves to the non-public address "
-        "127.0.0.1."
+        "Webhooks are not sent to this URL: the host '127.0.0.1' resolves to a private address; Parley "
+        "does not call private addresses."
     )
     assert "169.254.169.254" in metadata.json()["error"]["fields"]["url"][0]
     assert plain.json()["error"]["fields"] == {

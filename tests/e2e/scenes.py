@@ -23,7 +23,7 @@ from agents.services import question_answer, run_start
 from negotiations import demo
 from negotiations.models import Negotiation, Settlement
 from parley.models import Membership
-from parley.services import api_key_create, invitation_create
+from parley.services import api_key_create, invitation_create, placeholder_create, placeholder_invite
 from tests.conftest import make_user, wait_until
 
 DEMO_QUESTION = (
@@ -43,8 +43,9 @@ class Scene:
     """What :func:`dashboard_scene` made: the demo's world, its finished run (``settled_run``) and the
     run waiting on Tomas (``waiting_run``, its question ``question``), the agreed negotiation, a
     second agent with a host tool needing approval, the members ``olga`` (operator), ``owen``
-    (owner) and ``vera`` (viewer), whose password is ``tests.conftest.PASSWORD``, and an open
-    invitation of nia@example.com (``invitation_path``, its link's path)."""
+    (owner) and ``vera`` (viewer), whose password is ``tests.conftest.PASSWORD``, an open
+    invitation of nia@example.com (``invitation_path``, its link's path), and a placeholder member,
+    ``acme.petra`` (``placeholder``), with an open invitation for it."""
 
     world: demo.DemoWorld
     settled_run: Run
@@ -55,6 +56,7 @@ class Scene:
     tool: Tool
     endpoint: ModelEndpoint
     invitation_path: str
+    placeholder: Membership
 
 
 def wait_question(run: Run) -> Question:
@@ -142,6 +144,8 @@ def dashboard_scene() -> Scene:
     invited = invitation_create(
         tenant=acme, email="nia@example.com", role=Membership.Role.OPERATOR, user=owen, origin=""
     )
+    petra = Membership.objects.get(user=placeholder_create(tenant=acme, username="acme.petra"), tenant=acme)
+    placeholder_invite(membership=petra, email="petra@example.com", user=owen, origin="")
     return Scene(
         world=world,
         settled_run=settled_run,
@@ -152,4 +156,5 @@ def dashboard_scene() -> Scene:
         tool=tool,
         endpoint=endpoint,
         invitation_path=invited.link,
+        placeholder=petra,
     )

@@ -91,6 +91,9 @@ PAGES = {
     "intake": Sweep("olga", lambda s: "/t/acme/intake/", "Intake"),
     "members, operator": Sweep("olga", lambda s: "/t/acme/members/", "vera"),
     "members, owner": Sweep("owen", lambda s: "/t/acme/members/", "nia@example.com"),
+    "hand over a placeholder": Sweep(
+        "owen", lambda s: f"/t/acme/members/{s.placeholder.pk}/hand-over/", "Hand acme.petra over"
+    ),
     "API keys": Sweep("owen", lambda s: "/t/acme/api-keys/", "Host backend"),
     "webhooks": Sweep("olga", lambda s: "/t/acme/webhooks/", "Add an endpoint"),
     "webhook deliveries": Sweep("olga", lambda s: "/t/acme/webhooks/deliveries/", "No deliveries yet."),
@@ -118,6 +121,28 @@ def visit(page: Page, url: str, sweep: Sweep) -> None:
     if sweep.who is not None:
         wait_live(page)  # the live refresh on connect has run: axe sees the page as it stays
     expect(page.locator("main").get_by_text(sweep.shows).first).to_be_visible()
+
+
+def test_sign_up_from_an_invitation_passes_axe_and_fits_a_phone(
+    live_stack: LiveStack, scene: Scene, browser: Browser
+) -> None:
+    """The sign-up form with its e-mail fixed to the invited address, as a visitor who opened the link
+    sees it."""
+    sweep = Sweep(None, lambda s: "/signup/", "The invitation to Acme Robotics is for this address.")
+    page = open_as(browser, live_stack.url, None)
+    page.goto(f"{live_stack.url}{scene.invitation_path}")
+    url = f"{live_stack.url}/signup/"
+    found = {}
+
+    visit(page, url, sweep)
+    expect(page.get_by_label("E-mail:")).to_be_disabled()
+    found["desktop"] = axe_violations(page)
+    page.set_viewport_size(PHONE)
+    visit(page, url, sweep)
+    found["375 px"] = axe_violations(page)
+
+    assert {width: v for width, v in found.items() if v} == {}
+    assert fits(page)
 
 
 @pytest.mark.parametrize("name", PAGES)

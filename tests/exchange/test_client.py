@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
-from exchange import client, wire
+from agents.models import Agent
+from exchange import client, outbound, wire
 from exchange.models import OutboundExchange
 from parley.models import Event
+from tests.conftest import PRIVATE
 from tests.exchange.conftest import KEY
 from tests.exchange.issuer import Issuer, request_for
 from tests.exchange.servers import Behaviour, Recipient, Sink
@@ -225,6 +227,24 @@ def test_a_redirect_from_the_preparation_endpoint_is_refused_and_not_followed(
     assert len(recipient.preparations) == 1
     assert sink.received == []
     assert recipient.messages == []
+
+
+def test_a_recipient_whose_host_resolves_to_a_private_address_is_not_called(
+    settings: Any, agent: Agent, recipient_for: RecipientFor, issuer: Issuer
+) -> None:
+    """Queued while the setting allowed it, or its name (``localhost``) resolves to loopback since:
+    the send is refused before its card is fetched."""
+    recipient = recipient_for()
+    url = recipient.url.replace("127.0.0.1", "localhost")
+    queued = outbound.exchange_send_start(agent=agent, url=url, request=request_for(url, issuer.token(url)))
+    settings.OUTBOUND_ALLOW_PRIVATE = False
+
+    outbound.exchange_send(exchange_id=queued.pk, tenant_id=queued.tenant_id)
+
+    exchange = OutboundExchange.objects.get(pk=queued.pk)
+    assert_failed(exchange)
+    assert exchange.error == f"{url} was not called: the host 'localhost' {PRIVATE}"
+    assert recipient.received == []
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -22,19 +25,25 @@ from negotiations.model_negotiator import MOVE_TOOL
 from parley import devstack
 from parley.models import Membership
 from tests.chat_server import ChatServer
+from tests.conftest import free_port, wait_until
 from tests.negotiating_policy import AgentLoopPolicy
 
 KEY_ENV = "PARLEY_DEMO_TEST_KEY"
 
 
-def run_demo(*arguments: str, database: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``manage.py demo`` as ``make demo`` runs it: base settings, SQLite at ``database``, no Redis."""
+def demo_environ(database: Path, **environ: str) -> dict[str, str]:
+    """The environment ``make demo`` gives the demo: base settings, SQLite at ``database``, no Redis."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE")}
     env.update(environ, DATABASE_URL=f"sqlite:///{database}")
+    return env
+
+
+def run_demo(*arguments: str, database: Path, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``manage.py demo`` as ``make demo`` runs it: base settings, SQLite at ``database``, no Redis."""
     return subprocess.run(
         [sys.executable, "manage.py", "demo", *arguments],
         cwd=devstack.ROOT,
-        env=env,
+        env=demo_environ(database, **environ),
         capture_output=True,
         text=True,
         timeout=300,
@@ -136,6 +145,20 @@ def test_a_model_it_cannot_use_is_refused_before_anything_starts(
     assert refusal in str(refused.value)
 
 
+def test_fresh_never_deletes_a_database_that_is_not_a_sqlite_file(settings: Any) -> None:
+    if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        pytest.skip("the suite's database is a SQLite file here")
+    db = settings.DATABASES["default"]
+
+    # No database access is allowed here: the refusal comes first.
+    with pytest.raises(CommandError) as refused:
+        call_command("demo", "--fresh")
+
+    assert str(refused.value) == (
+        f"--fresh deletes a SQLite file; DATABASE_URL names {db['HOST']}:{db['PORT']}/{db['NAME']}."
+    )
+
+
 @pytest.mark.django_db
 def test_the_seed_puts_every_agent_on_the_model_or_leaves_them_offline() -> None:
     world = demo.demo_seed(demo.DemoModel(name="house-model", base_url="http://127.0.0.1:9/v1", api_key="k"))
@@ -170,3 +193,50 @@ def test_the_demo_seeds_an_operator_of_acme_who_logs_in_through_the_form(client:
     tomas = Client()
     tomas.post(reverse("login"), {"login": "tomas", "password": demo.TOMAS_PASSWORD})
     assert tomas.get(reverse("home"))["Location"] == reverse("agents:inbox", kwargs={"tenant": "acme"})
+
+
+def test_a_second_demo_on_the_running_ones_database_is_refused_and_leaves_it_running(tmp_path: Path) -> None:
+    database, port = tmp_path / "demo.sqlite3", free_port()
+    first = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", "--fresh", "--browser", "--port", str(port)],
+        cwd=devstack.ROOT,
+        env=demo_environ(database, PYTHONUNBUFFERED="1", EMAIL_FILE_PATH=str(tmp_path / "mail")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        assert first.stdout is not None
+        lines.extend(first.stdout)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_until(
+            lambda: any(line.startswith("The agent stops and asks Tomas") for line in lines),
+            timeout=120,
+            what="the first demo to wait on Tomas",
+        )
+
+        second = run_demo("--fresh", database=database, environ={})
+
+        assert second.returncode == 1
+        assert (
+            f"Another demo is running on {database} (pid {first.pid}, serving http://127.0.0.1:{port}): "
+            "use it, or stop it (Ctrl-C where it runs) and start this one again."
+        ) in second.stderr
+        with sqlite3.connect(database) as db:
+            assert db.execute(
+                "SELECT count(*) FROM agents_question WHERE answered_at IS NULL"
+            ).fetchone() == (1,)
+        assert first.poll() is None
+    finally:
+        first.terminate()
+        first.wait(timeout=30)
+        reader.join(timeout=10)
+    # Once it has stopped, the next demo starts, from an empty database.
+    again = run_demo("--fresh", database=database, environ={})
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count("verdicts match: yes") == 3

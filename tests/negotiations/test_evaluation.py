@@ -4,6 +4,7 @@ and that a failing hook never breaks a negotiation."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -22,14 +23,18 @@ from negotiations import evaluation, services
 from negotiations.evaluation import EvaluationError, evaluate
 from negotiations.models import Negotiation, Turn
 from negotiations.wire import TaskRecord
-from tests.conftest import LiveStack, free_port, wait_until
+from tests.a2a_gateway import rpc
+from tests.a2a_gateway.rpc import task_of
+from tests.a2a_gateway.servers import InProcessGateway
+from tests.conftest import PRIVATE, LiveStack, free_port, wait_until
 from tests.loopback import LoopbackServer
 
 
 class HookServer(LoopbackServer):
     """An evaluation hook on loopback. By default it attaches ``{"seen": seq, "by": "hook"}``;
-    ``answers`` maps a path to a canned (status, body) instead. It records every request and
-    whether the turn it names was committed when the request arrived."""
+    ``answers`` maps a path to a canned (status, body) instead, and ``/moved`` redirects (307) to
+    :attr:`location`. It records every request and whether the turn it names was committed when the
+    request arrived."""
 
     what = "the evaluation hook"
 
@@ -37,6 +42,7 @@ class HookServer(LoopbackServer):
         super().__init__()
         self.answers = answers or {}
         self.url = f"{self.origin}/hook"
+        self.location = ""
         self.calls: list[dict[str, Any]] = []
         self.committed: list[bool] = []
         app = Starlette(
@@ -45,6 +51,7 @@ class HookServer(LoopbackServer):
                 Route("/slow", self.slow, methods=["POST"]),
                 Route("/trickle", self.trickle, methods=["POST"]),
                 Route("/canned/{name}", self.canned, methods=["POST"]),
+                Route("/moved", self.moved, methods=["POST"]),
             ]
         )
         self.listen(app)
@@ -68,6 +75,10 @@ class HookServer(LoopbackServer):
                 await asyncio.sleep(0.1)
 
         return StreamingResponse(drip(), media_type="application/json")
+
+    async def moved(self, request: Request) -> Response:
+        self.calls.append(await request.json())
+        return Response(status_code=307, headers={"Location": self.location})
 
     async def canned(self, request: Request) -> Response:
         self.calls.append(await request.json())
@@ -163,6 +174,70 @@ def test_a_hook_nobody_serves_is_our_error() -> None:
     url = f"http://127.0.0.1:{free_port()}/hook"
     with pytest.raises(EvaluationError, match=r"^http://127\.0\.0\.1:\d+/hook: ConnectError: "):
         evaluate(url, REQUEST)
+
+
+# A hook on a private address is never called (parley.outbound): the tenant chose the URL.
+
+INTERNAL = {"prod-internal": (200, b'{"artifact": {"internal_secret": "s3cr3t-from-the-inside"}}')}
+
+
+@pytest.mark.parametrize("host", ["localhost", "169.254.169.254"])
+def test_a_hook_on_a_private_address_is_not_called(settings: Any, host: str) -> None:
+    """``localhost`` is a name that resolves to loopback: a hook saved before the rule, or whose
+    name has come to resolve there since, is refused where the call connects."""
+    settings.OUTBOUND_ALLOW_PRIVATE = False
+    with HookServer(INTERNAL) as internal:
+        url = f"http://{host}:{internal.port}/canned/prod-internal"
+
+        with pytest.raises(EvaluationError) as raised:
+            evaluate(url, REQUEST)
+
+    assert str(raised.value) == f"{url} was not called: the host '{host}' {PRIVATE}"
+    assert internal.calls == []
+
+
+def test_a_hook_that_redirects_to_a_private_address_is_not_followed(settings: Any, public_name: str) -> None:
+    settings.OUTBOUND_ALLOW_PRIVATE = False
+    with HookServer(INTERNAL) as internal, HookServer() as public:
+        public.location = f"{internal.origin}/canned/prod-internal"
+        url = f"http://{public_name}:{public.port}/moved"
+
+        with pytest.raises(EvaluationError) as raised:
+            evaluate(url, REQUEST)
+
+    assert str(raised.value) == f"{url} answered HTTP 307"
+    assert public.calls == [REQUEST]
+    assert internal.calls == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_anonymous_caller_gets_no_artifact_from_a_hook_on_a_private_address(
+    settings: Any, seller: Agent, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tester's report: a hook on loopback answered an anonymous SendMessage, and its answer came
+    back to the caller on the Task. The row was saved before the rule (or its name resolves to
+    loopback since); the gateway is served from this process, so the setting applies to it."""
+    with HookServer(INTERNAL) as internal, InProcessGateway() as gateway:
+        Agent.objects.filter(pk=seller.pk).update(
+            evaluation_url=f"http://localhost:{internal.port}/canned/prod-internal"
+        )
+        settings.OUTBOUND_ALLOW_PRIVATE = False
+
+        task = task_of(
+            rpc.call(rpc.endpoint_on(gateway.origin, seller), "SendMessage", rpc.message(PROPOSAL))
+        )
+
+    assert [artifact["artifactId"] for artifact in task.get("artifacts", [])] == ["negotiator:reply"]
+    assert "s3cr3t" not in json.dumps(task)
+    assert internal.calls == []
+    assert list(Turn.objects.values_list("artifact", flat=True)) == [None, None]
+    negotiation = Negotiation.objects.get(agent=seller)
+    refused = f"was not called: the host 'localhost' {PRIVATE}"
+    assert [r.getMessage() for r in caplog.records if r.name == "negotiations.services"] == [
+        f"evaluating turn {seq} of negotiation {negotiation.pk}: http://localhost:{internal.port}"
+        f"/canned/prod-internal {refused}"
+        for seq in (1, 2)
+    ]
 
 
 # Inbound turns: both moves are evaluated once committed, and the artifacts go to the gateway.

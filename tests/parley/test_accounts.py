@@ -12,11 +12,13 @@ import pytest
 from allauth.account.models import EmailAddress
 from django.apps import apps
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
 from django.core import mail
 from django.core.cache import cache
 from django.test import Client
 from django.urls import reverse
 
+from negotiations import demo
 from parley.mail import local_mail_note
 from tests.conftest import PASSWORD, make_user
 
@@ -41,7 +43,9 @@ def test_sign_up_asks_to_confirm_the_address_and_logs_in_once_it_is(client: Clie
     response = client.post(reverse("account_signup"), SIGNUP, follow=True)
 
     assert response.redirect_chain == [(reverse("account_email_verification_sent"), 302)]
-    assert "<h1>Confirm your e-mail address</h1>" in response.content.decode()
+    page = response.content.decode()
+    assert "<h1>Confirm your e-mail address</h1>" in page
+    assert "Open it to confirm that the address is yours. Opened in this browser, it logs you in too;" in page
     assert client.get(reverse("home"))["Location"].startswith(reverse("login"))  # not logged in yet
     assert not EmailAddress.objects.get(email="nina@example.org").verified
     [sent] = mail.outbox
@@ -54,6 +58,63 @@ def test_sign_up_asks_to_confirm_the_address_and_logs_in_once_it_is(client: Clie
     assert EmailAddress.objects.get(email="nina@example.org").verified
     assert confirmed.redirect_chain[-1] == (reverse("organisations"), 302)
     assert "You are not a member of any organisation on this Parley yet." in confirmed.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("username", "password", "refusal"),
+    [
+        ("y", "password", "This password is too common."),
+        ("nina", "20250101123", "This password is entirely numeric."),
+        ("ninabakery", "ninabakery7", "The password is too similar to the username."),
+        ("nina", "k7-Qx!", "This password is too short. It must contain at least 8 characters."),
+    ],
+)
+def test_sign_up_refuses_a_weak_password(
+    client: Client, db: None, username: str, password: str, refusal: str
+) -> None:
+    form = {**SIGNUP, "username": username, "password1": password, "password2": password}
+
+    response = client.post(reverse("account_signup"), form)
+
+    assert response.status_code == 200
+    assert refusal in response.context["form"].errors["password1"]
+    assert not User.objects.exists()
+    assert mail.outbox == []
+
+
+@pytest.mark.parametrize(
+    ("username", "email", "first_name", "password"),
+    [
+        ("tomas", "tomas@acme.example", "Tomas", demo.TOMAS_PASSWORD),
+        (demo.OPERATOR_USERNAME, "maya@acme.example", "Maya", demo.OPERATOR_PASSWORD),
+        ("nina", "nina@example.com", "", PASSWORD),
+    ],
+)
+def test_the_passwords_the_demo_and_the_suite_give_pass_the_validators(
+    username: str, email: str, first_name: str, password: str
+) -> None:
+    """The demo prints these logins, and the suite signs up with :data:`PASSWORD`: a password change
+    or a sign-up with them must not be refused."""
+    validate_password(password, User(username=username, email=email, first_name=first_name))
+
+
+def test_a_link_opened_in_another_browser_confirms_the_address_and_that_one_logs_in(
+    client: Client, db: None
+) -> None:
+    """The confirmation page promises a login only in the browser that signed up: allauth logs in on
+    confirmation only where the sign-up's session is."""
+    client.post(reverse("account_signup"), SIGNUP)
+    [sent] = mail.outbox
+    phone = Client()
+
+    confirmed = phone.post(link_in(sent.body, "/confirm-email/"), follow=True)
+
+    assert confirmed.redirect_chain[-1] == (reverse("login"), 302)
+    assert "You have confirmed nina@example.org." in confirmed.content.decode()
+    assert EmailAddress.objects.get(email="nina@example.org").verified
+    assert phone.get(reverse("home"))["Location"].startswith(reverse("login"))
+    logged_in = phone.post(reverse("login"), {"login": "nina", "password": PASSWORD})
+    assert (logged_in.status_code, logged_in["Location"]) == (302, reverse("home"))
 
 
 def test_an_unconfirmed_account_cannot_log_in(client: Client, db: None) -> None:

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 
 from parley import devstack, selectors, services
 from parley.models import Invitation, Membership, Tenant
-from tests.conftest import make_user
+from tests.conftest import PASSWORD, make_user
 from tests.parley.tenancy import tenancy_rows
 
 # The commands' transactions commit: their e-mail goes after the commit, as in production.
@@ -63,7 +63,9 @@ def test_create_organisation_invites_an_owner_who_has_no_account(settings: Any) 
     invitation = Invitation.objects.get()
     assert lines[:3] == [
         "Created the organisation bakery (Nina's Bakery).",
-        "No account has the address nina@example.org: they become its owner by signing up.",
+        "No account has confirmed the address nina@example.org: its owner is whoever accepts this "
+        "invitation, signing up from the link, or logging in from it to an account with the address "
+        "(which confirms it).",
         f"Invited nina@example.org to bakery (Nina's Bakery) as owner, until "
         f"{invitation.expires_at:%Y-%m-%d %H:%M} UTC; e-mailed. The link:",
     ]
@@ -73,6 +75,23 @@ def test_create_organisation_invites_an_owner_who_has_no_account(settings: Any) 
     [sent] = mail.outbox
     assert sent.subject == "[Parley] You are invited to join Nina's Bakery on Parley"
     assert lines[3] in sent.body
+
+
+def test_create_organisation_says_no_account_has_confirmed_an_address_one_has_unconfirmed(
+    settings: Any,
+) -> None:
+    y = get_user_model().objects.create_user("y", email="y@example.org", password=PASSWORD)
+    y.emailaddress_set.create(email="y@example.org", verified=False, primary=True)
+
+    lines = run("create_organisation", "initech5", "--name", "Initech", "--owner-email", "y@example.org")
+
+    assert lines[1] == (
+        "No account has confirmed the address y@example.org: its owner is whoever accepts this "
+        "invitation, signing up from the link, or logging in from it to an account with the address "
+        "(which confirms it)."
+    )
+    assert Invitation.objects.get().email == "y@example.org"
+    assert not Membership.objects.exists()
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from allauth.account.models import EmailAddress
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
 from django.core import mail
 from django.core.cache import cache
@@ -22,6 +24,7 @@ from tests.conftest import PASSWORD, make_user
 from tests.parley.tenancy import member, tenancy_rows
 
 HTMX = {"HX-Request": "true"}
+User = get_user_model()
 
 
 @pytest.fixture(autouse=True)
@@ -204,20 +207,62 @@ def test_a_visitor_signs_up_from_the_link_and_lands_in_the_organisation(
     assert invitation.status == Invitation.Status.ACCEPTED
 
 
-def test_a_visitor_who_signs_up_with_another_address_does_not_join(
+def test_sign_up_from_the_link_is_for_the_invited_address_only(
     client: Client, tenant: Tenant, owner: AbstractUser
 ) -> None:
-    invitation, link = invite(tenant, "oscar@example.org", "operator", owner)
+    _, link = invite(tenant, "oscar@example.org", "operator", owner)
     client.get(link)
 
+    form = client.get(reverse("account_signup")).context["form"]
+    assert form.fields["email"].disabled
+    assert form.fields["email"].help_text == (
+        "The invitation to Acme Robotics is for this address. To join with another, ask whoever invited "
+        "you to invite that one."
+    )
+    # A browser sends no disabled field; a hand-made request's other address is not taken.
     client.post(
         reverse("account_signup"),
-        {"email": "someone@example.org", "username": "someone", "password1": PASSWORD, "password2": PASSWORD},
+        {"email": "someone@example.org", "username": "oscar", "password1": PASSWORD, "password2": PASSWORD},
     )
 
+    oscar = User.objects.get(username="oscar")
+    assert oscar.email == "oscar@example.org"
+    assert list(EmailAddress.objects.filter(user=oscar).values_list("email", "verified", "primary")) == [
+        ("oscar@example.org", True, True)
+    ]
+    assert membership_roles(tenant)["oscar"] == "operator"
+    assert not EmailAddress.objects.filter(email="someone@example.org").exists()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"revoked_at": timezone.now()}, {"expires_at": timezone.now() - timedelta(minutes=1)}],
+)
+def test_an_address_the_link_did_not_reach_is_never_recorded_as_confirmed(
+    client: Client, tenant: Tenant, owner: AbstractUser, change: dict[str, Any]
+) -> None:
+    """The invitation stops working between opening its link and signing up: the form is no longer
+    fixed to its address, and an account signed up with another is not given the invited one."""
+    invitation, link = invite(tenant, "oscar@example.org", "operator", owner)
+    client.get(link)
+    Invitation.objects.filter(pk=invitation.pk).update(**change)
+    assert not client.get(reverse("account_signup")).context["form"].fields["email"].disabled
+
+    response = client.post(
+        reverse("account_signup"),
+        {"email": "someone@example.org", "username": "someone", "password1": PASSWORD, "password2": PASSWORD},
+        follow=True,
+    )
+
+    assert response.redirect_chain == [(reverse("account_email_verification_sent"), 302)]
+    someone = User.objects.get(username="someone")
+    assert someone.email == "someone@example.org"
+    assert list(EmailAddress.objects.filter(user=someone).values_list("email", "verified", "primary")) == [
+        ("someone@example.org", False, True)
+    ]
+    [sent] = mail.outbox
+    assert sent.to == ["someone@example.org"]
     assert "someone" not in membership_roles(tenant)
-    invitation.refresh_from_db()
-    assert invitation.status == Invitation.Status.PENDING
 
 
 def test_an_existing_account_logs_in_from_the_link_and_joins(
@@ -237,6 +282,51 @@ def test_an_existing_account_logs_in_from_the_link_and_joins(
     assert joined.redirect_chain == [(reverse("agents:inbox", kwargs={"tenant": "acme"}), 302)]
     assert "Welcome to Acme Robotics: you joined as principal." in joined.content.decode()
     assert membership_roles(tenant)["oscar"] == "principal"
+
+
+def unconfirmed_account(username: str, email: str) -> AbstractUser:
+    """An account signed up with ``email`` that never confirmed it."""
+    user = User.objects.create_user(username, email=email, password=PASSWORD)
+    user.emailaddress_set.create(email=email, verified=False, primary=True)
+    return user  # type: ignore[return-value]
+
+
+def test_an_account_with_the_address_unconfirmed_logs_in_from_the_link_confirming_it_and_joins(
+    client: Client, tenant: Tenant, owner: AbstractUser
+) -> None:
+    """The link reached the address: logging in from it needs no other e-mail to the same inbox."""
+    y = unconfirmed_account("y", "y@example.org")
+    _, link = invite(tenant, "y@example.org", "owner", owner)
+    client.get(link)
+
+    back = client.post(
+        f"{reverse('login')}?next={link}", {"login": "y", "password": PASSWORD, "next": link}, follow=True
+    )
+
+    assert back.redirect_chain == [(link, 302)]
+    assert '<button type="submit">Join Acme Robotics as y</button>' in back.content.decode()
+    assert list(y.emailaddress_set.values_list("email", "verified", "primary")) == [
+        ("y@example.org", True, True)
+    ]
+    assert mail.outbox == []
+    client.post(link)
+    assert membership_roles(tenant)["y"] == "owner"
+
+
+@pytest.mark.parametrize("opened", ["another invitation", "no invitation"])
+def test_a_login_confirms_only_the_address_of_the_invitation_opened_in_that_session(
+    client: Client, tenant: Tenant, owner: AbstractUser, opened: str
+) -> None:
+    y = unconfirmed_account("y", "y@example.org")
+    if opened == "another invitation":
+        client.get(invite(tenant, "z@example.org", "viewer", owner)[1])
+    else:
+        invite(tenant, "y@example.org", "viewer", owner)  # its link went to y's inbox, not to this browser
+
+    response = client.post(reverse("login"), {"login": "y", "password": PASSWORD}, follow=True)
+
+    assert response.redirect_chain == [(reverse("account_email_verification_sent"), 302)]
+    assert not y.emailaddress_set.get().verified
 
 
 @pytest.mark.parametrize(

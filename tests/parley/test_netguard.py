@@ -8,6 +8,7 @@ on loopback; only the system resolver is replaced, to give a host name the addre
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -148,7 +149,9 @@ def test_a_host_with_one_non_public_address_is_refused_before_any_connection(
     with Counting("127.0.0.1", 204) as server:
         resolve_to["mixed.example"] = ["8.8.8.8", "127.0.0.1"]
 
-        with pytest.raises(netguard.AddressRefused, match=r"non-public address 127\.0\.0\.1"):
+        with pytest.raises(
+            netguard.AddressRefused, match=r"^the host 'mixed\.example' resolves to a private"
+        ):
             post(f"http://mixed.example:{server.port}/hooks", allow_private=False)
 
     assert server.posts == 0
@@ -165,3 +168,25 @@ def test_when_no_address_connects_the_error_names_each(resolve_to: dict[str, lis
     message = str(failed.value)
     assert message.startswith("127.0.0.1: ")
     assert "; 127.0.0.2: " in message
+
+
+def test_the_async_transport_tries_each_address_and_refuses_as_the_sync_one_does(
+    resolve_to: dict[str, list[str]],
+) -> None:
+    with Counting("127.0.0.2", 204) as server:
+        resolve_to["dual.example"] = ["127.0.0.1", "127.0.0.2"]  # nothing listens on the first
+        resolve_to["mixed.example"] = ["8.8.8.8", "127.0.0.2"]
+
+        async def post(url: str, *, allow_private: bool) -> int:
+            transport = netguard.AsyncPinnedTransport(allow_private=lambda: allow_private)
+            async with httpx.AsyncClient(transport=transport, timeout=5.0) as http:
+                return (await http.post(url, content=b"{}")).status_code
+
+        answered = asyncio.run(post(f"http://dual.example:{server.port}/hooks", allow_private=True))
+        with pytest.raises(
+            netguard.AddressRefused, match=r"^the host 'mixed\.example' resolves to a private"
+        ):
+            asyncio.run(post(f"http://mixed.example:{server.port}/hooks", allow_private=False))
+
+    assert answered == 204
+    assert server.posts == 1

@@ -64,6 +64,7 @@ class World:
     negotiation: Negotiation
     parked: Negotiation  # an inbound one waiting on the party
     spare: Membership  # a viewer nobody depends on: one to change or remove
+    placeholder: Membership  # a placeholder principal, to hand over to its person
     invitation: Invitation  # an open one
     key: ApiKey
     tool: Tool
@@ -218,6 +219,14 @@ PAGES = [
     ),
     Page("tenant:member-remove", "get", OWNERS, pk=lambda w: w.spare.pk),
     Page("tenant:member-remove", "post", OWNERS, pk=lambda w: w.spare.pk, ok=302),
+    Page("tenant:member-hand-over", "get", OWNERS, pk=lambda w: w.placeholder.pk),
+    Page(
+        "tenant:member-hand-over",
+        "post",
+        OWNERS,
+        pk=lambda w: w.placeholder.pk,
+        data=lambda w: {"email": f"{w.tenant.slug}-person@example.com"},
+    ),
     Page("tenant:api-keys", "get", OWNERS),
     Page("tenant:api-keys", "post", OWNERS, data=lambda w: {"name": "ci", "scopes": ["read"]}),
     Page("tenant:api-key-revoke", "get", OWNERS, pk=lambda w: w.key.pk),
@@ -254,8 +263,8 @@ def page_id(page: Page) -> str:
 def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, prefix: str) -> World:
     """An agent of ``party`` with a run waiting on a question, one waiting on an approval, a
     negotiation, a grounding document, an inbound key and an Agent Exchange profile; a spare member,
-    an open invitation, an API key, a tool, a model endpoint, and a webhook endpoint with a
-    delivery."""
+    a placeholder member, an open invitation, an API key, a tool, a model endpoint, and a webhook
+    endpoint with a delivery."""
     agent = Agent.objects.create(
         tenant=tenant, slug=f"{prefix}-agent", name=f"{prefix} agent", principal=party, terms="amount"
     )
@@ -297,6 +306,9 @@ def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, pre
         negotiation=negotiation,
         parked=parked,
         spare=Membership.objects.get(user=spare, tenant=tenant),
+        placeholder=Membership.objects.get(
+            user=services.placeholder_create(tenant=tenant, username=f"{prefix}.stand-in"), tenant=tenant
+        ),
         invitation=services.invitation_create(
             tenant=tenant,
             email=f"{prefix}-newcomer@example.com",

@@ -4,10 +4,12 @@ has; production settings refuse a secret key that is not one."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -153,8 +155,17 @@ def start_production(**environ: str) -> subprocess.CompletedProcess[str]:
         ({"SECRET_KEY": "short"}, "SECRET_KEY is too weak: use at least 50 random characters."),
         ({"SECRET_KEY": "a" * 60}, "SECRET_KEY is too weak"),
         (
+            {"SECRET_KEY": "django-insecure-" + "k7-Qx" * 10},
+            "SECRET_KEY starts with 'django-insecure-', Django's mark of a development key",
+        ),
+        (
             {"SECRET_KEY": "k7-Qx" * 12, "KEY_HASH_SECRET": "parley-embedded-default-not-for-production"},
             "KEY_HASH_SECRET must not be the embedded default's public key.",
+        ),
+        (
+            {"SECRET_KEY": "Zq8vW2m-" * 8, "OUTBOUND_ALLOW_PRIVATE": "true"},
+            "OUTBOUND_ALLOW_PRIVATE=true lets every organisation's URLs reach this deployment's own "
+            "network, and SIGNUP_OPEN lets anyone make an organisation",
         ),
     ],
 )
@@ -168,8 +179,16 @@ def test_production_refuses_to_start_without_a_secret_of_its_own(
     assert refusal in started.stderr
 
 
-def test_production_starts_with_a_secret_of_its_own() -> None:
-    started = start_production(SECRET_KEY="Zq8vW2m-" * 8)
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {},
+        # A single-tenant deployment (sign-up closed) may call private addresses: its own model server.
+        {"OUTBOUND_ALLOW_PRIVATE": "true", "SIGNUP_OPEN": "false"},
+    ],
+)
+def test_production_starts_with_a_secret_of_its_own(environ: dict[str, str]) -> None:
+    started = start_production(SECRET_KEY="Zq8vW2m-" * 8, **environ)
 
     assert (started.returncode, started.stdout.strip()) == (
         0,
@@ -177,18 +196,23 @@ def test_production_starts_with_a_secret_of_its_own() -> None:
     )
 
 
-def test_a_beat_process_keeps_its_schedule_where_the_setting_says_not_in_the_checkout(tmp_path: Path) -> None:
-    schedule = tmp_path / "beat-schedule"
-    env = {
+def beat_environ(schedule: Path) -> dict[str, str]:
+    return {
         **os.environ,
         "CELERY_BEAT_SCHEDULE_FILENAME": str(schedule),
         "DJANGO_SETTINGS_MODULE": "parley.settings.test",
     }
+
+
+def test_a_beat_process_keeps_its_schedule_where_the_setting_says_making_its_directory(
+    tmp_path: Path,
+) -> None:
+    schedule = tmp_path / "var" / "lib" / "parley" / "beat-schedule"
     before = set(ROOT.glob("celerybeat-schedule*"))
     beat = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "parley", "beat", "--loglevel", "INFO"],
         cwd=ROOT,
-        env=env,
+        env=beat_environ(schedule),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -203,4 +227,47 @@ def test_a_beat_process_keeps_its_schedule_where_the_setting_says_not_in_the_che
         beat.wait(timeout=30)
 
     assert set(ROOT.glob("celerybeat-schedule*")) == before
-    assert list(tmp_path.glob("beat-schedule*")) != []
+    assert list(schedule.parent.glob("beat-schedule*")) != []
+
+
+def test_beat_refuses_to_start_in_one_line_where_it_cannot_make_the_directory(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    schedule = tmp_path / "a-file" / "parley" / "beat-schedule"
+
+    started = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "parley", "beat"],
+        cwd=ROOT,
+        env=beat_environ(schedule),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    output = started.stdout + started.stderr
+    assert started.returncode == 1
+    assert (
+        f"CELERY_BEAT_SCHEDULE_FILENAME={schedule}: cannot create its directory {schedule.parent} "
+        "(Not a directory). Create it, writable by this user, or set another path."
+    ) in output
+    assert "Traceback" not in output
+
+
+def test_the_default_beat_schedule_is_one_per_checkout() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CELERY_BEAT_SCHEDULE_FILENAME"}
+    env["DJANGO_SETTINGS_MODULE"] = "parley.settings.base"
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from django.conf import settings; print(settings.CELERY_BEAT_SCHEDULE_FILENAME)",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+    checkout = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+    assert shown.stdout.strip() == str(Path(tempfile.gettempdir()) / f"parley-celerybeat-schedule-{checkout}")

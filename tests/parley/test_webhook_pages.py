@@ -177,8 +177,8 @@ def test_refused_input_is_shown_at_its_field_and_nothing_is_stored(
     [
         (
             "https://127.0.0.1:8443/hooks",
-            "Webhooks are not sent to this URL: the host '127.0.0.1' resolves to the non-public "
-            "address 127.0.0.1.",
+            "Webhooks are not sent to this URL: the host '127.0.0.1' resolves to a private address; "
+            "Parley does not call private addresses.",
         ),
         ("http://8.8.8.8/hooks", "Webhooks are not sent to this URL: it must use https."),
     ],

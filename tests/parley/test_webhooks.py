@@ -36,7 +36,7 @@ from agents import services
 from agents.models import Agent, Intent, Question
 from parley import live, webhooks
 from parley.models import Event, Tenant, WebhookDelivery, WebhookEndpoint
-from tests.conftest import LiveStack, free_port, wait_until
+from tests.conftest import PRIVATE, LiveStack, free_port, wait_until
 
 FINISHED = {"run": "r-1", "status": "done", "output": "Hired Ada."}
 
@@ -542,12 +542,12 @@ def test_a_rolled_back_change_creates_no_delivery(tenant: Tenant) -> None:
 @pytest.mark.parametrize(
     ("url", "problem"),
     [
-        ("https://127.0.0.1/hooks", "non-public address 127.0.0.1"),
-        ("https://localhost/hooks", "non-public address"),
-        ("https://10.1.2.3/hooks", "non-public address 10.1.2.3"),
-        ("https://169.254.169.254/latest/meta-data/", "non-public address 169.254.169.254"),
-        ("https://[::1]/hooks", "non-public address ::1"),
-        ("https://[::ffff:192.168.1.1]/hooks", "non-public address"),
+        ("https://127.0.0.1/hooks", f"the host '127.0.0.1' {PRIVATE}."),
+        ("https://localhost/hooks", f"the host 'localhost' {PRIVATE}."),
+        ("https://10.1.2.3/hooks", f"the host '10.1.2.3' {PRIVATE}."),
+        ("https://169.254.169.254/latest/meta-data/", f"the host '169.254.169.254' {PRIVATE}."),
+        ("https://[::1]/hooks", f"the host '::1' {PRIVATE}."),
+        ("https://[::ffff:192.168.1.1]/hooks", f"the host '::ffff:192.168.1.1' {PRIVATE}."),
         ("https://hooks.invalid/x", "does not resolve"),
         ("http://8.8.8.8/hooks", "it must use https"),
         ("ftp://8.8.8.8/hooks", "it must use https"),
@@ -591,7 +591,7 @@ def test_an_ipv6_address_python_calls_global_but_that_is_special_purpose_is_refu
     with pytest.raises(ValidationError) as refused:
         endpoint_for(tenant, url)
 
-    assert "non-public address" in refused.value.message_dict["url"][0]
+    assert PRIVATE in refused.value.message_dict["url"][0]
     assert not WebhookEndpoint.objects.exists()
 
 
@@ -642,7 +642,9 @@ def test_a_url_changed_to_a_private_address_is_refused_and_nothing_changes(
     with pytest.raises(ValidationError) as refused:
         webhooks.webhook_endpoint_update(endpoint=endpoint, url="https://192.168.0.10/hooks", active=False)
 
-    assert "non-public address 192.168.0.10" in refused.value.message_dict["url"][0]
+    assert refused.value.message_dict["url"] == [
+        f"Webhooks are not sent to this URL: the host '192.168.0.10' {PRIVATE}."
+    ]
     endpoint.refresh_from_db()
     assert (endpoint.url, endpoint.active) == ("https://8.8.8.8/hooks", True)
 
@@ -659,9 +661,7 @@ def test_a_private_address_is_refused_at_the_attempt_and_nothing_is_sent(
 
     assert receiver.received == []
     assert (delivery.status, delivery.attempts, delivery.last_status_code) == ("pending", 1, None)
-    assert delivery.last_error == (
-        "Refused, nothing sent: the host '127.0.0.1' resolves to the non-public address 127.0.0.1."
-    )
+    assert delivery.last_error == (f"Refused, nothing sent: the host '127.0.0.1' {PRIVATE}.")
     assert delivery.attempt_log[0]["retry_in"] is not None
 
 

@@ -6,17 +6,22 @@ On the ``offline`` model by default (no key, no network); ``--model-url``, ``--m
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import socket
+import tempfile
 import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import uvicorn
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
 
 from a2a_gateway.cards import agent_url
 from agents.models import Question, Run
@@ -34,6 +39,12 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
         parser.add_argument("--browser", action="store_true", help="wait for Tomas to answer in the browser")
         parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each stage")
+        parser.add_argument(
+            "--fresh",
+            action="store_true",
+            help="start from an empty database: delete the SQLite file DATABASE_URL names first (make demo "
+            "does); refused for any other database",
+        )
         parser.add_argument(
             "--model-url",
             default="",
@@ -53,6 +64,13 @@ class Command(BaseCommand):
         model = _model(options)
         port = options["port"] or _free_port()
         base = f"http://127.0.0.1:{port}"
+        sqlite = _sqlite_file()
+        if options["fresh"] and sqlite is None:
+            raise CommandError(f"--fresh deletes a SQLite file; DATABASE_URL names {_database_label()}.")
+        # Held until this process ends: another demo would re-seed (or, --fresh, delete) this database.
+        self.database_lock = _hold_database(f"pid {os.getpid()}, serving {base}")
+        if options["fresh"] and sqlite is not None:
+            _sqlite_delete(sqlite)
         settings.PUBLIC_BASE_URL = base
         call_command("migrate", verbosity=0)
         world = demo.demo_seed(model)
@@ -160,6 +178,57 @@ def _model(options: dict[str, Any]) -> demo.DemoModel | None:
         return demo.demo_model(url=url, name=name, key_env=key_env, environ=os.environ)
     except demo.DemoModelError as exc:
         raise CommandError(str(exc)) from exc
+
+
+def _sqlite_file() -> str | None:
+    """The file of the demo's database when it is SQLite, else None."""
+    db = settings.DATABASES["default"]
+    return str(db["NAME"]) if db["ENGINE"] == "django.db.backends.sqlite3" else None
+
+
+def _database_label() -> str:
+    """The demo's database as a person names it: the SQLite file, or ``host:port/name``."""
+    db = settings.DATABASES["default"]
+    return _sqlite_file() or f"{db.get('HOST') or 'localhost'}:{db.get('PORT') or ''}/{db['NAME']}"
+
+
+def _hold_database(holder: str) -> IO[str]:
+    """Lock the demo's database for this process and write ``holder`` (who holds it) in the lock file:
+    ``<the SQLite file>.lock``, or, for another database, a file in the system's temporary directory
+    named after it. The lock is the open file's (``flock``): the kernel releases it when the process
+    ends, however it ends. Keep the returned file open.
+
+    Raises:
+        CommandError: another demo holds it; the message names the database and that demo.
+    """
+    sqlite = _sqlite_file()
+    if sqlite is not None:
+        path = Path(f"{sqlite}.lock")
+    else:
+        digest = hashlib.sha256(_database_label().encode()).hexdigest()[:12]
+        path = Path(tempfile.gettempdir()) / f"parley-demo-{digest}.lock"
+    # Opened without truncating: the holder's line must survive a refused demo's open.
+    lock = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+", encoding="utf-8")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        running = lock.read().strip() or "it is starting"
+        lock.close()
+        raise CommandError(
+            f"Another demo is running on {_database_label()} ({running}): use it, or stop it (Ctrl-C "
+            "where it runs) and start this one again."
+        ) from None
+    lock.truncate(0)
+    lock.write(holder + "\n")
+    lock.flush()
+    return lock
+
+
+def _sqlite_delete(name: str) -> None:
+    """Delete the SQLite database ``name`` and its journals, so the demo starts from an empty one."""
+    connection.close()
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{name}{suffix}").unlink(missing_ok=True)
 
 
 def _free_port() -> int:

@@ -21,8 +21,9 @@ def invitation_lines(issued: IssuedInvitation) -> list[str]:
     alone on the last line (``| tail -1`` gives it to a script)."""
     invitation = issued.invitation
     mail = "e-mailed" if issued.mailed else f"the e-mail was not sent ({issued.mail_error or 'no mail'})"
+    place = f" in place of {invitation.for_member.user.get_username()}" if invitation.for_member else ""
     return [
         f"Invited {invitation.email} to {invitation.tenant.slug} ({invitation.tenant.name}) as "
-        f"{invitation.role}, until {invitation.expires_at:%Y-%m-%d %H:%M} UTC; {mail}. The link:",
+        f"{invitation.role}{place}, until {invitation.expires_at:%Y-%m-%d %H:%M} UTC; {mail}. The link:",
         issued.link,
     ]

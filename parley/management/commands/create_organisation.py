@@ -18,8 +18,9 @@ from parley.models import Membership
 
 class Command(BaseCommand):
     help = (
-        "Create an organisation. Its owner is the account with --owner-email, or, when no account has "
-        "it, whoever signs up from the owner's invitation this prints (and e-mails)."
+        "Create an organisation. Its owner is the account that has confirmed --owner-email, or, when "
+        "none has, whoever accepts the owner's invitation this prints (and e-mails): by signing up, or "
+        "by logging in to an account with the address from the link, which confirms it."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -57,6 +58,10 @@ class Command(BaseCommand):
             self.stdout.write(f"Its owner is {owner.get_username()} ({email}).")
         else:
             assert issued is not None
-            self.stdout.write(f"No account has the address {email}: they become its owner by signing up.")
+            self.stdout.write(
+                f"No account has confirmed the address {email}: its owner is whoever accepts this "
+                "invitation, signing up from the link, or logging in from it to an account with the "
+                "address (which confirms it)."
+            )
             for line in invitation_lines(issued):
                 self.stdout.write(line)
