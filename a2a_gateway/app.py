@@ -62,6 +62,7 @@ from a2a_gateway.executor import (
     admit,
     cancel_negotiation,
     finished,
+    refuse_non_finite,
 )
 from a2a_gateway.hosts import HOST_NAME
 from a2a_gateway.push import DjangoPushConfigStore, PushSender, url_allowed
@@ -116,7 +117,10 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
     :func:`a2a_gateway.executor.admit` refuses. A follow-up naming only
     ``taskId`` gets the stored ``contextId`` (a2a-sdk-brief.md §1.6). The caps
     (:mod:`a2a_gateway.caps`) come first (rate, size) and last (budget,
-    concurrency, turns per context, once the contextId is final).
+    concurrency, turns per context, once the contextId is final). A number that
+    is not finite is refused right after the first caps
+    (:func:`a2a_gateway.executor.refuse_non_finite`): nothing that follows could
+    write the message out as JSON.
     """
 
     def __init__(self, store: DjangoTaskStore) -> None:
@@ -136,6 +140,7 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
         try:
             if params is not None:
                 await caps.message_screen(context, params.message)
+                refuse_non_finite(params.message)
             if stored is not None and stored.status.state in FINISHED:
                 # Refused before the SDK builds an ActiveTask: refusing there, a2a-sdk 1.3.0 leaves
                 # the task's queue dispatcher pending (logged on collection).

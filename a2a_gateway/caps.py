@@ -73,7 +73,6 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
-from google.protobuf.json_format import MessageToDict
 from redis.exceptions import RedisError
 
 from a2a_gateway.errors import BUSY_CODE, Refused
@@ -81,6 +80,7 @@ from a2a_gateway.models import InboundContext, ModelUsage
 from a2a_gateway.store import call_agent, owner_of
 from agents.models import Agent, Run
 from negotiations.models import Negotiation
+from negotiations.wire import value_of
 
 logger = logging.getLogger(__name__)
 
@@ -285,14 +285,15 @@ async def rate_check(agent: Agent, owner: str) -> None:
 def input_chars(message: Message) -> int:
     """The size of ``message`` the ``max_input_chars`` cap counts: the characters of its text
     parts plus those of its data parts as compact JSON (``{"a":1.0}``, as parsed: numbers are
-    floats). File parts are bounded by the request size alone."""
+    floats; NaN and ±Infinity as such, for :func:`a2a_gateway.executor.refuse_non_finite` to
+    refuse). File parts are bounded by the request size alone."""
     size = 0
     for part in message.parts:
         kind = part.WhichOneof("content")
         if kind == "text":
             size += len(part.text)
         elif kind == "data":
-            size += len(json.dumps(MessageToDict(part.data), ensure_ascii=False, separators=(",", ":")))
+            size += len(json.dumps(value_of(part.data), ensure_ascii=False, separators=(",", ":")))
     return size
 
 

@@ -65,8 +65,19 @@ from a2a_gateway.errors import BUSY_CODE, HTTP_CONFLICT, HTTP_OK, Refused
 from a2a_gateway.models import A2ATask
 from a2a_gateway.store import call_agent, id_problem, owner_of, stored_task
 from agents.models import Agent
+from exchange import wire as exchange_wire
 from negotiations import services
-from negotiations.wire import MoveError, TaskRecord, nul_path, state_name, task_record_from_proto
+from negotiations.wire import (
+    MoveError,
+    TaskRecord,
+    non_finite,
+    nul_path,
+    number_text,
+    state_name,
+    struct_of,
+    task_record_from_proto,
+    value_of,
+)
 
 logger = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -174,6 +185,37 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
     if where := nul_path(incoming, "message"):
         raise InvalidParamsError(message=f"{where} must not contain a NUL character")
     return for_visitor
+
+
+def refuse_non_finite(message: Message) -> None:
+    """Refuse ``message`` when a number in it is not finite (NaN, ±Infinity), before anything writes
+    it out as JSON, which protobuf refuses to do for such a number.
+
+    Python's JSON reader, and so a2a-sdk's on either protocol version, takes ``NaN``,
+    ``Infinity`` and ``-Infinity`` (and ``1e400`` as infinity), which JSON has no words for
+    (RFC 8259 §6); the host API refuses the same input as a parse error.
+
+    Raises:
+        InvalidParamsError: (-32602) in the move (the first data part of a message that is no
+            Agent Exchange message, as :func:`negotiations.services.inbound_check` reads it):
+            "Invalid negotiation move: move.terms.amount must be a finite number, got
+            Infinity"; anywhere else: "message.metadata.score must be a finite number, got NaN".
+    """
+    data_parts = [index for index, part in enumerate(message.parts) if part.HasField("data")]
+    move_at = data_parts[0] if data_parts and exchange_wire.EXTENSION_URI not in message.extensions else None
+    found = [
+        non_finite(value_of(part.data), "move" if index == move_at else f"message.parts[{index}].data")
+        or non_finite(struct_of(part.metadata), f"message.parts[{index}].metadata")
+        for index, part in enumerate(message.parts)
+    ]
+    first = next((f for f in found if f), None) or non_finite(struct_of(message.metadata), "message.metadata")
+    if first is None:
+        return
+    where, number = first
+    problem = f"{where} must be a finite number, got {number_text(number)}"
+    if where.startswith("move"):
+        raise InvalidParamsError(message=f"Invalid negotiation move: {problem}")
+    raise InvalidParamsError(message=problem)
 
 
 @asynccontextmanager

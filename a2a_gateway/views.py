@@ -33,7 +33,7 @@ from agents.selectors import OPERATE
 from exchange import services as exchange_services
 from exchange import wire
 from exchange.models import PreparedExchange
-from parley.views import TenantMixin
+from parley.views import TenantMixin, TooLargeFormMixin
 from parley.webhook_views import errors_at_fields
 
 # Prepared Agent Exchange requests the profile page lists, newest first.
@@ -111,8 +111,9 @@ class CardPreviewView(AgentPageMixin, TemplateView):
         return context
 
 
-class GroundingDocumentsView(AgentPageMixin, TemplateView):
-    """The agent's grounding documents, by title; POST a new one (title, text)."""
+class GroundingDocumentsView(TooLargeFormMixin, AgentPageMixin, TemplateView):
+    """The agent's grounding documents, by title; POST a new one (title, text). A document too large
+    to send is refused at its form (:class:`parley.views.TooLargeFormMixin`)."""
 
     template_name = "a2a_gateway/documents.html"
 
@@ -145,8 +146,8 @@ class GroundingDocumentMixin(AgentPageMixin):
         return self.document.agent
 
 
-class GroundingDocumentEditView(GroundingDocumentMixin, UpdateView):
-    """Change one grounding document's title or text."""
+class GroundingDocumentEditView(TooLargeFormMixin, GroundingDocumentMixin, UpdateView):
+    """Change one grounding document's title or text (too large to send: refused at the form)."""
 
     template_name = "a2a_gateway/document_form.html"
     form_class = GroundingDocumentForm

@@ -459,8 +459,8 @@ class TermGuardForm(RowForm):
     """One term guard: ``{term, op, value, currency?, aspiration?}``, what
     :func:`negotiations.negotiator.parse_guards` reads; whether it is one is that check's to say.
 
-    The value is typed as :func:`read_guard_value` reads it; an empty currency or opening value
-    is left out.
+    The value is typed as :func:`read_guard_value` reads it; a currency code is taken in
+    capitals; an empty currency or opening value is left out.
     """
 
     content = ("term", "value", "currency", "aspiration")
@@ -486,6 +486,11 @@ class TermGuardForm(RowForm):
             "currency": guard.get("currency") or "",
             "aspiration": "" if aspiration is None else json.dumps(aspiration),
         }
+
+    def clean_currency(self) -> str:
+        # Codes are written in capitals (ISO 4217): "eur" is EUR, as for model endpoints.
+        currency: str = self.cleaned_data["currency"]
+        return currency.upper() if len(currency) == 3 and currency.isalpha() else currency
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -574,6 +579,18 @@ class BaseGuardrailFormSet(BaseRowFormSet):
 GuardrailFormSet = row_formset(GuardrailForm, BaseGuardrailFormSet, extra=EXTRA_ROWS)
 
 
+class RowsWidget(forms.Widget):
+    """The widget of a setting filled from its rows (never rendered): the rows are its data.
+
+    Django's ``construct_instance`` keeps a model field's default when the field's widget says it
+    was left out of the POST and its value is empty, so without this the last row deleted would
+    leave the saved list as it was ("Saved", and the row still there).
+    """
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return False
+
+
 # The agent's list settings edited row by row: setting -> (its group on the page, the rows' prefix,
 # their formset).
 ROW_SETTINGS: dict[str, tuple[str, str, type[BaseRowFormSet]]] = {
@@ -632,9 +649,11 @@ class AgentForm(TenantModelForm):
     ]
 
     # Filled from their rows in clean(); never posted themselves.
-    allowed_actions = forms.JSONField(label="Allowed actions", disabled=True, required=False)
-    term_guards = forms.JSONField(label="Term guards", disabled=True, required=False)
-    guardrails = forms.JSONField(label="Guardrails", disabled=True, required=False)
+    allowed_actions = forms.JSONField(
+        label="Allowed actions", disabled=True, required=False, widget=RowsWidget
+    )
+    term_guards = forms.JSONField(label="Term guards", disabled=True, required=False, widget=RowsWidget)
+    guardrails = forms.JSONField(label="Guardrails", disabled=True, required=False, widget=RowsWidget)
     card_skills = PrettyJSONField(
         empty=list, label="Card skills", help_text=Agent.card_skills.field.help_text
     )

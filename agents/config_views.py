@@ -2,7 +2,8 @@
 
 Every page but the agents list is for the tenant's owners and operators
 (:data:`agents.selectors.OPERATE`; anyone else gets a 403); a row of another
-tenant is a 404. A form is saved in one transaction or not at all; saved, the
+tenant is a 404. The agents list shows each member the agents they see
+(:func:`agents.selectors.visible_agents`). A form is saved in one transaction or not at all; saved, the
 page redirects with a message, refused, it is shown again with each error at
 its field. A new secret is the one thing shown on the response to the POST
 itself (never stored where the page could show it again).
@@ -12,13 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.shortcuts import redirect
-from django.template.defaultfilters import filesizeformat
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.generic import CreateView, ListView, UpdateView
@@ -27,45 +26,19 @@ from agents import selectors
 from agents.config_forms import AgentForm, ModelEndpointForm, TenantModelForm, ToolForm
 from agents.configuration import RACED, is_unique_violation
 from agents.models import SYSTEM_PROMPT_MAX_LENGTH, Agent, ModelEndpoint, Tool
-from parley.views import TenantMixin
+from parley.views import TenantMixin, TooLargeFormMixin
 
 
-class OperatorFormMixin(TenantMixin):
+class OperatorFormMixin(TooLargeFormMixin, TenantMixin):
     """Create or edit one row of the tenant with a :class:`TenantModelForm`, atomically.
 
     Subclasses say ``saved`` (the success message, formatted with the row) and where to go, and
-    may say what to ``shorten`` when a form was too large to send.
-
-    A form whose body is larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` cannot be read: it is answered
-    (413) with the page as a GET shows it and a message saying how large it was and what the limit
-    is (:class:`parley.middleware.TooLargeFormMiddleware`). The page's form carries the limit
-    (``data-max-bytes``), so that ``static/parley/forms.js`` refuses such a form before sending
-    it, keeping what was typed.
+    may say what to ``shorten`` when a form was too large to send: it is answered (413) with the
+    page as a GET shows it and a message at the form (:class:`parley.views.TooLargeFormMixin`).
     """
 
     allowed_roles = selectors.OPERATE
     saved = "Saved {}."
-    answers_too_large = True
-    shorten = "Shorten the longest text and save again."
-
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        context: dict[str, Any] = super().get_context_data(**kwargs)
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        context["max_form_bytes"] = limit or ""
-        too_large = getattr(self.request, "too_large", None)  # type: ignore[attr-defined]
-        if too_large is not None:
-            sent = filesizeformat(too_large) if too_large else "more"
-            context["too_large"] = (
-                f"Not saved: this form sent {sent}, more than the {filesizeformat(limit)} a form may "
-                "send, so nothing in it could be read: the form below is as it was before your "
-                f"changes. {self.shorten}"
-            )
-        return context
-
-    def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
-        if "too_large" in context:
-            kwargs.setdefault("status", 413)
-        return super().render_to_response(context, **kwargs)  # type: ignore[misc]
 
     def get_form_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = super().get_form_kwargs()  # type: ignore[misc]
@@ -81,7 +54,7 @@ class OperatorFormMixin(TenantMixin):
                 raise  # the forms check every other constraint: this one is a bug, not a race
             form.add_error(None, RACED)
             return self.form_invalid(form)  # type: ignore[attr-defined]
-        messages.success(self.request, self.saved.format(self.object))  # type: ignore[attr-defined]
+        messages.success(self.request, self.saved.format(self.object))
         return self.saved_response(form)
 
     def saved_response(self, form: TenantModelForm) -> HttpResponse:
@@ -92,13 +65,15 @@ class OperatorFormMixin(TenantMixin):
 
 
 class AgentListView(TenantMixin, ListView):
-    """Every agent of the tenant, by name; owners and operators also get the links to change them."""
+    """The agents of the tenant the member sees (:func:`agents.selectors.visible_agents`: a principal's
+    own, every one for anyone else), by name; owners and operators also get the links to change them."""
 
     template_name = "agents/config/agent_list.html"
     context_object_name = "agents"
 
     def get_queryset(self) -> QuerySet[Agent]:
-        return Agent.objects.for_tenant(self.tenant).select_related("principal").order_by("name", "slug")
+        agents = selectors.visible_agents(membership=self.membership)
+        return agents.select_related("principal").order_by("name", "slug")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
@@ -172,7 +147,7 @@ class ToolFormView(OperatorFormMixin):
             return super().saved_response(form)
         context = {"tenant": self.tenant, "membership": self.membership, "tool": self.object}
         context.update(secret=form.new_secret, back=self.get_success_url())
-        response = TemplateResponse(self.request, "agents/config/secret_shown.html", context)  # type: ignore[attr-defined]
+        response = TemplateResponse(self.request, "agents/config/secret_shown.html", context)
         response["Cache-Control"] = "no-store"
         return response
 

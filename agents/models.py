@@ -156,15 +156,26 @@ class Tool(TenantOwnedModel):
         return self.name
 
     def clean(self) -> None:
-        """Check that the tool can run as its kind says, and that its parameters are a JSON Schema."""
+        """Check that the tool can run as its kind says, that its parameters are a JSON Schema, and
+        that only a built-in has a built-in's name."""
         from agents import host_operations, tools
 
         try:
             host_operations.check_schema(self.parameters)
         except ValidationError as exc:
             raise ValidationError({"parameters": exc.error_list}) from exc
-        if self.kind == self.Kind.BUILTIN and self.name not in tools.builtin_names():
-            raise ValidationError({"name": f"Built-in tools are {', '.join(tools.builtin_names())}."})
+        builtins = tools.builtin_names()
+        if self.kind == self.Kind.BUILTIN and self.name not in builtins:
+            raise ValidationError({"name": f"Built-in tools are {', '.join(builtins)}."})
+        if self.kind != self.Kind.BUILTIN and self.name in builtins:
+            # The loop and the negotiator know a built-in by its name: another tool of that name
+            # would be offered in its place, or be taken for it.
+            raise ValidationError(
+                {
+                    "name": f"{self.name!r} is the name of a built-in tool ({', '.join(builtins)}): "
+                    'choose another name, or the kind "Built in" to offer the built-in.'
+                }
+            )
         if self.kind == self.Kind.HOST and not self.url:
             raise ValidationError({"url": "A host operation needs the URL it calls."})
         # Plain http only: any other scheme is the field's validator's to refuse.

@@ -538,14 +538,14 @@ class SystemMessagePreviewView(TenantMixin, DetailView):
     GET ``intent`` (one of the agent's; default its latest), ``statement``
     (used when the agent has no intent yet) and ``at`` (ISO 8601; default now).
     Reads only. For the tenant's owners and operators; others get a 403, and
-    another tenant's agent is a 404.
+    another tenant's agent (or, to a principal, another party's) is a 404.
     """
 
     template_name = "agents/system_message.html"
     context_object_name = "agent"
 
     def get_queryset(self) -> QuerySet[Agent]:
-        return Agent.objects.for_tenant(self.tenant)
+        return selectors.visible_agents(membership=self.membership)
 
     def get_object(self, queryset: QuerySet[Agent] | None = None) -> Agent:
         agent: Agent = super().get_object(queryset)

@@ -14,6 +14,8 @@ class NegotiationsConfig(AppConfig):
         register_parked_source(selectors.parked_inbound)
         register_answer_reader(selectors.question_understood)
         register_agent_check(checks.check_timezone)
+        # The terms description before the guards, whose terms it declares.
+        register_agent_check(checks.check_terms_description)
         register_agent_check(checks.check_term_guards)
         register_agent_check(checks.check_allowed_actions)
         register_intent_check(checks.check_intent_term_guards)

@@ -12,6 +12,7 @@ from django.utils import timezone
 from agents.models import Agent, Intent, entry_error
 from negotiations.negotiator import GuardError, NegotiatorError, parse_guards
 from negotiations.offline import Vocabulary
+from negotiations.rules import TermSpec, declared_terms, description_problem
 
 
 def check_timezone(agent: Agent) -> None:
@@ -24,21 +25,32 @@ def check_timezone(agent: Agent) -> None:
         ) from exc
 
 
+def check_terms_description(agent: Agent) -> None:
+    """Raises ``ValidationError`` on ``terms`` when the description uses the description format
+    but says something the reading would silently drop or misread: a term declared twice, a word
+    where the type goes that is no type, a part that breaks the format
+    (:func:`negotiations.rules.description_problem`). Prose stays allowed."""
+    if problem := description_problem(agent.terms):
+        raise ValidationError({"terms": problem})
+
+
 def check_term_guards(agent: Agent) -> None:
     """Raises ``ValidationError`` on ``term_guards`` naming the first malformed guard (as the negotiator
-    would, see :func:`negotiations.negotiator.parse_guards`), as an :func:`agents.models.entry_error`."""
-    _check_guards(agent.term_guards, where="term guard")
+    would, see :func:`negotiations.negotiator.parse_guards`), as an :func:`agents.models.entry_error`;
+    a guard must limit a term the agent's description declares, when it declares any."""
+    _check_guards(agent.term_guards, where="term guard", declared=declared_terms(agent.terms))
 
 
 def check_intent_term_guards(intent: Intent) -> None:
     """Raises ``ValidationError`` on ``term_guards`` naming the intent's first malformed guard, as
     :func:`check_term_guards` does for the agent's (registered with ``register_intent_check``)."""
-    _check_guards(intent.term_guards, where="intent term guard")
+    declared = declared_terms(intent.agent.terms) if intent.agent_id is not None else None
+    _check_guards(intent.term_guards, where="intent term guard", declared=declared)
 
 
-def _check_guards(guards: object, *, where: str) -> None:
+def _check_guards(guards: object, *, where: str, declared: tuple[TermSpec, ...] | None) -> None:
     try:
-        parse_guards(guards, today=timezone.now().date(), where=where)
+        parse_guards(guards, today=timezone.now().date(), where=where, declared=declared)
     except GuardError as exc:
         error = entry_error(str(exc), index=exc.index - 1, field=exc.field, problem=exc.problem)
         raise ValidationError({"term_guards": error}) from exc

@@ -49,6 +49,7 @@ from datetime import date, datetime, timedelta
 from typing import Any, Literal, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from agents import guardrails
@@ -63,10 +64,10 @@ from agents.llm import (
     Usage,
     model_for,
 )
-from agents.models import OFFLINE, Agent, Intent
+from agents.models import OFFLINE, Agent, Intent, currency_validator
 from agents.selectors import can_ask_party
 from negotiations import limits, model_negotiator, offline
-from negotiations.rules import MoveRules, declared_terms, iso_date, rules_for
+from negotiations.rules import MoveRules, TermSpec, declared_terms, iso_date, rules_for
 from negotiations.wire import Move, TaskRecord
 from parley import telemetry
 
@@ -275,11 +276,23 @@ def resolve_relative_date(text: str, today: date) -> str | None:
     return (today + timedelta(days=(weekday - today.weekday() - 1) % 7 + 1)).isoformat()
 
 
-def parse_guards(raw: object, *, today: date, where: str = "term guard") -> tuple[Guard, ...]:
+def parse_guards(
+    raw: object, *, today: date, where: str = "term guard", declared: tuple[TermSpec, ...] | None = None
+) -> tuple[Guard, ...]:
     """The guards in ``raw`` (a list of guard dicts, see the module docstring), relative dates resolved.
 
+    A currency is an ISO 4217 code, three capital letters (``agents.models.currency_validator``,
+    the model endpoints' rule). With ``declared``, the terms the agent's description declares
+    (:func:`negotiations.rules.declared_terms`; None or () when it declares none), a guard must
+    limit one of them: a guard on a term no move is checked for would never hold. The
+    configuration's check passes them; a negotiation does not, so a guard saved before the
+    description changed still holds.
+
     Raises :class:`NegotiatorError` when ``raw`` is not a list, and :class:`GuardError` naming the
-    first malformed guard, e.g. "term guard 2 has op '<'; use one of <=, >=, ==, in".
+    first malformed guard, e.g. "term guard 2 has op '<'; use one of <=, >=, ==, in", "term guard
+    1 has currency 'euros!!'; a currency is its ISO 4217 code, three capital letters: EUR, USD,
+    GBP", "term guard 1 names term 'banana', which the terms description does not declare
+    (amount, currency)".
     """
     if not isinstance(raw, list):
         raise NegotiatorError(f"{where}s must be a list of {{term, op, value}} objects")
@@ -291,11 +304,22 @@ def parse_guards(raw: object, *, today: date, where: str = "term guard") -> tupl
         term, op, value = item.get("term"), item.get("op"), item.get("value")
         if not isinstance(term, str) or not term:
             raise _guard_error(name, index, "term", "names no term")
+        if declared and term not in (names := [t.name for t in declared]):
+            problem = (
+                f"names term {term!r}, which the terms description does not declare ({', '.join(names)})"
+            )
+            raise _guard_error(name, index, "term", problem)
         if not isinstance(op, str) or op not in _GUARD_OPS:  # a list or object is no op (nor hashable)
             raise _guard_error(name, index, "op", f"has op {op!r}; use one of <=, >=, ==, in")
         currency = item.get("currency") or ""
         if not isinstance(currency, str):
             raise _guard_error(name, index, "currency", "has a currency that is not a string")
+        if currency and not _is_currency(currency):
+            problem = (
+                f"has currency {currency!r}; a currency is its ISO 4217 code, three capital letters: "
+                "EUR, USD, GBP"
+            )
+            raise _guard_error(name, index, "currency", problem)
         if op == "in":
             if not isinstance(value, list) or not value or not all(_scalar(v) for v in value):
                 raise _guard_error(name, index, "value", "needs a non-empty list of values for 'in'")
@@ -315,6 +339,16 @@ def parse_guards(raw: object, *, today: date, where: str = "term guard") -> tupl
             Guard(term, _GUARD_OPS[op], value, currency, None if aspiration is None else float(aspiration))
         )
     return tuple(guards)
+
+
+def _is_currency(code: str) -> bool:
+    """Whether ``code`` is written as an ISO 4217 code, the model endpoints' rule
+    (``agents.models.currency_validator``)."""
+    try:
+        currency_validator(code)
+    except ValidationError:
+        return False
+    return True
 
 
 def _guard_error(name: str, index: int, field: str, problem: str) -> GuardError:

@@ -33,13 +33,23 @@ Pure: no Django, no I/O.
 
 from __future__ import annotations
 
+import difflib
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from typing import Any, Literal
 
-from negotiations.wire import MAX_MESSAGE, MAX_OFFER_ID, MAX_TERM_KEY, MAX_TERMS, Move, MoveError
+from negotiations.wire import (
+    MAX_MESSAGE,
+    MAX_OFFER_ID,
+    MAX_TERM_KEY,
+    MAX_TERMS,
+    Move,
+    MoveError,
+    number_text,
+)
 from parley.jsontypes import json_type
 
 # Our AgentCard extension carrying an agent's move rules. A fixed URI, as the party extension's:
@@ -60,6 +70,12 @@ TYPE_WORDS: dict[str, TermType] = {
 # The types a published term may name (extension_params writes them; rules_from_params reads them).
 _TYPES: dict[str, TermType] = {t: t for t in TYPE_WORDS.values()}
 CURRENCY = re.compile(r"\b(EUR|USD|GBP|CHF|JPY|CAD|AUD)\b")
+# How like a type word a lone detail must be to be taken for a misspelt type (difflib's ratio:
+# "numbr" is 0.91 like "number", "weekday" 0.55 like "date").
+_CLOSE_TO_TYPE = 0.8
+# A field written as a name and its details, well formed or not: "amount (number, EUR", "a (b (c))"
+# (but not "Price (EUR) and delivery date", prose that goes on after its parenthesis).
+_DETAILED = re.compile(r"[A-Za-z_]\w*\s*\((?:[^)]*|.*\))", re.DOTALL)
 # One field, its surrounding space stripped: a name, then its details in parentheses if any.
 _FIELD = re.compile(r"([A-Za-z_]\w*)(?:\s*\(([^()]*)\))?")
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -172,6 +188,64 @@ def declared_terms(description: str) -> tuple[TermSpec, ...] | None:
     return tuple(specs.values())
 
 
+def description_problem(description: str) -> str | None:
+    """What is wrong with ``description`` as the operator wrote it, or None; the reading itself
+    (:func:`declared_terms`) stays lenient, for descriptions saved before and cards read.
+
+    Refused, naming the term: a name declared twice ("amount (number), amount (string)" would
+    declare the first); a word standing where the type goes that is no type word — the first
+    of two or more details unless in capitals, a code ("amount (numbr, EUR per day)",
+    "amount (wibble, EUR)"), or a lone detail one letter or two from a type word ("amount
+    (numbr)"): it would be read as the unit, leaving the term untyped; two type words; and a
+    description that uses the format — a name and its details in parentheses, even unclosed
+    ("amount (number"), or only names and empty fields ("amount, , currency") — with a part
+    that breaks it ("amount (number, EUR), ((" would be prose and declare nothing). Prose that
+    never uses the format ("the day rate in euros", "Price (EUR) and delivery date") is fine.
+    """
+    text = description.strip().removesuffix(".")
+    if not text:
+        return None
+    fields = [field.strip() for field in _fields(text)]
+    matches = [_FIELD.fullmatch(field) for field in fields]
+    with_details = any(_DETAILED.fullmatch(field) for field in fields)
+    names_only = all(m is not None or not field for m, field in zip(matches, fields, strict=True))
+    if not with_details and not names_only:
+        return None  # prose
+    seen: set[str] = set()
+    for field, match in zip(fields, matches, strict=True):
+        if match is None:
+            shown = repr(field) if field else "an empty term"
+            return (
+                f"{shown} does not read as a term: write each term as a name, or a name and its details "
+                'in parentheses — "amount (number, EUR per day), currency" — separated by commas.'
+            )
+        name = match.group(1)
+        if name in seen:
+            return f"The term {name} is declared twice; declare each term once."
+        seen.add(name)
+        if problem := _type_problem(name, [d.strip() for d in (match.group(2) or "").split(",")]):
+            return problem
+    return None
+
+
+def _type_problem(name: str, details: list[str]) -> str | None:
+    """What is wrong with the type of the term ``name`` given its ``details``, or None."""
+    types = [d for d in details if d.lower() in TYPE_WORDS]
+    if len(types) > 1:
+        return f"The term {name} names {len(types)} types ({', '.join(types)}); give it one."
+    first = details[0]
+    if types or not first.isalpha() or first.isupper():
+        return None
+    close = difflib.get_close_matches(first.lower(), TYPE_WORDS, n=1, cutoff=_CLOSE_TO_TYPE)
+    if len(details) < 2 and not close:
+        return None  # a one-word unit: "day (weekday)"
+    guess = f" Did you mean {close[0]}?" if close else ""
+    return (
+        f"The term {name}: {first!r} stands where its type goes and is no type; the types are "
+        f"{', '.join(TYPE_WORDS)}.{guess}"
+    )
+
+
 def _fields(text: str) -> list[str]:
     """``text`` split at its commas outside parentheses."""
     fields, depth, start = [], 0, 0
@@ -214,15 +288,19 @@ def check_move(move: Move, rules: MoveRules) -> None:
 
 
 def check_terms(terms: Mapping[str, Any] | None, declared: tuple[TermSpec, ...]) -> None:
-    """Refuse ``terms`` when a term in ``declared`` has a value of another type, the first in
-    ``terms``' own order.
+    """Refuse ``terms`` when a term in ``declared`` has a value of another type, or any term a
+    number that is not finite (NaN, ±Infinity: no JSON number, as :func:`parse_move` has it), the
+    first in ``terms``' own order.
 
     Raises:
         MoveError: "move.terms.amount must be a number (EUR per day), got 'lots'" (a string is
-            quoted, cut at 40 characters; any other value is named by its JSON type).
+            quoted, cut at 40 characters; any other value is named by its JSON type);
+            "move.terms.amount must be a finite number, got Infinity".
     """
     specs = {spec.name: spec for spec in declared}
     for name, value in (terms or {}).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise MoveError(f"move.terms.{name} must be a finite number, got {number_text(value)}")
         spec = specs.get(name)
         if spec is not None and not spec.allows(value):
             raise MoveError(f"move.terms.{name} must be {spec.expected}, got {_shown(value)}")

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from a2a.types import Task
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.struct_pb2 import Struct, Value
 
 from parley.jsontypes import json_type
 
@@ -120,6 +121,63 @@ def nul_path(value: object, where: str) -> str | None:
     return None
 
 
+def number_text(value: float) -> str:
+    """``value`` as a reply names it: a finite number as Python writes it, NaN and the infinities
+    as they come on the wire (``NaN``, ``Infinity``, ``-Infinity``: JavaScript's words, which
+    Python's JSON reader takes and JSON itself has none for, RFC 8259 §6)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value)
+
+
+def non_finite(value: object, where: str) -> tuple[str, float] | None:
+    """The path and value of the first number in the JSON ``value`` that is not finite (NaN,
+    ±Infinity), or None.
+
+    Paths read as :func:`nul_path`'s. Such a number is no JSON: protobuf will not write it out
+    again (the A2A SDK's and our own ``MessageToDict`` raise) and Postgres's ``jsonb`` holds none.
+    """
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (where, value)
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if found := non_finite(item, f"{where}.{key}"):
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if found := non_finite(item, f"{where}[{index}]"):
+                return found
+    return None
+
+
+def struct_of(struct: Struct) -> dict[str, Any]:
+    """The JSON object a protobuf ``Struct`` (a message's or a part's metadata) holds, as
+    :func:`value_of` reads it."""
+    return {key: value_of(item) for key, item in struct.fields.items()}
+
+
+def value_of(value: Value) -> Any:
+    """The JSON value a protobuf ``Value`` (an A2A data part's) holds, as Python: numbers as floats.
+
+    Unlike ``MessageToDict``, which raises on them, it keeps NaN and ±Infinity, so that they can
+    be refused by name (:func:`non_finite_path`). The gateway's edge bounds the nesting.
+    """
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return struct_of(value.struct_value)
+    if kind == "list_value":
+        return [value_of(item) for item in value.list_value.values]
+    if kind == "number_value":
+        return value.number_value
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    return None
+
+
 def storage_problem(value: str, limit: int | None = None) -> str | None:
     """Why Postgres cannot store ``value`` in a column of ``limit`` characters ("must not contain a
     NUL character", "must be at most <limit> characters"), or None if it can."""
@@ -203,7 +261,7 @@ def parse_move(data: object) -> Move:
                     f"move.terms.{key} must be a string, number, boolean or null, got {json_type(value)}"
                 )
             if isinstance(value, float) and not math.isfinite(value):
-                raise MoveError(f"move.terms.{key} must be a finite number, got {value}")
+                raise MoveError(f"move.terms.{key} must be a finite number, got {number_text(value)}")
         terms = integral_numbers(terms)
 
     return Move(

@@ -21,6 +21,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from agents.selectors import OPERATE, agents_of_principal
 from parley import selectors, services
 from parley.forms import ApiKeyForm, HandOverForm, InvitationForm, MemberRoleForm
+from parley.middleware import TOO_LARGE, too_large_text
 from parley.models import ApiKey, Membership, Tenant
 from parley.selectors import first_membership, membership_for
 
@@ -65,6 +66,38 @@ class TenantMixin(LoginRequiredMixin):
         context: dict[str, Any] = super().get_context_data(**kwargs)  # type: ignore[misc]
         context.update(tenant=self.tenant, membership=self.membership)
         return context
+
+
+class TooLargeFormMixin:
+    """A page whose form says itself, at the form, that it was too large to read.
+
+    A body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` cannot be read: the page is answered
+    (413) as a GET shows it, with ``too_large`` in the context saying how large the form was, what
+    the limit is and ``shorten`` (:class:`parley.middleware.TooLargeFormMiddleware`, which calls
+    such a view with ``request.too_large`` set). The context's ``max_form_bytes`` is the limit,
+    for the form's ``data-max-bytes``: ``static/parley/forms.js`` then refuses such a form before
+    sending it, keeping what was typed. Goes before the view's other bases.
+    """
+
+    shows_too_large = True
+    shorten = "Shorten the longest text and save again."
+    request: HttpRequest
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context: dict[str, Any] = super().get_context_data(**kwargs)  # type: ignore[misc]
+        context["max_form_bytes"] = settings.DATA_UPLOAD_MAX_MEMORY_SIZE or ""
+        too_large = getattr(self.request, "too_large", None)
+        if too_large is not None:
+            context["too_large"] = (
+                f"Not saved: {too_large_text(too_large)}: the form below is as it was before your "
+                f"changes. {self.shorten}"
+            )
+        return context
+
+    def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
+        if "too_large" in context:
+            kwargs.setdefault("status", TOO_LARGE)
+        return super().render_to_response(context, **kwargs)  # type: ignore[misc]
 
 
 class FilteredListView(TenantMixin, ListView):

@@ -52,7 +52,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     # ETags on GET responses, and 304 to a matching If-None-Match (the host API's reads).
     "django.middleware.http.ConditionalGetMiddleware",
-    # A form too large to read is shown again with a message (before the CSRF check reads it).
+    # A form too large to read is answered with its page and a message, not a bare 400 (before the
+    # CSRF check reads it; after the session, authentication and messages, whose process_request
+    # hooks all run before any process_view).
     "parley.middleware.TooLargeFormMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

@@ -1,6 +1,6 @@
-// The operator's configuration forms (agents/config_views.py). Both are conveniences: without
-// JavaScript each form has blank rows to add with, and the server answers a form too large to
-// read with the form and a message (parley/middleware.py).
+// The operator's configuration forms (agents/config_views.py) and the grounding documents' forms.
+// Both are conveniences: without JavaScript each form has blank rows to add with, and the server
+// answers a form too large to read with the form and a message (parley/middleware.py).
 //
 // "Add a …" (button.add-row[data-rows=<prefix>]) appends the formset's empty row, from the
 // <template id="<prefix>-new">, numbered, counts it in <prefix>-TOTAL_FORMS and moves the focus

@@ -85,8 +85,11 @@
     refresh();
   }
   document.addEventListener("htmx:responseError", function (event) {
-    const code = event.detail.xhr.status;
-    refused(refusals[code] || "Not done: the server answered " + code + ". Reload the page and try again.");
+    const xhr = event.detail.xhr;
+    const code = xhr.status;
+    // A form too large to read is answered with what to do, as text (parley/middleware.py).
+    const said = code === 413 ? xhr.responseText : "";
+    refused(said || refusals[code] || "Not done: the server answered " + code + ". Reload the page and try again.");
   });
   document.addEventListener("htmx:sendError", function () {
     refused("Not sent: the connection was lost. Try again when you are back online.");

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from google.protobuf.json_format import MessageToDict
 from a2a_gateway.models import A2ATask
 from agents.models import Agent
 from negotiations.models import Negotiation, Settlement, Turn
+from parley import devstack
 from tests.a2a_gateway.conftest import Endpoint, counts, move, proposal, run, user_message
 from tests.conftest import LiveStack
 
@@ -556,3 +558,132 @@ def test_path_segment_that_is_no_slug_is_404(
         error = error_of(response, status=404)
         assert error == {"code": -32600, "message": f"There is no {named}."}
     assert counts() == NOTHING
+
+
+# --- Numbers JSON cannot carry ------------------------------------------------------------------
+
+# Python's JSON reader (the SDK's) takes NaN and ±Infinity, which JSON has no words for (RFC 8259 §6),
+# and reads 1e400 as infinity. json.dumps writes float("inf") as Infinity, as a hostile caller sends it.
+NON_FINITE = [
+    pytest.param(float("inf"), "Infinity", id="Infinity"),
+    pytest.param(float("-inf"), "-Infinity", id="-Infinity"),
+    pytest.param(float("nan"), "NaN", id="NaN"),
+]
+WIRES = [pytest.param("1.0", id="1.0"), pytest.param(None, id="0.3")]
+
+
+def web_log(live_stack: LiveStack) -> Path:
+    """The live web process's log (tests.conftest.live_stack)."""
+    return devstack.ROOT / ".pytest_cache" / f"live-web-{live_stack.url.rsplit(':', 1)[1]}.log"
+
+
+def raw_send(
+    endpoint: Endpoint, message: dict[str, Any], *, version: str | None, task: Task | None = None
+) -> Any:
+    """POST ``message`` (1.0 JSON; on the 0.3 wire, ``version`` None, its parts and role in 0.3
+    words) as ``SendMessage`` or ``message/send``, written with Python's json.dumps, which writes
+    non-finite numbers as NaN, Infinity and -Infinity."""
+    message = {"messageId": "m-nf", "role": "ROLE_USER", **message}
+    if task is not None:
+        message.update(taskId=task.id, contextId=task.context_id)
+    method = "SendMessage"
+    if version is None:
+        method = "message/send"
+        parts = [{"kind": "data", **p} if "data" in p else {"kind": "text", **p} for p in message["parts"]]
+        message.update(kind="message", role="user", parts=parts)
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {"message": message}}
+    return endpoint.post(json.dumps(body).encode(), version=version)
+
+
+@pytest.mark.parametrize("version", WIRES)
+@pytest.mark.parametrize(("number", "written"), NON_FINITE)
+def test_a_term_that_is_no_finite_number_is_an_invalid_move(
+    live_stack: LiveStack, seller_endpoint: Endpoint, version: str | None, number: float, written: str
+) -> None:
+    """-32602 naming the term, as for any other invalid move; nothing stored, nothing logged (before
+    the fix: -32603 "Fail to serialize Infinity for Value.number_value…" and an ERROR traceback)."""
+    log = web_log(live_stack)
+    logged = log.stat().st_size
+    terms = {"amount": number, "currency": "EUR"}
+    parts = [{"data": {"action": "propose", "message": "€800 a day?", "terms": terms}}]
+
+    response = raw_send(seller_endpoint, {"parts": parts}, version=version)
+
+    error = error_of(response)
+    assert response.json()["id"] == 7
+    assert (error["code"], error["message"]) == (
+        INVALID_PARAMS,
+        f"Invalid negotiation move: move.terms.amount must be a finite number, got {written}",
+    )
+    assert counts() == NOTHING
+    with log.open("rb") as text:
+        text.seek(logged)
+        assert b"ERROR" not in text.read()
+
+
+@pytest.mark.parametrize("version", WIRES)
+def test_a_number_too_large_for_a_double_is_infinity_and_refused(
+    seller_endpoint: Endpoint, version: str | None
+) -> None:
+    body = (
+        '{"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": {"messageId": "m", '
+        '"role": "ROLE_USER", "parts": [{"data": {"action": "propose", "message": "x", '
+        '"terms": {"amount": 1e400}}}]}}}'
+    )
+    if version is None:
+        body = body.replace('"SendMessage"', '"message/send"').replace('"ROLE_USER"', '"user"')
+        body = body.replace('{"data"', '{"kind": "data", "data"')
+
+    error = error_of(seller_endpoint.post(body.encode(), version=version))
+
+    assert error["code"] == INVALID_PARAMS
+    assert error["message"] == (
+        "Invalid negotiation move: move.terms.amount must be a finite number, got Infinity"
+    )
+    assert counts() == NOTHING
+
+
+ELSEWHERE = [
+    pytest.param(
+        {"parts": [{"data": {**proposal(800), "note": [1, float("nan")]}}]},
+        "Invalid negotiation move: move.note[1] must be a finite number, got NaN",
+        id="unknown-move-key",
+    ),
+    pytest.param(
+        {"parts": [{"data": proposal(800)}, {"data": {"score": float("inf")}}]},
+        "message.parts[1].data.score must be a finite number, got Infinity",
+        id="second-data-part",
+    ),
+    pytest.param(
+        {"parts": [{"data": proposal(800)}], "metadata": {"trace": {"score": float("-inf")}}},
+        "message.metadata.trace.score must be a finite number, got -Infinity",
+        id="message-metadata",
+    ),
+]
+
+
+@pytest.mark.parametrize(("message", "problem"), ELSEWHERE)
+def test_a_number_that_is_not_finite_elsewhere_in_the_message_is_named(
+    seller_endpoint: Endpoint, message: dict[str, Any], problem: str
+) -> None:
+    error = error_of(raw_send(seller_endpoint, message, version="1.0"))
+
+    assert (error["code"], error["message"]) == (INVALID_PARAMS, problem)
+    assert counts() == NOTHING
+
+
+@pytest.mark.parametrize("version", WIRES)
+def test_a_follow_up_with_a_term_that_is_not_finite_leaves_the_open_task_as_it_was(
+    seller_endpoint: Endpoint, version: str | None
+) -> None:
+    task = seller_endpoint.send(user_message(proposal(800)))
+    before, before_counts = snapshot(task), counts()
+    parts = [{"data": {**proposal(850), "terms": {"amount": float("nan"), "currency": "EUR"}}}]
+
+    error = error_of(raw_send(seller_endpoint, {"parts": parts}, version=version, task=task))
+
+    assert error["message"] == "Invalid negotiation move: move.terms.amount must be a finite number, got NaN"
+    assert snapshot(task) == before
+    assert counts() == before_counts
+    again = seller_endpoint.send(user_message(proposal(850), task=task))
+    assert again.status.state == TaskState.TASK_STATE_INPUT_REQUIRED

@@ -251,8 +251,8 @@ def test_another_tenants_rows_are_not_found_and_unchanged(
     assert [snapshot(seller), snapshot(foreign_tool), snapshot(foreign_endpoint)] == before
 
 
-@pytest.mark.parametrize(("role", "operates"), [("operator", True), ("principal", False), ("viewer", False)])
-def test_every_member_sees_the_agents_and_only_operators_the_links_to_change_them(
+@pytest.mark.parametrize(("role", "operates"), [("operator", True), ("owner", True), ("viewer", False)])
+def test_every_member_but_a_principal_sees_every_agent_and_only_operators_the_links_to_change_them(
     client: Client, tenant: Tenant, agent: Agent, seller: Agent, role: str, operates: bool
 ) -> None:
     client.force_login(member(tenant, "sam", role))
@@ -262,10 +262,29 @@ def test_every_member_sees_the_agents_and_only_operators_the_links_to_change_the
     html = response.content.decode()
     assert response.status_code == 200
     assert f'href="{url("agent", pk=agent.pk)}">Tomas&#x27;s agent</a>' in html
+    assert "<td>tomas</td>" in html
     assert seller.name not in html
     assert (f'href="{url("agent-create")}">New agent</a>' in html) is operates
     assert (f'href="{url("agent-edit", pk=agent.pk)}"' in html) is operates
     assert f'<a href="{url("agent-list")}" aria-current="page">Agents</a>' in html
+
+
+def test_a_principal_sees_their_own_agents_only(client: Client, tenant: Tenant, agent: Agent) -> None:
+    """Another party's agent (its name, its party's username) is not listed: its page is a 404 to
+    them (agents.selectors.visible_agents)."""
+    sam = member(tenant, "sam", Membership.Role.PRINCIPAL)
+    own = Agent.objects.create(tenant=tenant, slug="sam", name="Sam's agent", principal=sam)
+    client.force_login(sam)
+
+    response = client.get(url("agent-list"))
+
+    html = response.content.decode()
+    assert [a.pk for a in response.context["agents"]] == [own.pk]
+    assert f'href="{url("agent", pk=own.pk)}">Sam&#x27;s agent</a>' in html
+    assert "Tomas" not in html
+    assert "<td>tomas</td>" not in html
+    assert client.get(url("agent", pk=own.pk)).status_code == 200
+    assert client.get(url("agent", pk=agent.pk)).status_code == 404
 
 
 @pytest.mark.parametrize(("role", "operates"), [("operator", True), ("owner", True), ("principal", False)])
@@ -556,6 +575,24 @@ REFUSED = [
     ("turn_timeout", "0", "Ensure this value is greater than or equal to 0.1."),
     ("turn_timeout", "-5", "Ensure this value is greater than or equal to 0.1."),
     ("turn_timeout", "1e308", "Ensure this value is less than or equal to 3600.0."),
+    # A description in the format that would be misread is refused; prose declares nothing, and passes.
+    (
+        "terms",
+        "amount (numbr, EUR per day)",
+        "The term amount: 'numbr' stands where its type goes and is no type; the types are number, "
+        "integer, string, text, boolean, date. Did you mean number?",
+    ),
+    (
+        "terms",
+        "amount (number, EUR), ((",
+        "'((' does not read as a term: write each term as a name, or a name and its details in "
+        'parentheses — "amount (number, EUR per day), currency" — separated by commas.',
+    ),
+    (
+        "terms",
+        "amount (number), amount (string)",
+        "The term amount is declared twice; declare each term once.",
+    ),
     # The hook is POSTed to: http or https only (parley.outbound.url_validator).
     ("evaluation_url", "ftp://files.example/hook", "Enter an http:// or https:// URL."),
     (
@@ -608,6 +645,19 @@ ROW_REFUSED = [
         {"aspiration": "high"},
         "aspiration",
         "Opening value: has an aspiration that is not a number",
+    ),
+    (
+        "term_guards",
+        {"currency": "euros!!"},
+        "currency",
+        "Currency: has currency 'euros!!'; a currency is its ISO 4217 code, three capital letters: "
+        "EUR, USD, GBP",
+    ),
+    (
+        "term_guards",
+        {"term": "banana"},
+        "term",
+        "Term: names term 'banana', which the terms description does not declare (amount, currency)",
     ),
     ("guardrails", {"stage": "inbound"}, "stage", 'Stage: "inbound" is not one of "input", "output".'),
     ("guardrails", {"stage": ""}, "stage", 'Stage: required, one of "input", "output".'),
@@ -673,6 +723,7 @@ def test_a_row_that_cannot_work_is_refused_at_its_row_and_cell_and_nothing_is_sa
 def test_a_rows_error_is_shown_at_its_row_when_rows_above_it_are_deleted_or_blank(
     ops: Client, agent: Agent
 ) -> None:
+    agent.terms = GUARDED_TERMS
     agent.term_guards = [
         {"term": "amount", "op": "<=", "value": 1200},
         {"term": "days", "op": "<=", "value": 5},
@@ -860,6 +911,7 @@ def api_refusal(response: Any, field: str) -> list[str]:
 
 
 SAME_WORDS = [
+    ("terms", "amount (wibble, EUR)"),
     ("card_skills", {"not": "a list"}),
     ("card_skills", [{"id": "x", "bogus": 1}]),
     ("card_fields", ["not", "an", "object"]),
@@ -895,6 +947,18 @@ def test_a_setting_is_refused_on_the_page_in_the_words_of_the_api(
             {"term": "amount", "op": "<=", "value": "soon"},
             {**GUARD_ROW, "value": "soon"},
             "value",
+        ),
+        (
+            "term_guards",
+            {"term": "amount", "op": "<=", "value": 1200, "currency": "euros!!"},
+            {**GUARD_ROW, "currency": "euros!!"},
+            "currency",
+        ),
+        (
+            "term_guards",
+            {"term": "banana", "op": "<=", "value": 1200},
+            {**GUARD_ROW, "term": "banana"},
+            "term",
         ),
         (
             "guardrails",
@@ -1036,11 +1100,16 @@ STORED_GUARDS = [
     {"term": "currency", "op": "in", "value": ["EUR", "USD"]},
     {"term": "seats", "op": "in", "value": [1, "2", "a, b"]},
 ]
+# A description declaring every term STORED_GUARDS limit (a guard must limit a declared term).
+GUARDED_TERMS = (
+    "amount (number, EUR per day), currency, rate (number), start (date), code, remote (boolean), seats, days"
+)
 # How each stored guard's value is shown in its row, to be read back as it is.
 SHOWN_VALUES = ["1200", "12.5", "2030-01-01", "next friday", '"1200"', "true", "EUR, USD", '[1, "2", "a, b"]']
 
 
 def test_stored_term_guards_show_in_their_rows_and_save_back_unchanged(ops: Client, agent: Agent) -> None:
+    agent.terms = GUARDED_TERMS
     agent.term_guards = STORED_GUARDS
     agent.save()
 
@@ -1057,6 +1126,7 @@ def test_stored_term_guards_show_in_their_rows_and_save_back_unchanged(ops: Clie
 def test_term_guards_and_guardrails_are_added_changed_and_removed_row_by_row(
     ops: Client, agent: Agent
 ) -> None:
+    agent.terms = GUARDED_TERMS
     agent.term_guards = [
         {"term": "amount", "op": "<=", "value": 1200},
         {"term": "days", "op": "<=", "value": 5},
@@ -1090,6 +1160,52 @@ def test_term_guards_and_guardrails_are_added_changed_and_removed_row_by_row(
         {"name": "no-phone", "stage": "output", "action": "redact", "match": "phone"},
         {"name": "no-ids", "stage": "input", "action": "block", "match": "regex", "pattern": r"ORD-\d+"},
     ]
+
+
+@pytest.mark.parametrize("remove", ["delete", "clear"])
+def test_the_last_term_guard_and_guardrail_are_removed(ops: Client, agent: Agent, remove: str) -> None:
+    """Removing the only row leaves the setting empty ([] is what the rows say, though the setting's
+    own field is never posted: Django keeps a model default for an omitted field whose value is empty)."""
+    agent.term_guards = [{"term": "amount", "op": "<=", "value": 1200}]
+    agent.guardrails = [{"name": "no-email", "stage": "output", "action": "redact", "match": "email"}]
+    agent.save()
+    data = page_form(ops, url("agent-edit", pk=agent.pk))
+    if remove == "delete":
+        data["term_guards-0-DELETE"] = data["guardrails-0-DELETE"] = ["on"]
+    else:
+        with_row(data, "term_guards", 0, {"term": "", "value": ""})
+        with_row(data, "guardrails", 0, {"name": "", "stage": "", "action": "", "match": ""})
+
+    response = ops.post(url("agent-edit", pk=agent.pk), data)
+
+    assert response.status_code == 302, response.context and response.context["form"].errors
+    agent.refresh_from_db()
+    assert (agent.term_guards, agent.guardrails) == ([], [])
+    assert (
+        ops.get(url("agent-edit", pk=agent.pk)).context["form"].rows["term_guards"].initial_form_count() == 0
+    )
+
+
+def test_a_currency_typed_in_small_letters_is_taken_in_capitals(ops: Client, agent: Agent) -> None:
+    data = page_form(ops, url("agent-edit", pk=agent.pk))
+    with_row(data, "term_guards", 0, {**GUARD_ROW, "currency": "eur"})
+
+    assert ops.post(url("agent-edit", pk=agent.pk), data).status_code == 302
+    agent.refresh_from_db()
+    assert agent.term_guards == [{"term": "amount", "op": "<=", "value": 1200, "currency": "EUR"}]
+
+
+def test_prose_terms_take_guards_on_any_term(ops: Client, agent: Agent) -> None:
+    """A description that declares no terms (prose) leaves a guard's term to the operator."""
+    data = page_form(ops, url("agent-edit", pk=agent.pk))
+    data["terms"] = ["The day rate in euros, and how many days a month."]
+    with_row(data, "term_guards", 0, {**GUARD_ROW, "term": "days", "currency": ""})
+
+    response = ops.post(url("agent-edit", pk=agent.pk), data)
+
+    assert response.status_code == 302, response.context and response.context["form"].errors
+    agent.refresh_from_db()
+    assert agent.term_guards == [{"term": "days", "op": "<=", "value": 1200}]
 
 
 def test_the_rows_editors_are_labelled_groups_that_work_without_javascript(ops: Client, agent: Agent) -> None:
@@ -1182,6 +1298,12 @@ def test_the_system_message_preview_and_the_editor_have_the_agents_sub_navigatio
 # --- Tools -------------------------------------------------------------------------------------------
 
 
+BUILTIN_NAME_TAKEN = (
+    "'ask_user' is the name of a built-in tool (answer, ask_user, negotiate): choose another name, "
+    'or the kind "Built in" to offer the built-in.'
+)
+
+
 def tool_data(**fields: str) -> dict[str, str]:
     return {
         "name": "lookup",
@@ -1263,6 +1385,7 @@ def test_a_tool_edit_page_reads_back_and_round_trips(ops: Client, lookup: Tool) 
         ({"url": ""}, "url", "A host operation needs the URL it calls."),
         ({"secret": ""}, "secret", "A host operation needs a secret to sign its calls."),
         ({"kind": "builtin", "name": "fetch"}, "name", "Built-in tools are"),
+        ({"name": "ask_user"}, "name", BUILTIN_NAME_TAKEN),
         ({"name": "bad name!"}, "name", "A tool name is 1 to 64 letters"),
         ({"suspends": "on", "requires_approval": "on"}, "requires_approval", "A tool that asks the party"),
     ],

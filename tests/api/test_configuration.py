@@ -249,6 +249,28 @@ AGENT_REFUSED: list[tuple[str, Any, str]] = [
     ("timezone", "Mars/Olympus", "'Mars/Olympus' is not a known time zone"),
     ("term_guards", [{"term": "amount", "op": "<", "value": 1}], "term guard 1 has op '<'"),
     ("term_guards", None, "This field may not be null."),
+    (
+        "term_guards",
+        [{"term": "amount", "op": "<=", "value": 1, "currency": "euros!!"}],
+        "term guard 1 has currency 'euros!!'; a currency is its ISO 4217 code, three capital letters: "
+        "EUR, USD, GBP",
+    ),
+    (
+        "term_guards",
+        [{"term": "banana", "op": "<=", "value": 1}],
+        "term guard 1 names term 'banana', which the terms description does not declare (amount, currency)",
+    ),
+    (
+        "terms",
+        "amount (number), amount (string)",
+        "The term amount is declared twice; declare each term once.",
+    ),
+    (
+        "terms",
+        "amount (numbr, EUR per day)",
+        "The term amount: 'numbr' stands where its type goes and is no type; the types are number, "
+        "integer, string, text, boolean, date. Did you mean number?",
+    ),
     ("allowed_actions", [], "The agent needs at least one action."),
     ("allowed_actions", [{"name": "propose"}], "Unusable actions"),
     (
@@ -415,6 +437,8 @@ def test_an_agent_a_tool_runs_is_not_deleted(api: APIClient, tenant: Tenant, age
 
 
 def test_term_guards_are_read_and_replaced_as_a_list(api: APIClient, agent: Agent) -> None:
+    agent.terms = "amount (number, EUR per day), currency, start (date)"
+    agent.save()
     url = f"/api/v1/agents/{agent.pk}/term-guards"
     assert api.get(url).json() == []
     guards = [
@@ -517,6 +541,12 @@ def test_an_intent_round_trips(api: APIClient, agent: Agent) -> None:
             "intent term guard 1 has op",
         ),
         ({"term_guards": "amount <= 5"}, "term_guards", "intent term guards must be a list"),
+        (
+            {"term_guards": [{"term": "banana", "op": "<=", "value": 1}]},
+            "term_guards",
+            "intent term guard 1 names term 'banana', which the terms description does not declare "
+            "(amount, currency)",
+        ),
         ({"external_id": "x" * 201}, "external_id", "Ensure this field has no more than 200 characters."),
     ],
 )
@@ -609,6 +639,12 @@ def test_a_tool_round_trips_and_its_secret_is_write_only(api: APIClient, agent: 
         ({"name": "taken"}, "name", "This tenant already has a tool with the name 'taken'."),
         ({"name": "bad name!"}, "name", "A tool name is 1 to 64 letters"),
         ({"kind": "builtin"}, "name", "Built-in tools are"),
+        (
+            {"name": "ask_user"},
+            "name",
+            "'ask_user' is the name of a built-in tool (answer, ask_user, negotiate): choose another "
+            'name, or the kind "Built in" to offer the built-in.',
+        ),
         ({"suspends": True}, "requires_approval", "A tool that asks the party needs no approval"),
         ({"timeout": 500}, "timeout", "Ensure this value is less than or equal to 240"),
         ({"kind": "agent"}, "target_agent", "Choose an agent of this tenant to run."),
@@ -641,6 +677,26 @@ def test_a_tool_runs_only_an_agent_of_the_tenant(api: APIClient, seller: Agent) 
 
     assert invalid(response) == {"target_agent": [f"This tenant has no agent with the id {seller.pk}."]}
     assert stored() == before
+
+
+def test_a_tool_that_is_no_built_in_cannot_take_a_built_ins_name(api: APIClient, agent: Agent) -> None:
+    before = stored()
+
+    response = api.post(
+        "/api/v1/tools",
+        {"name": "negotiate", "kind": "agent", "description": "x", "target_agent": str(agent.pk)},
+        format="json",
+    )
+
+    assert invalid(response) == {
+        "name": [
+            "'negotiate' is the name of a built-in tool (answer, ask_user, negotiate): choose another "
+            'name, or the kind "Built in" to offer the built-in.'
+        ]
+    }
+    assert stored() == before
+    built_in = {"name": "negotiate", "kind": "builtin", "description": "x"}
+    assert api.post("/api/v1/tools", built_in, format="json").status_code == 201
 
 
 # --- Model endpoints ---------------------------------------------------------------------------------

@@ -180,6 +180,31 @@ def test_term_guards_and_guardrails_are_edited_row_by_row_and_a_bad_pattern_is_s
     ).to_have_value("EUR, USD")
 
 
+def test_the_last_term_guard_and_guardrail_are_deleted(
+    live_stack: LiveStack, agent: Agent, operator: AbstractUser, browser: Browser
+) -> None:
+    agent.term_guards = [{"term": "amount", "op": "<=", "value": 1200}]
+    agent.guardrails = [{"name": "no-email", "stage": "output", "action": "redact", "match": "email"}]
+    off_loop(agent.save)
+    page = browser.new_page()
+    page.set_default_timeout(WAIT)
+    log_in(page, live_stack.url, operator.get_username(), PASSWORD)
+    open_editor(page, agent)
+    guards = page.get_by_role("group", name="Term guards", exact=True)
+    guards.get_by_role("group", name="Term guard 1", exact=True).get_by_label("Delete:").check()
+    rails = page.get_by_role("group", name="Guardrails", exact=True)
+    rails.get_by_role("group", name="Guardrail 1", exact=True).get_by_label("Delete:").check()
+
+    save(page, agent.name)
+
+    saved = stored(agent)
+    assert (saved.term_guards, saved.guardrails) == ([], [])
+    open_editor(page, agent)
+    expect(guards.get_by_role("group", name="Term guard 1 (new)")).to_be_visible()
+    expect(guards.get_by_role("group", name="Term guard 1", exact=True)).to_have_count(0)
+    expect(rails.get_by_role("group", name="Guardrail 1", exact=True)).to_have_count(0)
+
+
 def without_javascript(browser: Browser, page: Page) -> Page:
     """A page of a new context with ``page``'s session and JavaScript off."""
     context = browser.new_context(storage_state=page.context.storage_state(), java_script_enabled=False)

@@ -30,7 +30,7 @@ def test_the_default_configuration_is_accepted(agent: Agent) -> None:
         ({"term": "amount"}, "must be a list"),
         ([{"term": "amount", "op": "<", "value": 1}], "has op '<'"),
         ([{"op": ">=", "value": 1}], "names no term"),
-        ([{"term": "start", "op": "in", "value": []}], "non-empty list"),
+        ([{"term": "currency", "op": "in", "value": []}], "non-empty list"),
     ],
 )
 def test_a_malformed_term_guard_is_refused(agent: Agent, guards: Any, says: str) -> None:
@@ -38,6 +38,7 @@ def test_a_malformed_term_guard_is_refused(agent: Agent, guards: Any, says: str)
 
 
 def test_a_relative_date_guard_is_accepted(agent: Agent) -> None:
+    agent.terms = "amount (number, EUR per day), start (date)"
     agent.term_guards = [{"term": "start", "op": ">=", "value": "next Monday"}]
     agent.full_clean()
 

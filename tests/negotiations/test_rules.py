@@ -15,6 +15,7 @@ from negotiations.rules import (
     TermSpec,
     check_move,
     declared_terms,
+    description_problem,
     extension_params,
     move_schema,
     rules_for,
@@ -61,7 +62,68 @@ def test_declared_terms(description: str, declared: tuple[TermSpec, ...] | None)
     assert declared_terms(description) == declared
 
 
+DESCRIBED = [
+    # In the format, as the suite, the demo and the docs write it: nothing to say.
+    ("amount (number, EUR per day), currency", None),
+    ("start (date), rate (Integer, GBP per hour), remote (boolean), city (text).", None),
+    ("day (weekday), fee(number,per session)", None),
+    ("customers (number, paying)", None),
+    ("amount (number, EUR per day), days (per month)", None),
+    ("amount (EUR, per day)", None),
+    ("amount, currency", None),
+    ("", None),
+    # Prose, which declares nothing and says so by being prose.
+    ("the day rate in euros", None),
+    ("Price (EUR) and delivery date, negotiable", None),
+    ("The rate, in euros, per day", None),
+    ("amount; currency", None),
+    # The format, misread.
+    ("amount (number), amount (string)", "The term amount is declared twice; declare each term once."),
+    (
+        "amount (numbr, EUR per day)",
+        "The term amount: 'numbr' stands where its type goes and is no type; the types are number, "
+        "integer, string, text, boolean, date. Did you mean number?",
+    ),
+    (
+        "amount (numbr)",
+        "The term amount: 'numbr' stands where its type goes and is no type; the types are number, "
+        "integer, string, text, boolean, date. Did you mean number?",
+    ),
+    (
+        "amount (wibble, EUR), ((",
+        "The term amount: 'wibble' stands where its type goes and is no type; the types are number, "
+        "integer, string, text, boolean, date.",
+    ),
+    ("amount (number, string)", "The term amount names 2 types (number, string); give it one."),
+    (
+        "amount (number, EUR), ((",
+        "'((' does not read as a term: write each term as a name, or a name and its details in "
+        'parentheses — "amount (number, EUR per day), currency" — separated by commas.',
+    ),
+    (
+        "amount (number",
+        "'amount (number' does not read as a term: write each term as a name, or a name and its "
+        'details in parentheses — "amount (number, EUR per day), currency" — separated by commas.',
+    ),
+    (
+        "amount, , currency",
+        "an empty term does not read as a term: write each term as a name, or a name and its details "
+        'in parentheses — "amount (number, EUR per day), currency" — separated by commas.',
+    ),
+]
+
+
+@pytest.mark.parametrize(("description", "problem"), DESCRIBED)
+def test_a_description_in_the_format_that_would_be_misread_is_named(
+    description: str, problem: str | None
+) -> None:
+    assert description_problem(description) == problem
+
+
 def test_a_long_prose_description_is_read_at_once() -> None:
+    assert description_problem("a (" + ", " * 50_000) is not None
+    assert description_problem("a, " * 50_000) == "The term a is declared twice; declare each term once."
+    assert description_problem("a" + " " * 100_000 + "b") is None
     assert declared_terms("a" + " " * 100_000 + "b") is None
     assert declared_terms("a (" + ", " * 50_000) is None
     assert declared_terms("a, " * 50_000) is None
@@ -97,6 +159,15 @@ def test_a_long_prose_description_is_read_at_once() -> None:
         (
             {"action": "propose", "message": "", "terms": {"amount": "x" * 50}},
             f"move.terms.amount must be a number (EUR per day), got '{'x' * 40}…'",
+        ),
+        # No JSON number, declared or not (a lenient reading, decode_move, lets one through).
+        (
+            {"action": "propose", "message": "", "terms": {"amount": float("inf")}},
+            "move.terms.amount must be a finite number, got Infinity",
+        ),
+        (
+            {"action": "propose", "message": "", "terms": {"days": float("nan")}},
+            "move.terms.days must be a finite number, got NaN",
         ),
     ],
 )

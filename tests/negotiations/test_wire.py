@@ -128,7 +128,7 @@ def test_parse_move_accepts(data: dict[str, Any], expected: Move) -> None:
         ),
         (
             {"action": "accept", "message": "x", "terms": {"amount": float("inf")}},
-            "move.terms.amount must be a finite number, got inf",
+            "move.terms.amount must be a finite number, got Infinity",
         ),
         (
             {"action": "accept", "message": "x", "terms": {1: "a"}},

@@ -107,3 +107,43 @@ def test_acting_on_another_partys_run_or_question_is_a_404_and_changes_nothing(
     question.refresh_from_db()
     assert question.is_open
     assert question.run.status == Run.Status.NEEDS_INPUT
+
+
+# Every dashboard page that lists or offers agents, runs, intents or negotiations, and its live regions.
+LISTS = [
+    ("agents:inbox", {}),
+    ("agents:start", {}),
+    ("agents:run-list", {}),
+    ("agents:agent-list", {}),
+    ("negotiations:list", {}),
+    ("agents:inbox", {"fragment": "1"}),
+    ("agents:run-list", {"fragment": "1"}),
+    ("negotiations:list", {"fragment": "1"}),
+]
+# The operator's lists (tools, model endpoints, members, keys, webhooks): a 403 to a party.
+OPERATOR_LISTS = [
+    "agents:tool-list",
+    "agents:model-list",
+    "tenant:members",
+    "tenant:api-keys",
+    "tenant:webhooks",
+    "tenant:webhook-deliveries",
+]
+
+
+def test_no_list_or_select_shows_a_party_another_partys_agent(
+    logged_in: Client, agent: Agent, hers: tuple[Agent, Question, Negotiation]
+) -> None:
+    """Nothing of Priya's (her agent's name or id, her username, its intent, its work) is listed or
+    offered to Tomas, whose own agent is."""
+    theirs, _, _ = hers
+    for name, query in LISTS:
+        response = logged_in.get(reverse(name, kwargs={"tenant": "acme"}), query)
+        html = response.content.decode()
+        assert response.status_code == 200, name
+        for leak in ("Priya", "priya", str(theirs.pk), "Hire a CFO.", SECRET, "Idris Haddad"):
+            assert leak not in html, (name, query, leak)
+        if not query and name != "agents:inbox":  # an inbox names the agents that asked something
+            assert "Tomas&#x27;s agent" in html, name
+    for name in OPERATOR_LISTS:
+        assert logged_in.get(reverse(name, kwargs={"tenant": "acme"})).status_code == 403, name

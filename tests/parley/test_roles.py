@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
+from django.template.defaultfilters import filesizeformat
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
+from django.utils.html import escape
 
 from a2a_gateway.auth import inbound_key_create
 from a2a_gateway.models import GroundingDocument, InboundKey
@@ -402,3 +404,155 @@ def dashboard_page_names() -> set[str]:
 
 def test_every_dashboard_page_has_a_row() -> None:
     assert dashboard_page_names() == {p.name for p in PAGES}
+
+
+# --- A form too large to read ------------------------------------------------------------------------
+
+# Past DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB): Django cannot read the body, and answered a bare 400.
+TOO_LARGE = {"text": "x" * 3_000_000}
+# The forms that say it at the form instead (parley.views.TooLargeFormMixin): the operator's
+# configuration forms (tested in tests/agents/test_config_pages.py) and the grounding documents'.
+AT_THE_FORM = frozenset(
+    {
+        *(f"agents:{kind}-{verb}" for kind in ("agent", "tool", "model") for verb in ("create", "edit")),
+        "a2a_gateway:documents",
+        "a2a_gateway:document-edit",
+    }
+)
+
+
+def too_large_said(response: Any) -> str:
+    """The message a too-large POST was answered with, for the size it sent."""
+    sent = filesizeformat(int(response.wsgi_request.META["CONTENT_LENGTH"]))
+    return (
+        f"Not done: this form sent {sent}, more than the 2.5\xa0MB a form may send, so nothing in it "
+        "could be read, and nothing was changed. Shorten the longest text and send it again."
+    )
+
+
+def served_by(page: Page) -> str:
+    return next(role for role in (OWNER, OPERATOR, PRINCIPAL) if role in page.allowed)
+
+
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if p.method == "post" and p.name not in AT_THE_FORM], ids=page_id
+)
+def test_every_dashboard_form_too_large_to_read_is_answered_with_a_page_and_a_message(
+    client: Client, people: dict[str, AbstractUser], world: World, page: Page
+) -> None:
+    """Not Django's bare "Bad Request (400)": the page the form is on, when the view has one, else a
+    page saying so with a way back; the message either way; nothing changed. (The operator's
+    configuration forms show it at the form: tests/agents/test_config_pages.py.)"""
+    client.force_login(people[served_by(page)])
+    before = stored()
+    back = f"{ORIGIN}{reverse('agents:inbox', kwargs={'tenant': 'acme'})}"
+
+    response = client.post(page.url(world), TOO_LARGE, HTTP_REFERER=back)
+
+    assert response.status_code == 413
+    html = response.content.decode()
+    assert f'<li class="error">{escape(too_large_said(response))}</li>' in html
+    if response.templates[0].name == "413.html":
+        assert f'<a href="{back}">Back to the page the form was on</a>' in html
+    assert stored() == before
+
+
+@pytest.mark.parametrize(
+    ("name", "page_template"),
+    [
+        ("tenant:invitation-create", "413.html"),
+        ("tenant:webhooks", "parley/webhooks.html"),
+        ("tenant:api-keys", "parley/api_keys.html"),
+        ("agents:start", "agents/start.html"),
+        ("agents:question-answer", "413.html"),
+        ("negotiations:answer", "413.html"),
+    ],
+)
+def test_each_kind_of_form_is_answered_with_its_own_page(
+    client: Client, people: dict[str, AbstractUser], world: World, name: str, page_template: str
+) -> None:
+    [page] = [p for p in PAGES if p.name == name and p.method == "post"]
+    client.force_login(people[served_by(page)])
+
+    response = client.post(page.url(world), TOO_LARGE)
+
+    assert response.status_code == 413
+    assert response.templates[0].name == page_template
+    if page_template == "413.html":  # no Referer: back home, which leads to the inbox
+        assert '<a href="/">Back to the page the form was on</a>' in response.content.decode()
+
+
+@pytest.mark.parametrize("name", ["a2a_gateway:documents", "a2a_gateway:document-edit"])
+def test_a_grounding_document_too_large_to_read_is_refused_at_its_form(
+    client: Client, people: dict[str, AbstractUser], world: World, name: str
+) -> None:
+    """Its page as a GET shows it, the message at the form (the document's text is what grows), and
+    the form carries the limit for static/parley/forms.js to refuse it before sending."""
+    [page] = [p for p in PAGES if p.name == name and p.method == "post"]
+    client.force_login(people[OPERATOR])
+    before = stored()
+
+    response = client.post(page.url(world), TOO_LARGE)
+
+    assert response.status_code == 413
+    sent = filesizeformat(int(response.wsgi_request.META["CONTENT_LENGTH"]))
+    assert response.context["too_large"] == (
+        f"Not saved: this form sent {sent}, more than the 2.5\xa0MB a form may send, so nothing in "
+        "it could be read: the form below is as it was before your changes. Shorten the longest text "
+        "and save again."
+    )
+    html = response.content.decode()
+    assert '<div class="form-error" role="alert" id="too-large">' in html
+    assert 'data-max-bytes="2621440"' in html
+    assert 'src="/static/parley/forms.js"' in html
+    assert stored() == before
+
+
+def test_asked_by_htmx_the_answer_is_the_message_alone(
+    client: Client, people: dict[str, AbstractUser], world: World
+) -> None:
+    """static/parley/live.js shows it where the page's messages go; the form keeps what was typed."""
+    client.force_login(people[PRINCIPAL])
+    before = stored()
+    url = reverse("agents:question-answer", kwargs={"tenant": "acme", "pk": world.question.pk})
+
+    response = client.post(url, TOO_LARGE, HTTP_HX_REQUEST="true")
+
+    assert response.status_code == 413
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    sent = filesizeformat(int(response.wsgi_request.META["CONTENT_LENGTH"]))
+    assert response.content.decode() == (
+        f"Not done: this form sent {sent}, more than the 2.5\xa0MB a form may send, so nothing in it "
+        "could be read. Shorten the longest text and send it again."
+    )
+    assert stored() == before
+
+
+def test_a_too_large_form_is_still_only_for_the_roles_its_page_serves(
+    client: Client, people: dict[str, AbstractUser], world: World
+) -> None:
+    """The page answered is the page's GET, with its roles: an operator gets the API keys page's 403,
+    a stranger the tenant's 404."""
+    url = reverse("tenant:api-keys", kwargs={"tenant": "acme"})
+    client.force_login(people[OPERATOR])
+    assert client.post(url, TOO_LARGE).status_code == 403
+    client.force_login(people[STRANGER])
+    assert client.post(url, TOO_LARGE).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("name", "logged_in"), [("tenant-create", True), ("organisations", True), ("login", False)]
+)
+def test_the_pages_outside_a_tenant_answer_the_same(
+    client: Client, people: dict[str, AbstractUser], name: str, logged_in: bool
+) -> None:
+    """The host API, whose views are CSRF-exempt, answers its own (tests/api/test_requests.py)."""
+    if logged_in:
+        client.force_login(people[OWNER])
+    before = stored()
+
+    response = client.post(reverse(name), TOO_LARGE)
+
+    assert response.status_code == 413
+    assert f'<li class="error">{escape(too_large_said(response))}</li>' in response.content.decode()
+    assert stored() == before
