@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 from django.core.management import call_command
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, StorageState, expect
 from pytest_django import DjangoDbBlocker
 
 from negotiations import demo
@@ -104,12 +104,22 @@ PAGES = {
 }
 
 
-def open_as(browser: Browser, base_url: str, who: str | None) -> Page:
-    """A page of a fresh browser context, logged in through the form as ``who`` (None: not at all)."""
-    page = browser.new_context(viewport=DESKTOP).new_page()
+@pytest.fixture(scope="module")
+def sessions(scene: Scene) -> dict[str, StorageState]:
+    """Each member's logged-in cookies, filled as members first log in. Each logs in through the form
+    once per module: logging in afresh for each of forty pages would trip allauth's per-address login
+    rate limit."""
+    return {}
+
+
+def open_as(browser: Browser, base_url: str, who: str | None, sessions: dict[str, StorageState]) -> Page:
+    """A page of a fresh browser context, logged in as ``who`` (None: not at all)."""
+    context = browser.new_context(viewport=DESKTOP, storage_state=sessions.get(who or ""))
+    page = context.new_page()
     page.set_default_timeout(WAIT)
-    if who is not None:
+    if who is not None and who not in sessions:
         log_in(page, base_url, who, demo.TOMAS_PASSWORD if who == "tomas" else PASSWORD)
+        sessions[who] = context.storage_state()
     return page
 
 
@@ -124,12 +134,12 @@ def visit(page: Page, url: str, sweep: Sweep) -> None:
 
 
 def test_sign_up_from_an_invitation_passes_axe_and_fits_a_phone(
-    live_stack: LiveStack, scene: Scene, browser: Browser
+    live_stack: LiveStack, scene: Scene, browser: Browser, sessions: dict[str, StorageState]
 ) -> None:
     """The sign-up form with its e-mail fixed to the invited address, as a visitor who opened the link
     sees it."""
     sweep = Sweep(None, lambda s: "/signup/", "The invitation to Acme Robotics is for this address.")
-    page = open_as(browser, live_stack.url, None)
+    page = open_as(browser, live_stack.url, None, sessions)
     page.goto(f"{live_stack.url}{scene.invitation_path}")
     url = f"{live_stack.url}/signup/"
     found = {}
@@ -147,10 +157,10 @@ def test_sign_up_from_an_invitation_passes_axe_and_fits_a_phone(
 
 @pytest.mark.parametrize("name", PAGES)
 def test_the_page_passes_axe_and_fits_a_phone(
-    name: str, live_stack: LiveStack, scene: Scene, browser: Browser
+    name: str, live_stack: LiveStack, scene: Scene, browser: Browser, sessions: dict[str, StorageState]
 ) -> None:
     sweep = PAGES[name]
-    page = open_as(browser, live_stack.url, sweep.who)
+    page = open_as(browser, live_stack.url, sweep.who, sessions)
     url = f"{live_stack.url}{sweep.path(scene)}"
     found = {}
 
@@ -165,10 +175,13 @@ def test_the_page_passes_axe_and_fits_a_phone(
     assert fits(page), f"{name} is {wide[0]} px wide at {wide[1]} px"
 
 
-def test_the_checks_report_what_they_look_for(live_stack: LiveStack, scene: Scene, browser: Browser) -> None:
+def test_the_checks_report_what_they_look_for(
+    live_stack: LiveStack, scene: Scene, browser: Browser, sessions: dict[str, StorageState]
+) -> None:
     """The sweep can fail: an input without a label and a block wider than a phone are both caught."""
-    page = open_as(browser, live_stack.url, "tomas")
+    page = open_as(browser, live_stack.url, "tomas", sessions)
     page.set_viewport_size(PHONE)
+    visit(page, f"{live_stack.url}/t/acme/", PAGES["inbox"])
     assert axe_violations(page) == []
     assert fits(page)
 
