@@ -5,16 +5,20 @@ calls :func:`message_screen` first and :func:`turn_admit` last, both before
 the SDK starts the task, so a refused message writes no Task, negotiation or
 turn. In order:
 
-==========================  =====  ======  =========================================
-cap                         HTTP   code    refusal
-==========================  =====  ======  =========================================
-``rate_limit`` per caller   429    -32010  ``Retry-After``: when the oldest counted
+==========================  =====  ======  ==========================================  =======
+cap                         HTTP   code    refusal                                     counted
+==========================  =====  ======  ==========================================  =======
+``rate_limit`` per caller   429    -32010  ``Retry-After``: when the oldest counted    no
                                            message leaves the window
-``max_input_chars``         200    -32602  the message's size and the limit
-``Tenant.model_budget``     429    -32010  ``Retry-After``: the next month (UTC)
-``max_concurrency``         503    -32010  ``Retry-After``: :data:`BUSY_RETRY_AFTER`
-``max_turns_per_context``   200    -32004  the context takes no more messages
-==========================  =====  ======  =========================================
+``max_input_chars``         200    -32602  the message's size and the limit            yes
+``Tenant.model_budget``     429    -32010  ``Retry-After``: the next month (UTC)       yes
+``max_concurrency``         503    -32010  ``Retry-After``: :data:`BUSY_RETRY_AFTER`   no
+``max_turns_per_context``   200    -32004  the context takes no more messages          yes
+==========================  =====  ======  ==========================================  =======
+
+"counted": whether the refused message counts against the caller's ``rate_limit``
+(see **Counters**). Every other refusal after the first check counts too (a
+malformed move, a message to a finished task, the gateway's or the SDK's).
 
 -32010 is the code an Index server gives for "busy, try again later"
 (index-wire-protocol.md §1) and the one of :data:`a2a_gateway.executor.BUSY`:
@@ -31,8 +35,15 @@ process, each an atomic Lua script on Redis's own clock:
 * the rate limit is a sliding log per (agent, caller): a message is counted
   if fewer than ``rate_limit`` were counted in the last
   ``settings.A2A_RATE_LIMIT_WINDOW`` seconds (60: ``rate_limit`` is per
-  minute). Every message that passes this first check counts, whatever the
-  later checks say; refused ones do not.
+  minute). A message refused by this first check is not counted. One that
+  passes counts whatever the later checks refuse, but for being busy
+  (``max_concurrency``): that count is given back (:meth:`Hit.give_back`, one
+  ZREM of the message's own entry), as busy passes in seconds and the caller
+  is told to retry; a caller that does is not left with 429 for the rest of
+  the window. The other refusals count: oversized
+  and malformed messages are what the rate limit is there to bound, and a
+  message past its tenant's budget or its conversation's turns is not taken
+  by retrying in seconds.
 * concurrency is a semaphore per agent: a sorted set of slot tokens scored by
   their expiry, ``turn_timeout`` + :data:`SLOT_GRACE` seconds after they are
   taken, so a process that dies holding one leaks it only until then.
@@ -95,6 +106,9 @@ CALL_STATE = "call_state"
 # Where admission (turn_admit) leaves, in the call context's state, the release of the concurrency
 # slot the turn holds: whoever pops it (the executor, or slot_release_unclaimed) gives the slot back.
 TURN_RELEASE = "turn_release"
+# Where message_screen leaves, in the call context's state, the message's count against the
+# caller's rate (a Hit), for a busy refusal to give back.
+RATE_HIT = "rate_hit"
 BUSY = "This agent is answering as many messages as it can at once; try again in a moment."
 
 _SLOT_ACQUIRE = """
@@ -136,9 +150,12 @@ class Counters(Protocol):
     async def slot_release(self, key: str, token: str) -> None:
         """Give the slot ``token`` back (no-op if it has expired)."""
 
-    async def hit(self, key: str, limit: int, window: float) -> float:
-        """Count one event under ``key`` if fewer than ``limit`` were counted in the last ``window``;
-        0 if counted, else how long until one leaves the window (> 0)."""
+    async def hit(self, key: str, limit: int, window: float, token: str) -> float:
+        """Count the event ``token`` under ``key`` if fewer than ``limit`` were counted in the last
+        ``window``; 0 if counted, else how long until one leaves the window (> 0)."""
+
+    async def unhit(self, key: str, token: str) -> None:
+        """Uncount the event ``token`` under ``key`` (no-op if it was not counted or has left the window)."""
 
 
 class RedisCounters:
@@ -165,9 +182,12 @@ class RedisCounters:
     async def slot_release(self, key: str, token: str) -> None:
         await self._client().zrem(key, token)
 
-    async def hit(self, key: str, limit: int, window: float) -> float:
-        wait = await self._client().eval(_HIT, 1, key, limit, math.ceil(window * 1000), uuid.uuid4().hex)
+    async def hit(self, key: str, limit: int, window: float, token: str) -> float:
+        wait = await self._client().eval(_HIT, 1, key, limit, math.ceil(window * 1000), token)
         return 0.0 if int(wait) < 0 else int(wait) / 1000
+
+    async def unhit(self, key: str, token: str) -> None:
+        await self._client().zrem(key, token)
 
 
 class MemoryCounters:
@@ -176,7 +196,7 @@ class MemoryCounters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._slots: dict[str, dict[str, float]] = {}
-        self._logs: dict[str, list[float]] = {}
+        self._logs: dict[str, list[tuple[float, str]]] = {}
 
     async def slot_acquire(self, key: str, limit: int, ttl: float) -> str | None:
         now = time.monotonic()
@@ -193,15 +213,19 @@ class MemoryCounters:
         with self._lock:
             self._slots.get(key, {}).pop(token, None)
 
-    async def hit(self, key: str, limit: int, window: float) -> float:
+    async def hit(self, key: str, limit: int, window: float, token: str) -> float:
         now = time.monotonic()
         with self._lock:
-            log = [t for t in self._logs.get(key, []) if t > now - window]
+            log = [(t, counted) for t, counted in self._logs.get(key, []) if t > now - window]
             self._logs[key] = log
             if len(log) >= limit:
-                return log[0] + window - now if log else window
-            log.append(now)
+                return log[0][0] + window - now if log else window
+            log.append((now, token))
             return 0.0
+
+    async def unhit(self, key: str, token: str) -> None:
+        with self._lock:
+            self._logs[key] = [(t, counted) for t, counted in self._logs.get(key, []) if counted != token]
 
 
 _memory = MemoryCounters()
@@ -239,8 +263,25 @@ class Slot:
             logger.warning("could not release concurrency slot %s; it expires on its own", self.key)
 
 
+@dataclass
+class Hit:
+    """One request counted against a caller's ``rate_limit``, under ``key`` as ``token``."""
+
+    key: str
+    token: str
+
+    async def give_back(self) -> None:
+        """Uncount it (no-op once it has left the window)."""
+        try:
+            await counters().unhit(self.key, self.token)
+        except RedisError:
+            logger.warning("could not give back a rate count under %s; it leaves the window later", self.key)
+
+
 async def message_screen(context: ServerCallContext, message: Message) -> None:
     """The checks before anything is read for ``message``: the caller's rate, then the size.
+
+    The count against the rate is left in the call context's state under :data:`RATE_HIT`.
 
     Raises:
         Refused: 429/-32010 with ``Retry-After`` — "Too many messages: this agent takes
@@ -250,7 +291,7 @@ async def message_screen(context: ServerCallContext, message: Message) -> None:
             this agent takes at most <limit>." (:func:`input_chars`).
     """
     agent = call_agent(context)
-    await rate_check(agent, owner_of(context))
+    context.state[RATE_HIT] = await rate_check(agent, owner_of(context))
     size = input_chars(message)
     if size > agent.max_input_chars:
         raise InvalidParamsError(
@@ -259,9 +300,10 @@ async def message_screen(context: ServerCallContext, message: Message) -> None:
         )
 
 
-async def rate_check(agent: Agent, owner: str) -> None:
+async def rate_check(agent: Agent, owner: str) -> Hit:
     """Count one request of the caller partition ``owner`` (:func:`a2a_gateway.store.owner_for`)
     against ``agent``'s ``rate_limit``: its messages and its Agent Exchange preparations share it.
+    Returns the count, for a refusal that should not cost the caller to give back.
 
     Raises:
         Refused: 429/-32010 with ``Retry-After`` — "Too many messages: this agent takes
@@ -269,7 +311,8 @@ async def rate_check(agent: Agent, owner: str) -> None:
             than 60 s is named in seconds).
     """
     window = float(settings.A2A_RATE_LIMIT_WINDOW)
-    wait = await _hit(f"a2a:rate:{owner}", agent.rate_limit, window)
+    hit = Hit(key=f"a2a:rate:{owner}", token=uuid.uuid4().hex)
+    wait = await _hit(hit, agent.rate_limit, window)
     if wait > 0:
         per = "a minute" if window == 60 else f"per {window:g} s"
         retry = max(1, math.ceil(wait))
@@ -280,6 +323,7 @@ async def rate_check(agent: Agent, owner: str) -> None:
             status=HTTP_TOO_MANY_REQUESTS,
             headers={"Retry-After": str(retry)},
         )
+    return hit
 
 
 def input_chars(message: Message) -> int:
@@ -308,7 +352,8 @@ async def turn_admit(context: ServerCallContext, context_id: str) -> None:
     Raises:
         Refused: 429/-32010 — "This agent's organisation has used its model budget for
             <Month YYYY>; it takes no new messages until 1 <Month YYYY> (UTC)." with
-            ``Retry-After``; 503/-32010 :data:`BUSY` with ``Retry-After``.
+            ``Retry-After``; 503/-32010 :data:`BUSY` with ``Retry-After``, having given back
+            the message's count against the caller's rate (:data:`RATE_HIT`).
         UnsupportedOperationError: (-32004) "Conversation <contextId> has reached this
             agent's limit of <n> messages; start a new one (a message without taskId and
             contextId)."
@@ -316,7 +361,13 @@ async def turn_admit(context: ServerCallContext, context_id: str) -> None:
     agent = call_agent(context)
     owner = owner_of(context)
     await budget_check(agent)
-    slot = await _slot_acquire(agent)
+    try:
+        slot = await _slot_acquire(agent)
+    except Refused:
+        hit = context.state.pop(RATE_HIT, None)
+        if isinstance(hit, Hit):
+            await hit.give_back()
+        raise
     counted = False
     try:
         counted = await sync_to_async(_context_turn)(agent, owner, context_id)
@@ -345,11 +396,11 @@ async def slot_release_unclaimed(state: dict[str, Any]) -> None:
         await release()
 
 
-async def _hit(key: str, limit: int, window: float) -> float:
+async def _hit(hit: Hit, limit: int, window: float) -> float:
     if limit < 1:
         return window
     try:
-        return await counters().hit(key, limit, window)
+        return await counters().hit(hit.key, limit, window, hit.token)
     except RedisError:
         logger.warning("rate limit not checked: Redis did not answer", exc_info=True)
         return 0.0

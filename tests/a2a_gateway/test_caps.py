@@ -15,12 +15,14 @@ from decimal import Decimal
 
 import httpx
 import pytest
+from a2a.client.errors import A2AClientError
+from a2a.types import TaskState
 from django.conf import settings
 from django.utils import timezone
 
 from a2a_gateway.caps import BUSY, Counters, MemoryCounters, RedisCounters, month_start
 from agents.models import Agent, Intent, Run
-from tests.a2a_gateway.conftest import Endpoint, counts, move, proposal
+from tests.a2a_gateway.conftest import Endpoint, counts, move, proposal, user_message
 from tests.a2a_gateway.rpc import call, endpoint_on, inbound_contexts, message, refusal, task_of, tune
 from tests.a2a_gateway.servers import HeldHook, web_process
 from tests.conftest import LiveStack, wait_until
@@ -235,6 +237,40 @@ def test_a_busy_agent_says_try_again_on_every_web_process(
     assert task_of(call(seller_endpoint.url, "SendMessage", message(proposal(830))))
 
 
+def test_busy_refusals_cost_the_caller_none_of_its_rate(seller_endpoint: Endpoint, seller: Agent) -> None:
+    """A caller that retries on 503, as it is told to, is taken once the agent is free, and then
+    still has its whole allowance: no more (a2a-sdk's client, at 1.0, as the caller)."""
+    limit = 3
+    card = seller_endpoint.card()
+    with HeldHook() as hook, ThreadPoolExecutor(1) as pool:
+        tune(seller, max_concurrency=1, rate_limit=limit, evaluation_url=hook.url)
+        # Another caller's turn holds the one slot.
+        other = "127.0.0.2"
+        held = pool.submit(call, seller_endpoint.url, "SendMessage", message(proposal(800)), address=other)
+        wait_until(hook.entered.is_set, what="the other caller's turn to reach its hook")
+
+        for attempt in range(limit * 3):
+            with pytest.raises(A2AClientError) as refused:
+                seller_endpoint.send(user_message(proposal(810 + attempt)), card=card)
+            answer = refused.value.__cause__
+            assert isinstance(answer, httpx.HTTPStatusError)
+            assert refusal(answer.response, status=503, code=TRY_AGAIN) == BUSY
+            assert answer.response.headers["Retry-After"] == "2"
+        hook.release.set()
+        assert task_of(held.result())["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+
+    for attempt in range(limit):
+        task = seller_endpoint.send(user_message(proposal(900 + attempt)), card=card)
+        assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    with pytest.raises(A2AClientError) as refused:
+        seller_endpoint.send(user_message(proposal(990)), card=card)
+    answer = refused.value.__cause__
+    assert isinstance(answer, httpx.HTTPStatusError)
+    assert refusal(answer.response, status=429, code=TRY_AGAIN).startswith(
+        f"Too many messages: this agent takes at most {limit} a minute from each caller."
+    )
+
+
 # --- The counters, in Redis and in the process ----------------------------------------------
 
 
@@ -278,20 +314,43 @@ def test_slots_are_bounded_given_back_and_expire(backend: Counters) -> None:
 
 
 def test_the_rate_log_counts_within_its_window(backend: Counters) -> None:
+    def token() -> str:
+        return uuid.uuid4().hex
+
     async def steps(key: str) -> None:
-        assert await backend.hit(key, 2, 60) == 0
-        assert await backend.hit(key, 2, 60) == 0
-        wait = await backend.hit(key, 2, 60)
+        assert await backend.hit(key, 2, 60, token()) == 0
+        assert await backend.hit(key, 2, 60, token()) == 0
+        wait = await backend.hit(key, 2, 60, token())
         assert 0 < wait <= 60
-        assert await backend.hit(key, 3, 60) == 0  # refused hits were not counted
+        assert await backend.hit(key, 3, 60, token()) == 0  # refused hits were not counted
 
         short = f"{key}:short"
-        assert await backend.hit(short, 1, 0.2) == 0
-        assert await backend.hit(short, 1, 0.2) > 0
+        assert await backend.hit(short, 1, 0.2, token()) == 0
+        assert await backend.hit(short, 1, 0.2, token()) > 0
 
         async def counted() -> bool:
-            return await backend.hit(short, 1, 0.2) == 0
+            return await backend.hit(short, 1, 0.2, token()) == 0
 
         await eventually(counted, "the short window to move on")
+
+    scenario(steps)
+
+
+def test_a_hit_given_back_no_longer_counts(backend: Counters) -> None:
+    async def steps(key: str) -> None:
+        kept, given_back = uuid.uuid4().hex, uuid.uuid4().hex
+        assert await backend.hit(key, 2, 60, kept) == 0
+        assert await backend.hit(key, 2, 60, given_back) == 0
+        assert await backend.hit(key, 2, 60, uuid.uuid4().hex) > 0
+
+        await backend.unhit(key, given_back)
+        await backend.unhit(key, uuid.uuid4().hex)  # one never counted: nothing to give back
+
+        again = uuid.uuid4().hex
+        assert await backend.hit(key, 2, 60, again) == 0
+        assert await backend.hit(key, 2, 60, uuid.uuid4().hex) > 0
+        # The hits kept are the ones counted: giving one back frees exactly one.
+        await backend.unhit(key, kept)
+        assert await backend.hit(key, 2, 60, uuid.uuid4().hex) == 0
 
     scenario(steps)
