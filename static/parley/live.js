@@ -164,15 +164,26 @@
       const old = current.querySelector('[data-stream="' + CSS.escape(box.dataset.stream) + '"]');
       if (old && Number(old.dataset.step) > Number(box.dataset.storedSteps)) box.replaceWith(old);
     }
+    // A focused element that is not kept moves to its fresh copy, so a keyboard user keeps their place.
+    const target = focused && !region.contains(focused) ? counterpart(focused, current, region) : focused;
     current.replaceWith(region);
     // htmx wires hx-* attributes only in what it swapped itself: hand it what arrived this way.
     if (window.htmx) window.htmx.process(region);
-    if (focused && region.contains(focused)) {
-      focused.focus({ preventScroll: true });
-      if (selection) focused.setSelectionRange(selection[0], selection[1], selection[2]);
+    if (target && region.contains(target)) {
+      target.focus({ preventScroll: true });
+      if (selection && target === focused) target.setSelectionRange(selection[0], selection[1], selection[2]);
     }
     const summary = region.dataset.announce;
     if (announcer && summary && summary !== current.dataset.announce) announcer.textContent = summary;
+  }
+
+  // The element of ``region`` (the fresh copy of ``current``) that stands where ``element`` stands:
+  // the one with its id, else the one of its tag at the same position; null when there is none.
+  function counterpart(element, current, region) {
+    if (element.id) return region.querySelector("#" + CSS.escape(element.id));
+    const tag = element.tagName.toLowerCase();
+    const position = Array.prototype.indexOf.call(current.querySelectorAll(tag), element);
+    return region.querySelectorAll(tag)[position] || null;
   }
 
   function streamBoxes(run) {

@@ -11,8 +11,8 @@ from agents.models import Agent, Intent, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES, NO_COUNTERPARTIES
 from agents.services import run_start
 from tests.conftest import PASSWORD, LiveStack, wait_until
-from tests.e2e.conftest import WAIT, off_loop, wait_finished, wait_live
-from tests.e2e.pages import focus_shown, tab_to
+from tests.e2e.conftest import WAIT, off_loop, publish_run_updated, wait_finished, wait_live
+from tests.e2e.pages import focus_shown, log_in, tab_to
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
@@ -69,3 +69,31 @@ def test_a_question_answered_by_keyboard_alone_with_the_focus_always_visible(
     assert (finished.status, finished.output) == (Run.Status.DONE, NO_COUNTERPARTIES)
     answered = off_loop(lambda: Question.objects.get(run=run))
     assert answered.answer == ANSWER
+
+
+def test_a_live_refresh_leaves_the_focus_where_it_was(
+    live_stack: LiveStack, agent: Agent, intent: Intent, principal: AbstractUser, browser: Browser
+) -> None:
+    """A region the live socket re-renders takes the focus from an element it replaces to that
+    element's fresh copy: a keyboard user is never sent back to the top of the page."""
+    run = off_loop(lambda: run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
+    off_loop(
+        lambda: wait_until(lambda: Question.objects.filter(run=run).exists(), timeout=60, what="the question")
+    )
+    page = browser.new_page()
+    page.set_default_timeout(WAIT)
+    log_in(page, live_stack.url, principal.get_username(), PASSWORD)
+    page.goto(f"{live_stack.url}/t/acme/runs/{run.pk}/")
+    wait_live(page)
+    # A link of the run's region that no data-key keeps across a refresh; the region is marked so
+    # that the fresh copy differs from it and replaces it.
+    link = page.locator('[data-live="run"] a[href]').first
+    href = link.get_attribute("href")
+    link.focus()
+    page.evaluate("document.querySelector('[data-live=\"run\"]').dataset.stale = 'yes'")
+
+    with page.expect_response(lambda r: "fragment=1" in r.url):
+        off_loop(lambda: publish_run_updated(run))
+
+    expect(page.locator('[data-live="run"][data-stale]')).to_have_count(0)  # the region was replaced
+    expect(page.locator(f'[data-live="run"] a[href="{href}"]').first).to_be_focused()
