@@ -5,20 +5,29 @@ In the embedded default (no ``REDIS_URL``) the broker is ``memory://`` and
 process, so ``make demo`` needs nothing but Python.
 """
 
+from __future__ import annotations
+
 import enum
+import logging
 import os
 import threading
 import warnings
+from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-from celery import Celery, beat
+from celery import Celery, Task, beat
 from celery.exceptions import SecurityWarning
 from celery.signals import worker_init, worker_process_shutdown
+from django.db import transaction
 from kombu import Queue
 
 from parley import telemetry
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "parley.settings.base")
+
+logger = logging.getLogger(__name__)
 
 
 class TaskQueue(enum.StrEnum):
@@ -67,6 +76,51 @@ def _telemetry_setup(**_: object) -> None:
 def _telemetry_flush(**_: object) -> None:
     # A pool child may end without running atexit handlers, and so without the SDK's flush.
     telemetry.shutdown()
+
+
+# Items of one kind a sweep of stalled work sends again at most, stalled longest first; the rest wait
+# for the next sweep.
+SWEEP_BATCH = 500
+
+
+def enqueue(task: Task[Any, Any], *args: Any, countdown: float = 0.0) -> bool:
+    """Send ``task(*args)`` to the broker now, to run after ``countdown`` seconds; whether the
+    broker took it.
+
+    A broker that cannot be reached (Redis down or restarting: kombu's ``OperationalError`` once
+    its publish retries are spent, under a second) is logged, never raised: the work is in
+    Postgres, and the periodic sweeps (``SWEEP_INTERVAL``, docs/settings.md) send it again once it
+    has not moved for ``SWEEP_STALLED_AFTER`` seconds.
+    """
+    try:
+        task.apply_async(args, countdown=countdown)
+    except Exception:  # kombu's OperationalError, or a connection error it did not wrap
+        logger.warning(
+            "the broker did not take %s%r; the sweep sends it again", task.name, args, exc_info=True
+        )
+        return False
+    return True
+
+
+def enqueue_each(task: Task[Any, Any], items: Iterable[tuple[Any, ...]]) -> list[Any]:
+    """:func:`enqueue` ``task(*args)`` for each ``args`` of ``items``, in order, stopping at the first
+    the broker refuses (it is down: the rest would wait on it too); the first argument of each sent."""
+    sent = []
+    for args in items:
+        if not enqueue(task, *args):
+            break
+        sent.append(args[0])
+    return sent
+
+
+def enqueue_on_commit(task: Task[Any, Any], *args: Any, countdown: float = 0.0) -> None:
+    """:func:`enqueue` ``task(*args)`` once the current transaction commits (at once outside one).
+
+    How every service hands work to a worker: what committed stands whatever the broker does, so a
+    request whose write committed answers success, and a broker that is down delays the work
+    until the sweep finds it. Never raises.
+    """
+    transaction.on_commit(partial(enqueue, task, *args, countdown=countdown))
 
 
 _embedded_lock = threading.Lock()
