@@ -30,6 +30,7 @@ from negotiations.client import canonical_url
 from parley import outbound
 from parley.celery import SWEEP_BATCH, enqueue_each, enqueue_on_commit
 from parley.live import publish_on_commit
+from parley.locks import alone
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +148,17 @@ def exchange_send(*, exchange_id: int, tenant_id: int) -> None:
     ``finished_at`` set and ``request`` cleared either way, and ``exchange.completed`` or
     ``exchange.failed`` published.
 
-    Quietly does nothing for an exchange that is gone or no longer QUEUED (a task run twice).
+    Quietly does nothing for an exchange that is gone or no longer QUEUED, or whose send is running
+    (a task run twice: :func:`parley.locks.alone` holds the send, as the recipient takes one).
     """
+    with alone(f"exchange-send:{exchange_id}") as mine:
+        if mine:
+            _send_queued(exchange_id=exchange_id, tenant_id=tenant_id)
+        else:
+            logger.warning("agent exchange %s is being sent already: this copy does nothing", exchange_id)
+
+
+def _send_queued(*, exchange_id: int, tenant_id: int) -> None:
     exchange = (
         OutboundExchange.objects.for_tenant(tenant_id).select_related("agent").filter(pk=exchange_id).first()
     )

@@ -43,6 +43,7 @@ from negotiations.verdict import settle
 from negotiations.wire import Entry, Move, MoveError, TaskRecord, parse_move, task_record_from_json
 from parley.celery import SWEEP_BATCH, enqueue_each, enqueue_on_commit
 from parley.live import publish_on_commit
+from parley.locks import alone
 
 logger = logging.getLogger(__name__)
 
@@ -282,6 +283,22 @@ def negotiation_pump(*, negotiation_id: Any, tenant_id: int) -> None:
             _report(negotiation, event)
             return
         negotiation.refresh_from_db()
+
+
+def negotiation_pump_alone(*, negotiation_id: Any, tenant_id: int) -> None:
+    """:func:`negotiation_pump`, unless a pump of the same negotiation is running: then nothing.
+
+    What the pump's task runs. Its message can come twice — the sweep sends
+    it again while the first still waits in a busy queue, or the broker hands
+    it out again — and two pumps of one negotiation at once would each send a
+    move. The running pump holds :func:`parley.locks.alone` on the negotiation;
+    a copy that comes after it ended finds the negotiation no longer open.
+    """
+    with alone(f"negotiation-pump:{negotiation_id}") as mine:
+        if mine:
+            negotiation_pump(negotiation_id=negotiation_id, tenant_id=tenant_id)
+        else:
+            logger.warning("negotiation %s is being pumped already: this copy does nothing", negotiation_id)
 
 
 def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:

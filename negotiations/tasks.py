@@ -14,8 +14,9 @@ from parley.celery import TaskQueue
     time_limit=1860,
 )
 def pump(negotiation_id: str, tenant_id: int) -> None:
-    """Take outbound turns of one negotiation until an event (see :func:`services.negotiation_pump`)."""
-    services.negotiation_pump(negotiation_id=negotiation_id, tenant_id=tenant_id)
+    """Take outbound turns of one negotiation until an event, unless it is being pumped already (see
+    :func:`services.negotiation_pump_alone`)."""
+    services.negotiation_pump_alone(negotiation_id=negotiation_id, tenant_id=tenant_id)
 
 
 # On the agent queue: a busy negotiation queue (pumps take minutes) must not hold up the sweep.

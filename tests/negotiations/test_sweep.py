@@ -5,15 +5,21 @@ Runs on Postgres and on the embedded default's SQLite.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from agents.models import Agent, Intent, Run
 from negotiations import services
 from negotiations.models import Batch, Negotiation
+from parley import locks
+from tests.conftest import database_url
 
 BOUND = timedelta(minutes=15)
 
@@ -66,3 +72,36 @@ def test_a_pumped_negotiation_is_stamped_so_the_next_sweep_waits_a_bound(agent: 
 
     assert services.stalled_pumps_resend() == [(str(lost.pk), agent.tenant_id)]
     assert services.stalled_pumps_resend() == []
+
+
+@contextmanager
+def pumped_elsewhere(negotiation: Negotiation) -> Iterator[None]:
+    """The negotiation's pump running in another worker: its lock held by another session (Postgres),
+    or by this process (the embedded default's SQLite)."""
+    name = f"negotiation-pump:{negotiation.pk}"
+    if connection.vendor == "postgresql":
+        with psycopg.connect(database_url(), autocommit=True) as other:
+            row = other.execute("SELECT pg_try_advisory_lock(%s)", [locks.advisory_key(name)]).fetchone()
+            assert row == (True,)
+            yield
+    else:
+        with locks.alone(name) as mine:
+            assert mine
+            yield
+
+
+@pytest.mark.django_db
+def test_a_second_pump_of_a_negotiation_being_pumped_does_nothing(agent: Agent) -> None:
+    """While a pump runs, a copy of its message (sent again by the sweep while the first waited in a
+    busy queue) does nothing; once it ended, a pump runs to an event and reports it."""
+    lost = negotiation(agent)
+
+    with pumped_elsewhere(lost):
+        services.negotiation_pump_alone(negotiation_id=lost.pk, tenant_id=agent.tenant_id)
+        lost.refresh_from_db()
+        assert (lost.status, lost.turns.count(), lost.error) == (Negotiation.Status.OPEN, 0, "")
+
+    services.negotiation_pump_alone(negotiation_id=lost.pk, tenant_id=agent.tenant_id)
+    lost.refresh_from_db()
+    assert lost.status != Negotiation.Status.OPEN
+    assert lost.event is not None
