@@ -17,11 +17,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from amqp.exceptions import AMQPError
 from celery import Celery, Task, beat
 from celery.exceptions import SecurityWarning
 from celery.signals import worker_init, worker_process_shutdown
 from django.db import transaction
 from kombu import Queue
+from kombu.exceptions import KombuError
+from redis.exceptions import RedisError
 
 from parley import telemetry
 
@@ -78,6 +81,10 @@ def _telemetry_flush(**_: object) -> None:
     telemetry.shutdown()
 
 
+# What a broker that cannot be reached raises: kombu's OperationalError once its publish retries are
+# spent, or a connection error it did not wrap. Anything else (a task given the wrong arguments) is
+# a bug, and is raised.
+BROKER_ERRORS = (KombuError, AMQPError, OSError, RedisError)
 # Items of one kind a sweep of stalled work sends again at most, stalled longest first; the rest wait
 # for the next sweep.
 SWEEP_BATCH = 500
@@ -87,14 +94,14 @@ def enqueue(task: Task[Any, Any], *args: Any, countdown: float = 0.0) -> bool:
     """Send ``task(*args)`` to the broker now, to run after ``countdown`` seconds; whether the
     broker took it.
 
-    A broker that cannot be reached (Redis down or restarting: kombu's ``OperationalError`` once
-    its publish retries are spent, under a second) is logged, never raised: the work is in
-    Postgres, and the periodic sweeps (``SWEEP_INTERVAL``, docs/settings.md) send it again once it
-    has not moved for ``SWEEP_STALLED_AFTER`` seconds.
+    A broker that cannot be reached (:data:`BROKER_ERRORS`; Redis refusing connections gives up
+    within a second) is logged, never raised: the work is in Postgres, and the periodic sweeps
+    (``SWEEP_INTERVAL``, docs/settings.md) send it again once it has not moved for
+    ``SWEEP_STALLED_AFTER`` seconds. Anything else ``apply_async`` raises is raised.
     """
     try:
         task.apply_async(args, countdown=countdown)
-    except Exception:  # kombu's OperationalError, or a connection error it did not wrap
+    except BROKER_ERRORS:
         logger.warning(
             "the broker did not take %s%r; the sweep sends it again", task.name, args, exc_info=True
         )
@@ -118,7 +125,7 @@ def enqueue_on_commit(task: Task[Any, Any], *args: Any, countdown: float = 0.0) 
 
     How every service hands work to a worker: what committed stands whatever the broker does, so a
     request whose write committed answers success, and a broker that is down delays the work
-    until the sweep finds it. Never raises.
+    until the sweep finds it.
     """
     transaction.on_commit(partial(enqueue, task, *args, countdown=countdown))
 

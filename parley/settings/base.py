@@ -205,7 +205,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = env.str(
 # SWEEP_STALLED_AFTER seconds. That bound must outlast any task in flight that writes nothing until it
 # ends — a run step (time limit 330 s), one outbound turn (a move's model call, then up to
 # A2A_SEND_TIMEOUT for the answer) — or such work would be sent twice (it is then applied once, but
-# its model call is paid twice).
+# a step's model call may be paid twice).
 SWEEP_INTERVAL = env.float("SWEEP_INTERVAL", default=60.0)
 SWEEP_STALLED_AFTER = env.float("SWEEP_STALLED_AFTER", default=900.0)
 # Periodic tasks; `celery -A parley beat` sends them (the embedded default runs beat in-process).
