@@ -830,11 +830,12 @@ def approved_tool_run(*, question_id: Any, tenant_id: int) -> None:
     """Run an approved tool call with its original arguments and record the result.
 
     Does nothing when the run stopped, the call already has its result, or a
-    tool that runs in a transaction already ran (:attr:`Question.tool_run_at`;
-    a task delivered twice, or sent again by the sweep). A tool the agent no longer offers, or one that asks
-    the party (asking needs no approval), gets an error result. Host
-    operations run outside any transaction; the others under the run's lock,
-    so a cancel cannot slip in between the check and the call.
+    tool that runs in a transaction already ran (``Question.tool_run_at``): a
+    task delivered twice, or sent again by the sweep. A tool the agent no
+    longer offers, or one that asks the party (asking needs no approval), gets
+    an error result. Host operations run outside any transaction; the others
+    under the run's lock, so a cancel cannot slip in between the check and the
+    call.
     """
     question = (
         Question.objects.for_tenant(tenant_id)

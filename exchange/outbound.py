@@ -105,7 +105,7 @@ def _send_after_commit(exchange_id: int, tenant_id: int) -> None:
 
 
 def stalled_sends(*, before: datetime) -> list[tuple[int, int]]:
-    """``(exchange pk, tenant id)`` of each exchange still ``queued`` since before ``before``, across
+    """``(exchange pk, tenant id)`` of each exchange ``queued`` and untouched since ``before``, across
     tenants, at most :data:`parley.celery.SWEEP_BATCH`, oldest first: its send never ran (its
     message was lost), as a send in flight ends within its task's time limit (330 s).
 
