@@ -29,6 +29,7 @@ from a2a_gateway.store import row_fields, stored_task
 from negotiations import services
 from negotiations.models import Negotiation
 from negotiations.wire import task_record_from_proto
+from parley.celery import enqueue_on_commit
 
 
 def on_answered(negotiation: Negotiation) -> None:
@@ -36,8 +37,7 @@ def on_answered(negotiation: Negotiation) -> None:
     ``negotiation`` in a worker, once the answer is committed."""
     from a2a_gateway.tasks import reply_push as task
 
-    negotiation_id, tenant_id = str(negotiation.pk), negotiation.tenant_id
-    transaction.on_commit(lambda: task.delay(negotiation_id, tenant_id))
+    enqueue_on_commit(task, str(negotiation.pk), negotiation.tenant_id)
 
 
 def reply_push(*, negotiation_id: Any, tenant_id: int) -> None:

@@ -689,7 +689,8 @@ class Question(TenantOwnedModel):
     A ``question`` comes from a ``suspends`` tool such as ``ask_user``: the
     answer is the call's result. An ``approval`` comes from a
     ``requires_approval`` tool: ``approved`` records the decision, ``answer``
-    the reason given, and ``arguments`` what the tool will run with.
+    the reason given, ``arguments`` what the tool will run with, and ``tool_run_at`` when an
+    approved tool that runs in a transaction ran.
     """
 
     class Kind(models.TextChoices):
@@ -710,6 +711,10 @@ class Question(TenantOwnedModel):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     answered_at = models.DateTimeField(null=True, blank=True)
+    # When an approved tool that runs inside a transaction was run, written in that transaction:
+    # a second message for the approval (a duplicate, or the sweep's) finds it taken, even when the
+    # tool's result comes later (a delegate, a negotiation). Host operations never set it.
+    tool_run_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

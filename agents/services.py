@@ -3,7 +3,12 @@
 Every step is written in one transaction before the next is enqueued, so a
 worker that dies mid-run loses at most the step in flight, and a step taken
 twice is applied once (the run's ``step_count`` is checked under its row lock,
-and one model reply per run step is a database constraint).
+and one model reply per run step is a database constraint). Each message names
+the step it is for, so a message that comes twice takes no second step.
+
+Work is handed to workers after the commit (:func:`parley.celery.enqueue_on_commit`);
+a message the broker lost is sent again by :func:`stalled_work_resend`, the
+periodic sweep that reads from Postgres what should be moving and has not.
 
 Lock order, everywhere: the run's row, then its intent's row.
 """
@@ -22,10 +27,11 @@ from decimal import Decimal
 from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import Exists, F, Max, OuterRef
 from django.utils import timezone
 
 from agents import guardrails, history, host_operations, selectors, tools
@@ -44,6 +50,7 @@ from agents.llm import (
 from agents.models import MAX_DELEGATION_DEPTH, Agent, Intent, Message, Question, Run
 from agents.models import Tool as ToolRow
 from parley import strict_json, telemetry
+from parley.celery import SWEEP_BATCH, enqueue_each, enqueue_on_commit
 from parley.live import publish_on_commit, push_transient
 from parley.models import Membership
 
@@ -244,8 +251,14 @@ def run_delegate(
 # Taking steps.
 
 
-def run_step(*, run_id: Any, tenant_id: int) -> None:
-    """Take one step of the run: ask the model, run the tools it called, record it all.
+def run_step(*, run_id: Any, tenant_id: int, step: int | None = None) -> None:
+    """Take step ``step`` of the run: ask the model, run the tools it called, record it all.
+
+    ``step`` is the step the message is for (the run's ``step_count`` + 1 when
+    it was sent): a message for a step already taken — a duplicate, or one the
+    sweep sent again — does nothing, so each step is taken once however often
+    it is asked for. None takes the next step, whichever it is (a message sent
+    before messages named their step).
 
     Quietly does nothing when the run is gone or not stepping (waiting on the
     party or a tool, or ended). A run past a limit ends instead. The model and
@@ -255,6 +268,8 @@ def run_step(*, run_id: Any, tenant_id: int) -> None:
     """
     run = Run.objects.for_tenant(tenant_id).select_related("agent", "intent").filter(pk=run_id).first()
     if run is None or run.status not in Run.STEPPING:
+        return
+    if step is not None and step != run.step_count + 1:
         return
     with (
         telemetry.log_context(run_id=str(run.pk), tenant_id=tenant_id),
@@ -814,11 +829,13 @@ def approval_decide(*, question: Question, approve: bool, reason: str = "", user
 def approved_tool_run(*, question_id: Any, tenant_id: int) -> None:
     """Run an approved tool call with its original arguments and record the result.
 
-    Does nothing when the run stopped or the call already has its result (a
-    task delivered twice). A tool the agent no longer offers, or one that asks
-    the party (asking needs no approval), gets an error result. Host
-    operations run outside any transaction; the others under the run's lock,
-    so a cancel cannot slip in between the check and the call.
+    Does nothing when the run stopped, the call already has its result, or a
+    tool that runs in a transaction already ran (``Question.tool_run_at``): a
+    task delivered twice, or sent again by the sweep. A tool the agent no
+    longer offers, or one that asks the party (asking needs no approval), gets
+    an error result. Host operations run outside any transaction; the others
+    under the run's lock, so a cancel cannot slip in between the check and the
+    call.
     """
     question = (
         Question.objects.for_tenant(tenant_id)
@@ -842,6 +859,11 @@ def approved_tool_run(*, question_id: Any, tenant_id: int) -> None:
             .get(pk=run.pk)
         )
         if not _waits_on(run, call_id):
+            return
+        # Claimed in the transaction that runs it: a tool that defers its result (a delegate, a
+        # negotiation) leaves its call waiting, and must not start twice.
+        unclaimed = Question.objects.for_tenant(tenant_id).filter(pk=question.pk, tool_run_at=None)
+        if not unclaimed.update(tool_run_at=timezone.now()):
             return
         if tool is None:
             outcome: tools.Outcome = tools.Result(f"Error: {name} is no longer offered; do without it.")
@@ -1017,7 +1039,7 @@ def _ended(run: Run) -> None:
             hook(run)
     if run.parent_id is not None:
         _enqueue_delegate_return(run)
-    _start_next(run)
+    _start_next(tenant_id=run.tenant_id, intent_id=run.intent_id)
     transaction.on_commit(
         partial(
             telemetry.record_run_span,
@@ -1055,10 +1077,10 @@ def delegate_return(*, run_id: Any, tenant_id: int) -> None:
     tool_call_complete(run=parent, tool_call_id=run.parent_tool_call_id, result=result)
 
 
-def _start_next(run: Run) -> None:
-    """Start the oldest pending run of ``run``'s thread once none is active."""
-    Intent.objects.for_tenant(run.tenant_id).select_for_update().get(pk=run.intent_id)
-    runs = Run.objects.for_tenant(run.tenant_id).filter(intent_id=run.intent_id)
+def _start_next(*, tenant_id: int, intent_id: Any) -> None:
+    """Start the oldest pending run of the thread ``intent_id`` once none is active."""
+    Intent.objects.for_tenant(tenant_id).select_for_update().get(pk=intent_id)
+    runs = Run.objects.for_tenant(tenant_id).filter(intent_id=intent_id)
     if runs.filter(status__in=Run.ACTIVE).exists():
         return
     pending = runs.filter(status=Run.Status.PENDING).order_by("created_at").first()
@@ -1067,6 +1089,134 @@ def _start_next(run: Run) -> None:
         pending.save(update_fields=["status", "updated_at"])
         _begin(pending)
         _publish_run(pending)
+
+
+# Work whose broker message was lost.
+
+
+@dataclass(frozen=True)
+class Stalled:
+    """What the agent loop's sweep found waiting on a broker message that never came.
+
+    Each list holds at most :data:`parley.celery.SWEEP_BATCH` entries, those
+    stalled longest first; ids are strings, as the tasks take them:
+
+    * ``steps`` — ``(run id, tenant id, step)``: a run ``queued`` or
+      ``running`` that has not taken step ``step`` (its ``step_count`` + 1);
+    * ``approvals`` — ``(question id, tenant id)``: an approved tool call that
+      has neither run nor a result, on a run that waits on it;
+    * ``returns`` — ``(delegate run id, tenant id)``: a delegate that ended while
+      the run that called it still waits on its call;
+    * ``pending`` — ``(intent id, tenant id)``: a thread with a run ``pending``
+      behind none that is active.
+    """
+
+    steps: list[tuple[str, int, int]]
+    approvals: list[tuple[str, int]]
+    returns: list[tuple[str, int]]
+    pending: list[tuple[str, int]]
+
+    def __len__(self) -> int:
+        return len(self.steps) + len(self.approvals) + len(self.returns) + len(self.pending)
+
+
+def stalled_work(*, before: datetime) -> Stalled:
+    """The agent loop's work that should be moving and has not moved since ``before``, across tenants.
+
+    "Moved" is the row's ``updated_at``: a run writes its row at every step and
+    status change, a question when it is decided, a delegate when it ends. A
+    step or an approved tool in flight writes nothing until it ends, so
+    ``before`` must be further back than a task's time limit (``run_step``:
+    330 s) for work in flight never to be taken for lost. A run waiting on its
+    party (``needs_input``), on a negotiation or on a delegate still working is
+    not stalled; neither is an ended run, save a delegate whose caller still
+    waits on it.
+
+    The runs and questions returned are locked (``FOR UPDATE SKIP LOCKED``): call
+    it in a transaction, and a sweep running at the same time skips them.
+    """
+    runs = Run.objects.filter(updated_at__lt=before).select_for_update(skip_locked=True, of=("self",))
+    steps = runs.filter(status__in=Run.STEPPING).order_by("updated_at")
+    result_of = Message.objects.filter(role=Message.Role.TOOL)
+    approvals = (
+        Question.objects.filter(
+            kind=Question.Kind.APPROVAL,
+            approved=True,
+            tool_run_at=None,
+            updated_at__lt=before,
+            run__status__in=Run.AWAITING,
+        )
+        .exclude(Exists(result_of.filter(run=OuterRef("run"), tool_call_id=OuterRef("tool_call_id"))))
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("updated_at")
+    )
+    returns = (
+        runs.filter(parent__isnull=False, status__in=Run.ENDED, parent__status__in=Run.AWAITING)
+        .exclude(
+            Exists(result_of.filter(run=OuterRef("parent"), tool_call_id=OuterRef("parent_tool_call_id")))
+        )
+        .order_by("updated_at")
+    )
+    # Not locked: starting one locks its intent first (see _start_next), which re-reads it.
+    pending = (
+        Run.objects.filter(status=Run.Status.PENDING, updated_at__lt=before)
+        .exclude(Exists(Run.objects.filter(intent=OuterRef("intent"), status__in=Run.ACTIVE)))
+        .order_by("intent_id")
+        .values_list("intent_id", "tenant_id")
+        .distinct()
+    )
+    return Stalled(
+        steps=[
+            (str(pk), tenant, count + 1)
+            for pk, tenant, count in steps.values_list("pk", "tenant_id", "step_count")[:SWEEP_BATCH]
+        ],
+        approvals=[
+            (str(pk), tenant) for pk, tenant in approvals.values_list("pk", "tenant_id")[:SWEEP_BATCH]
+        ],
+        returns=[(str(pk), tenant) for pk, tenant in returns.values_list("pk", "tenant_id")[:SWEEP_BATCH]],
+        pending=[(str(pk), tenant) for pk, tenant in pending[:SWEEP_BATCH]],
+    )
+
+
+def stalled_work_resend() -> Stalled:
+    """Send again the agent loop's work whose message was lost (a Redis restart or flush): the
+    periodic sweep (Celery beat, every ``SWEEP_INTERVAL`` seconds).
+
+    Finds :func:`stalled_work` not moved for ``SWEEP_STALLED_AFTER`` seconds,
+    sends each its task again — a step, an approved tool, a delegate's return —
+    and stamps its ``updated_at``, so the next sweep waits another bound before
+    sending it again; a thread's pending run is started here. Every task it sends
+    does nothing when the work turns out to be done (:func:`run_step` is for
+    one step, :func:`approved_tool_run` and :func:`delegate_return` check the
+    call still waits). A broker still down refuses the first of each kind and the
+    rest are not tried; nothing unsent is stamped, so the next sweep tries them
+    again. Returns what it found.
+    """
+    from agents.tasks import approved_tool_run as approved_tool_run_task
+    from agents.tasks import delegate_return as delegate_return_task
+    from agents.tasks import run_step as run_step_task
+
+    now = timezone.now()
+    with transaction.atomic():
+        found = stalled_work(before=now - timedelta(seconds=settings.SWEEP_STALLED_AFTER))
+        runs = enqueue_each(run_step_task, found.steps) + enqueue_each(delegate_return_task, found.returns)
+        questions = enqueue_each(approved_tool_run_task, found.approvals)
+        Run.objects.filter(pk__in=runs).update(updated_at=now)
+        Question.objects.filter(pk__in=questions).update(updated_at=now)
+    for intent_id, tenant_id in found.pending:
+        with transaction.atomic():
+            _start_next(tenant_id=tenant_id, intent_id=intent_id)
+    if found:
+        logger.warning(
+            "the sweep found %d steps, %d approved tools and %d delegates' results whose message was "
+            "lost, and sent %d of them again; it started %d threads' pending runs",
+            len(found.steps),
+            len(found.approvals),
+            len(found.returns),
+            len(runs) + len(questions),
+            len(found.pending),
+        )
+    return found
 
 
 # The thread.
@@ -1171,24 +1321,22 @@ def _append_result(run: Run, call_id: str, name: str, text: str) -> None:
 
 
 def _enqueue_step(run: Run) -> None:
+    """Take the run's next step in a worker once this commits; the message names that step."""
     from agents.tasks import run_step as run_step_task
 
-    run_id, tenant_id = str(run.pk), run.tenant_id
-    transaction.on_commit(lambda: run_step_task.delay(run_id, tenant_id))
+    enqueue_on_commit(run_step_task, str(run.pk), run.tenant_id, run.step_count + 1)
 
 
 def _enqueue_delegate_return(run: Run) -> None:
     from agents.tasks import delegate_return as delegate_return_task
 
-    run_id, tenant_id = str(run.pk), run.tenant_id
-    transaction.on_commit(lambda: delegate_return_task.delay(run_id, tenant_id))
+    enqueue_on_commit(delegate_return_task, str(run.pk), run.tenant_id)
 
 
 def _enqueue_approved(question: Question) -> None:
     from agents.tasks import approved_tool_run as approved_tool_run_task
 
-    question_id, tenant_id = str(question.pk), question.tenant_id
-    transaction.on_commit(lambda: approved_tool_run_task.delay(question_id, tenant_id))
+    enqueue_on_commit(approved_tool_run_task, str(question.pk), question.tenant_id)
 
 
 def _publish_run(run: Run) -> None:

@@ -13,9 +13,9 @@ from parley.celery import TaskQueue
     soft_time_limit=300,
     time_limit=330,
 )
-def run_step(run_id: str, tenant_id: int) -> None:
-    """Take one step of a run (see :func:`agents.services.run_step`)."""
-    services.run_step(run_id=run_id, tenant_id=tenant_id)
+def run_step(run_id: str, tenant_id: int, step: int | None = None) -> None:
+    """Take step ``step`` of a run (see :func:`agents.services.run_step`)."""
+    services.run_step(run_id=run_id, tenant_id=tenant_id, step=step)
 
 
 @shared_task(queue=TaskQueue.AGENT.value, soft_time_limit=50, time_limit=55)
@@ -35,3 +35,10 @@ def approved_tool_run(question_id: str, tenant_id: int) -> None:
 def delegate_return(run_id: str, tenant_id: int) -> None:
     """Give an ended delegate run's result to its caller (see :func:`agents.services.delegate_return`)."""
     services.delegate_return(run_id=run_id, tenant_id=tenant_id)
+
+
+@shared_task(queue=TaskQueue.AGENT.value, soft_time_limit=50, time_limit=55)
+def stalled_work_resend() -> int:
+    """Send again the steps, approved tools and delegates' results whose message was lost (see
+    :func:`agents.services.stalled_work_resend`); beat sends it every ``SWEEP_INTERVAL`` seconds."""
+    return len(services.stalled_work_resend())

@@ -7,14 +7,17 @@ writes the outcome — the receipt, or why it failed — clearing the request in
 once sent (or given up) the request lives only with the recipient, and the reference stays here.
 
 A send is not retried: the recipient takes each ``exchangeId`` once (a second preparation is a
-replay), so a failed exchange is final and the host sends a new one under a new ``exchangeId``.
+replay), so a failed exchange is final and the host sends a new one under a new ``exchangeId``. A
+send whose message the broker lost was never made: :func:`stalled_sends_resend` sends it again.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -25,7 +28,9 @@ from exchange import client, wire
 from exchange.models import OutboundExchange
 from negotiations.client import canonical_url
 from parley import outbound
+from parley.celery import SWEEP_BATCH, enqueue_each, enqueue_on_commit
 from parley.live import publish_on_commit
+from parley.locks import alone
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +101,45 @@ def exchange_send_start(
 def _send_after_commit(exchange_id: int, tenant_id: int) -> None:
     from exchange.tasks import exchange_send as exchange_send_task  # the task module imports this one
 
-    transaction.on_commit(lambda: exchange_send_task.delay(exchange_id, tenant_id))
+    enqueue_on_commit(exchange_send_task, exchange_id, tenant_id)
+
+
+def stalled_sends(*, before: datetime) -> list[tuple[int, int]]:
+    """``(exchange pk, tenant id)`` of each exchange ``queued`` and untouched since ``before``, across
+    tenants, at most :data:`parley.celery.SWEEP_BATCH`, oldest first: its send never ran (its
+    message was lost), as a send in flight ends within its task's time limit (330 s).
+
+    The rows are locked (``FOR UPDATE SKIP LOCKED``): call it in a transaction.
+    """
+    rows = (
+        OutboundExchange.objects.filter(status=OutboundExchange.Status.QUEUED, updated_at__lt=before)
+        .select_for_update(skip_locked=True)
+        .order_by("updated_at")
+        .values_list("pk", "tenant_id")[:SWEEP_BATCH]
+    )
+    return list(rows)
+
+
+def stalled_sends_resend() -> list[tuple[int, int]]:
+    """Send again the exchanges whose message was lost: the periodic sweep (Celery beat, every
+    ``SWEEP_INTERVAL`` seconds) of :func:`stalled_sends` not moved for ``SWEEP_STALLED_AFTER``
+    seconds, stamping each one's ``updated_at``. A send that finds its exchange no longer queued
+    does nothing; a broker still down stops the sweep at its first refusal. Returns what it found.
+    """
+    from exchange.tasks import exchange_send as exchange_send_task
+
+    now = timezone.now()
+    with transaction.atomic():
+        found = stalled_sends(before=now - timedelta(seconds=settings.SWEEP_STALLED_AFTER))
+        sent = enqueue_each(exchange_send_task, found)
+        OutboundExchange.objects.filter(pk__in=sent).update(updated_at=now)
+    if found:
+        logger.warning(
+            "the sweep found %d agent exchanges whose send's message was lost, and sent %d again",
+            len(found),
+            len(sent),
+        )
+    return found
 
 
 def exchange_send(*, exchange_id: int, tenant_id: int) -> None:
@@ -105,8 +148,17 @@ def exchange_send(*, exchange_id: int, tenant_id: int) -> None:
     ``finished_at`` set and ``request`` cleared either way, and ``exchange.completed`` or
     ``exchange.failed`` published.
 
-    Quietly does nothing for an exchange that is gone or no longer QUEUED (a task run twice).
+    Quietly does nothing for an exchange that is gone or no longer QUEUED, or whose send is running
+    (a task run twice: :func:`parley.locks.alone` holds the send, as the recipient takes one).
     """
+    with alone(f"exchange-send:{exchange_id}") as mine:
+        if mine:
+            _send_queued(exchange_id=exchange_id, tenant_id=tenant_id)
+        else:
+            logger.warning("agent exchange %s is being sent already: this copy does nothing", exchange_id)
+
+
+def _send_queued(*, exchange_id: int, tenant_id: int) -> None:
     exchange = (
         OutboundExchange.objects.for_tenant(tenant_id).select_related("agent").filter(pk=exchange_id).first()
     )

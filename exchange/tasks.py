@@ -20,3 +20,11 @@ def exchange_send(exchange_id: int, tenant_id: int) -> None:
 def prepared_expire() -> int:
     """Delete prepared requests whose time ran out (see :func:`exchange.services.prepared_expire`)."""
     return services.prepared_expire()
+
+
+# On the agent queue, as the other sweeps: the negotiation queue may be busy for minutes.
+@shared_task(queue=TaskQueue.AGENT.value, soft_time_limit=50, time_limit=55)
+def stalled_sends_resend() -> int:
+    """Send again the exchanges whose message was lost (see :func:`outbound.stalled_sends_resend`);
+    beat sends it every ``SWEEP_INTERVAL`` seconds."""
+    return len(outbound.stalled_sends_resend())

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from django.conf import settings
@@ -40,7 +41,9 @@ from negotiations.rules import check_move
 from negotiations.selectors import move_of, turns_record
 from negotiations.verdict import settle
 from negotiations.wire import Entry, Move, MoveError, TaskRecord, parse_move, task_record_from_json
+from parley.celery import SWEEP_BATCH, enqueue_each, enqueue_on_commit
 from parley.live import publish_on_commit
+from parley.locks import alone
 
 logger = logging.getLogger(__name__)
 
@@ -280,6 +283,22 @@ def negotiation_pump(*, negotiation_id: Any, tenant_id: int) -> None:
             _report(negotiation, event)
             return
         negotiation.refresh_from_db()
+
+
+def negotiation_pump_alone(*, negotiation_id: Any, tenant_id: int) -> None:
+    """:func:`negotiation_pump`, unless a pump of the same negotiation is running: then nothing.
+
+    What the pump's task runs. Its message can come twice — the sweep sends
+    it again while the first still waits in a busy queue, or the broker hands
+    it out again — and two pumps of one negotiation at once would each send a
+    move. The running pump holds :func:`parley.locks.alone` on the negotiation;
+    a copy that comes after it ended finds the negotiation no longer open.
+    """
+    with alone(f"negotiation-pump:{negotiation_id}") as mine:
+        if mine:
+            negotiation_pump(negotiation_id=negotiation_id, tenant_id=tenant_id)
+        else:
+            logger.warning("negotiation %s is being pumped already: this copy does nothing", negotiation_id)
 
 
 def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
@@ -1168,5 +1187,64 @@ def _settlement_view(settlement: Settlement) -> dict[str, Any]:
 def _enqueue_pump(negotiation: Negotiation) -> None:
     from negotiations.tasks import pump
 
-    negotiation_id, tenant_id = str(negotiation.pk), negotiation.tenant_id
-    transaction.on_commit(lambda: pump.delay(negotiation_id, tenant_id))
+    enqueue_on_commit(pump, str(negotiation.pk), negotiation.tenant_id)
+
+
+# Pumps whose broker message was lost.
+
+
+def stalled_pumps(*, before: datetime) -> list[tuple[str, int]]:
+    """``(negotiation id, tenant id)`` of each outbound negotiation whose pump should be taking turns
+    and has not moved since ``before``, across tenants, at most :data:`parley.celery.SWEEP_BATCH`,
+    stalled longest first.
+
+    That is one open, with nothing reported to its batch yet, whose run waits
+    on it (a run that ended or was cancelled wants no more turns), and whose
+    ``updated_at`` — written at every turn — is older than ``before``. A pump
+    in the middle of a turn writes nothing until the turn is recorded, so
+    ``before`` must be further back than a turn takes (a move's model call, then
+    up to ``A2A_SEND_TIMEOUT`` for their answer). A negotiation waiting on its
+    party, settled, out of turns or failed is never taken.
+
+    The rows returned are locked (``FOR UPDATE SKIP LOCKED``): call it in a
+    transaction, and a sweep running at the same time skips them.
+    """
+    rows = (
+        Negotiation.objects.filter(
+            direction=Negotiation.Direction.OUTBOUND,
+            status=Negotiation.Status.OPEN,
+            event__isnull=True,
+            batch__run__status__in=Run.AWAITING,
+            updated_at__lt=before,
+        )
+        .select_for_update(skip_locked=True, of=("self",))
+        .order_by("updated_at")
+        .values_list("pk", "tenant_id")[:SWEEP_BATCH]
+    )
+    return [(str(pk), tenant_id) for pk, tenant_id in rows]
+
+
+def stalled_pumps_resend() -> list[tuple[str, int]]:
+    """Pump again the negotiations whose pump's message was lost (a Redis restart or flush): the
+    periodic sweep (Celery beat, every ``SWEEP_INTERVAL`` seconds).
+
+    Sends a pump for each of :func:`stalled_pumps` not moved for
+    ``SWEEP_STALLED_AFTER`` seconds and stamps its ``updated_at``, so the next
+    sweep waits another bound before sending it again. A pump that finds its
+    negotiation no longer open does nothing. A broker still down stops the
+    sweep at its first refusal, and nothing unsent is stamped. Returns what it found.
+    """
+    from negotiations.tasks import pump
+
+    now = timezone.now()
+    with transaction.atomic():
+        found = stalled_pumps(before=now - timedelta(seconds=settings.SWEEP_STALLED_AFTER))
+        sent = enqueue_each(pump, found)
+        Negotiation.objects.filter(pk__in=sent).update(updated_at=now)
+    if found:
+        logger.warning(
+            "the sweep found %d negotiations whose pump's message was lost, and pumped %d of them again",
+            len(found),
+            len(sent),
+        )
+    return found

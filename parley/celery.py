@@ -5,20 +5,32 @@ In the embedded default (no ``REDIS_URL``) the broker is ``memory://`` and
 process, so ``make demo`` needs nothing but Python.
 """
 
+from __future__ import annotations
+
 import enum
+import logging
 import os
 import threading
 import warnings
+from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-from celery import Celery, beat
+from amqp.exceptions import AMQPError
+from celery import Celery, Task, beat
 from celery.exceptions import SecurityWarning
 from celery.signals import worker_init, worker_process_shutdown
+from django.db import transaction
 from kombu import Queue
+from kombu.exceptions import KombuError
+from redis.exceptions import RedisError
 
 from parley import telemetry
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "parley.settings.base")
+
+logger = logging.getLogger(__name__)
 
 
 class TaskQueue(enum.StrEnum):
@@ -67,6 +79,55 @@ def _telemetry_setup(**_: object) -> None:
 def _telemetry_flush(**_: object) -> None:
     # A pool child may end without running atexit handlers, and so without the SDK's flush.
     telemetry.shutdown()
+
+
+# What a broker that cannot be reached raises: kombu's OperationalError once its publish retries are
+# spent, or a connection error it did not wrap. Anything else (a task given the wrong arguments) is
+# a bug, and is raised.
+BROKER_ERRORS = (KombuError, AMQPError, OSError, RedisError)
+# Items of one kind a sweep of stalled work sends again at most, stalled longest first; the rest wait
+# for the next sweep.
+SWEEP_BATCH = 500
+
+
+def enqueue(task: Task[Any, Any], *args: Any, countdown: float = 0.0) -> bool:
+    """Send ``task(*args)`` to the broker now, to run after ``countdown`` seconds; whether the
+    broker took it.
+
+    A broker that cannot be reached (:data:`BROKER_ERRORS`; Redis refusing connections gives up
+    within a second) is logged, never raised: the work is in Postgres, and the periodic sweeps
+    (``SWEEP_INTERVAL``, docs/settings.md) send it again once it has not moved for
+    ``SWEEP_STALLED_AFTER`` seconds. Anything else ``apply_async`` raises is raised.
+    """
+    try:
+        task.apply_async(args, countdown=countdown)
+    except BROKER_ERRORS:
+        logger.warning(
+            "the broker did not take %s%r; the sweep sends it again", task.name, args, exc_info=True
+        )
+        return False
+    return True
+
+
+def enqueue_each(task: Task[Any, Any], items: Iterable[tuple[Any, ...]]) -> list[Any]:
+    """:func:`enqueue` ``task(*args)`` for each ``args`` of ``items``, in order, stopping at the first
+    the broker refuses (it is down: the rest would wait on it too); the first argument of each sent."""
+    sent = []
+    for args in items:
+        if not enqueue(task, *args):
+            break
+        sent.append(args[0])
+    return sent
+
+
+def enqueue_on_commit(task: Task[Any, Any], *args: Any, countdown: float = 0.0) -> None:
+    """:func:`enqueue` ``task(*args)`` once the current transaction commits (at once outside one).
+
+    How every service hands work to a worker: what committed stands whatever the broker does, so a
+    request whose write committed answers success, and a broker that is down delays the work
+    until the sweep finds it.
+    """
+    transaction.on_commit(partial(enqueue, task, *args, countdown=countdown))
 
 
 _embedded_lock = threading.Lock()

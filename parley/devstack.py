@@ -1,4 +1,4 @@
-"""Launch the production shape on this machine: the uvicorn web process and Celery worker processes.
+"""Launch the production shape on this machine: the uvicorn web process, Celery worker processes and beat.
 
 Used by the test suite's live stack (``tests/conftest.py``) and the benchmark
 (``bench/negotiate.py``). Both pass the environment the processes run in —
@@ -39,6 +39,14 @@ def start_worker(
     if name is not None:
         command += ["-n", name]
     return _start(command, env, out)
+
+
+def start_beat(env: Mapping[str, str], out: Output) -> subprocess.Popen[bytes]:
+    """Start Celery beat, which sends the periodic tasks (``CELERY_BEAT_SCHEDULE``); it keeps its
+    schedule where ``CELERY_BEAT_SCHEDULE_FILENAME`` in ``env`` says."""
+    return _start(
+        ["-m", "celery", "-A", "parley", "beat", "--loglevel", env.get("LOG_LEVEL", "WARNING")], env, out
+    )
 
 
 def _start(arguments: list[str], env: Mapping[str, str], out: Output) -> subprocess.Popen[bytes]:

@@ -78,6 +78,7 @@ from django.utils import timezone
 from django.utils.http import parse_http_date_safe
 
 from parley import netguard
+from parley.celery import enqueue_on_commit
 from parley.models import Event, Tenant, WebhookDelivery, WebhookEndpoint, WebhookEventType
 
 logger = logging.getLogger(__name__)
@@ -281,12 +282,14 @@ def _enqueue_on_commit(delivery: WebhookDelivery, *, countdown: float) -> None:
     """Send ``delivery``'s next attempt ``countdown`` seconds after the transaction commits.
 
     A broker that refuses the message is logged, never raised to the caller
-    whose change committed: the overdue sweep sends the delivery later.
+    whose change committed (:func:`parley.celery.enqueue_on_commit`): the
+    overdue sweep sends the delivery later.
     """
     from parley.tasks import webhook_deliver
 
-    args = (str(delivery.pk), delivery.tenant_id, delivery.generation)
-    transaction.on_commit(lambda: webhook_deliver.apply_async(args, countdown=countdown), robust=True)
+    enqueue_on_commit(
+        webhook_deliver, str(delivery.pk), delivery.tenant_id, delivery.generation, countdown=countdown
+    )
 
 
 # Attempts.

@@ -199,9 +199,21 @@ CELERY_BEAT_SCHEDULE_FILENAME = env.str(
         / f"parley-celerybeat-schedule-{hashlib.sha256(str(BASE_DIR).encode()).hexdigest()[:12]}"
     ),
 )
+# Work whose broker message was lost (Redis restarted or flushed) is sent again from Postgres: every
+# SWEEP_INTERVAL seconds, each app's sweep finds the runs, approved tools, delegates' results,
+# negotiation pumps and exchange sends that should be moving and have not moved for
+# SWEEP_STALLED_AFTER seconds. That bound must outlast any task in flight that writes nothing until it
+# ends — a run step (time limit 330 s), one outbound turn (a move's model call, then up to
+# A2A_SEND_TIMEOUT for the answer) — or such work would be sent twice (it is then applied once, but
+# a step's model call may be paid twice).
+SWEEP_INTERVAL = env.float("SWEEP_INTERVAL", default=60.0)
+SWEEP_STALLED_AFTER = env.float("SWEEP_STALLED_AFTER", default=900.0)
 # Periodic tasks; `celery -A parley beat` sends them (the embedded default runs beat in-process).
 CELERY_BEAT_SCHEDULE = {
     "expire-runs": {"task": "agents.tasks.runs_expire_due", "schedule": 60.0},
+    "resend-stalled-agent-work": {"task": "agents.tasks.stalled_work_resend", "schedule": SWEEP_INTERVAL},
+    "resend-stalled-pumps": {"task": "negotiations.tasks.stalled_pumps_resend", "schedule": SWEEP_INTERVAL},
+    "resend-stalled-exchanges": {"task": "exchange.tasks.stalled_sends_resend", "schedule": SWEEP_INTERVAL},
     "expire-idempotency-keys": {"task": "api.tasks.idempotency_keys_expire", "schedule": 3600.0},
     # Webhook deliveries whose scheduled attempt never ran (a lost broker message) are sent again.
     "webhooks-overdue": {"task": "parley.tasks.webhook_deliveries_overdue", "schedule": 300.0},

@@ -59,6 +59,7 @@ if OUTBOUND_ALLOW_PRIVATE and ACCOUNT_SIGNUP_ENABLED:
         "addresses, or OUTBOUND_ALLOW_PRIVATE=false."
     )
 
-# Shared by every web process, so django-allauth's login and sign-up rate limits count across them.
+# Shared by every web process, so django-allauth's login and sign-up rate limits count across them;
+# while Redis is down it is an empty cache that keeps nothing, so logging in still works (parley.cache).
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {"default": {"BACKEND": "parley.cache.TolerantRedisCache", "LOCATION": REDIS_URL}}

@@ -593,11 +593,13 @@ def test_two_targets_to_one_counterparty_in_one_batch_open_one(agent: Agent, int
 class _Pumps:
     """Stands in for the pump task: records what would be pumped instead of reaching out."""
 
+    name = "negotiations.tasks.pump"
+
     def __init__(self) -> None:
         self.pumped: list[str] = []
 
-    def delay(self, negotiation_id: str, tenant_id: int) -> None:
-        self.pumped.append(negotiation_id)
+    def apply_async(self, args: tuple[str, int], countdown: float = 0.0) -> None:
+        self.pumped.append(args[0])
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,0 +1,67 @@
+"""Work that must not run twice at once, whoever asks for it twice.
+
+A task's message can come twice: the sweep of lost work sends one again while the first still
+waits in a busy queue, or the broker hands out again one whose worker it took for dead. Most
+tasks do nothing the second time (they check what is done under a row lock); work that talks to
+another party for minutes without holding a row lock — a negotiation's pump, an Agent Exchange
+send — runs inside :func:`alone` instead, and a second copy that finds it running does nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import DatabaseError, connection
+
+logger = logging.getLogger(__name__)
+
+# The embedded default's names held by this process (one process: its worker is a thread pool).
+_held: set[str] = set()
+_held_lock = threading.Lock()
+
+
+def advisory_key(name: str) -> int:
+    """A Postgres advisory lock key (a signed 64-bit integer) for ``name``."""
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
+
+
+@contextmanager
+def alone(name: str) -> Iterator[bool]:
+    """Hold ``name`` for the ``with`` block, if nobody holds it: yields True when this caller holds
+    it, False when another holds it (the caller should then do nothing).
+
+    On Postgres a session advisory lock (``pg_try_advisory_lock``) on a 64-bit hash of ``name``,
+    taken on this thread's database connection: it spans processes, and Postgres frees it when
+    the connection ends, so a worker that dies holding it leaks nothing. It needs the connection
+    to stay the same session throughout (no transaction-mode connection pooler in between). On
+    other databases (the embedded default's SQLite, one process) a lock of this process. Do not
+    nest two of the same name (Postgres would let the inner one in, SQLite would not).
+    """
+    if connection.vendor == "postgresql":
+        key = advisory_key(name)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+            held = bool(cursor.fetchone()[0])
+        try:
+            yield held
+        finally:
+            if held:
+                try:
+                    with connection.cursor() as cursor:
+                        cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+                except DatabaseError:  # the connection is gone, and the lock with it
+                    logger.warning("could not release %s: its connection is gone", name, exc_info=True)
+        return
+    with _held_lock:
+        held = name not in _held
+        _held.add(name)
+    try:
+        yield held
+    finally:
+        if held:
+            with _held_lock:
+                _held.discard(name)
