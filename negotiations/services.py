@@ -174,9 +174,10 @@ def batch_answer(*, run: Run, tool_call_id: str, ids: list[str], guidance: str) 
     Outbound negotiations continue at once — an ``unanswered`` one too, whose
     settlement then follows the exchange; inbound ones keep the guidance for
     the counterparty's next message (event ``recorded``), one parked on the
-    party answered as :func:`negotiation_guidance_give` answers it. Unknown,
-    failed and finally settled ids are skipped with the reason, as is an
-    outbound one whose pump is still taking turns.
+    party answered as :func:`negotiation_guidance_give` answers it. Unknown
+    and finally settled ids are skipped with the reason, as are failed ones that
+    reached nobody (no Task, no move stored) and an outbound one whose pump is
+    still taking turns.
     """
     with transaction.atomic():
         batch = Batch.objects.create(tenant_id=run.tenant_id, run=run, tool_call_id=tool_call_id)
@@ -194,7 +195,11 @@ def _answer_one(run: Run, batch: Batch, raw_id: str, guidance: str) -> dict[str,
     if found is None:
         return {"kind": "skipped", "id": raw_id, "reason": "no such negotiation of this agent"}
     negotiation = Negotiation.objects.for_tenant(run.tenant_id).select_for_update().get(pk=found.pk)
-    reached_nobody = negotiation.status == Negotiation.Status.FAILED and not negotiation.task_id
+    reached_nobody = (
+        negotiation.status == Negotiation.Status.FAILED
+        and not negotiation.task_id
+        and negotiation.outbound_move is None
+    )
     if reached_nobody or _final_outcome(negotiation):
         return {
             **_who(negotiation),
@@ -214,7 +219,8 @@ def _answer_one(run: Run, batch: Batch, raw_id: str, guidance: str) -> dict[str,
         _guidance_add(negotiation, guidance)
         return {**_who(negotiation), "kind": "recorded", "reason": "guidance kept for their next message"}
     _guidance_append(negotiation, guidance)
-    # Waiting, out of turns, unanswered, or failed after its Task existed: it goes on (a retry).
+    # Waiting, out of turns, unanswered, or failed once a move may have reached them: it goes on (a
+    # retry, which sends a stored move again or finds it on their Task).
     negotiation.status, negotiation.batch, negotiation.event = Negotiation.Status.OPEN, batch, None
     negotiation.error = ""
     negotiation.save(
@@ -291,7 +297,7 @@ def negotiation_pump(*, negotiation_id: Any, tenant_id: int) -> None:
                 _report(negotiation, event)
                 return
             negotiation.refresh_from_db()
-        if negotiation.event is None:
+        if negotiation.event is None and negotiation.batch_id is not None:
             _report(negotiation, _event_of(negotiation))
 
 
@@ -733,8 +739,8 @@ def _refuse_if_bound(agent: Agent, intent: Intent | None) -> None:
 
     Raises :class:`DealStands` when that negotiation closed as a deal (agreed or unconfirmed),
     which stands for good, and :class:`NegotiationBusy` while it is unfinished — going, waiting
-    on the party, out of turns, ``unanswered``, or failed once its Task existed (its party may
-    retry it) — which may still end without a deal and free the intent.
+    on the party, out of turns, ``unanswered``, or failed once a move may have reached them (its
+    party may retry it) — which may still end without a deal and free the intent.
     """
     bound = selectors.binding_outbound(agent, intent)
     if bound is None:
@@ -771,7 +777,9 @@ def inbound_turn(
     with that guidance (:func:`negotiation_guidance_give`).
 
     Raises :class:`negotiations.wire.MoveError` for a message without a valid
-    move, :class:`NegotiationClosed` for a negotiation settled for good,
+    move or with a message or offer id already used on the task (checked again
+    under the row's lock: the same message sent again to two web processes at
+    once is applied by one, refused by the other), :class:`NegotiationClosed` for a negotiation settled for good,
     :class:`DealStands` or :class:`NegotiationBusy` for a first message while the
     agent holds a binding outbound negotiation under the intent (checked under lock),
     and :class:`negotiations.negotiator.NegotiatorError` when no move can be made.
@@ -1349,8 +1357,8 @@ def _fail(negotiation: Negotiation, error: str, *, drop_move: bool = False) -> d
 def _event_of(negotiation: Negotiation) -> dict[str, Any]:
     """The event the outbound ``negotiation``'s pump reports for the status its turns stopped in:
     ``settled`` (with the settlement), ``asking`` (waiting on the party: the question and their
-    last move), ``budget`` (out of turns) or ``failed`` — once its Task exists, the error says how
-    to retry (seed §4)."""
+    last move), ``budget`` (out of turns) or ``failed`` — once a move may have reached them (their
+    Task exists, or our opening is stored unanswered), the error says how to retry (seed §4)."""
     status = negotiation.status
     if status == Negotiation.Status.SETTLED:
         settlement = Settlement.objects.for_tenant(negotiation.tenant_id).get(negotiation=negotiation)
@@ -1374,7 +1382,9 @@ def _event_of(negotiation: Negotiation) -> dict[str, Any]:
             "turns": negotiation.turn_count,
             "last": _their_last(negotiation),
         }
-    retry = " — the exchange stays with them; answer this id to try again" if negotiation.task_id else ""
+    # Once a move may have reached them: their Task, or our opening sent without an answer.
+    reached = negotiation.task_id or negotiation.outbound_move is not None
+    retry = " — the exchange stays with them; answer this id to try again" if reached else ""
     return {**_who(negotiation), "kind": "failed", "error": negotiation.error + retry}
 
 

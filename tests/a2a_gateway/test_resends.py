@@ -22,6 +22,7 @@ from negotiations.models import Negotiation, Settlement, Turn
 from tests.a2a_gateway.conftest import Endpoint, counts, move, proposal
 from tests.a2a_gateway.rpc import call, refusal, task_of
 from tests.a2a_gateway.servers import on_wire
+from tests.a2a_gateway.test_streaming import stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,6 +88,19 @@ def test_a_closing_move_sent_again_gets_the_finished_task_and_is_applied_once(
     assert MessageToDict(again) == MessageToDict(settled)
     assert counts() == before == {"Negotiation": 1, "Turn": 4, "Settlement": 1, "A2ATask": 1}
     assert Settlement.objects.get().outcome == "agreed"
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_message_sent_again_on_a_stream_gets_only_its_task(seller_endpoint: Endpoint, wire: str) -> None:
+    first = opening(proposal(800))
+    answered = seller_endpoint.send(first, card=on_wire(seller_endpoint.card(), wire))
+    before = counts()
+
+    events = stream(seller_endpoint, copy(first), wire)
+
+    assert [event.WhichOneof("payload") for event in events] == ["task"]
+    assert MessageToDict(events[0].task) == MessageToDict(answered)
+    assert counts() == before
 
 
 def test_a_follow_up_sent_again_by_task_id_alone_gets_its_task(seller_endpoint: Endpoint) -> None:

@@ -10,11 +10,13 @@ our worker dies after sending. The pumps run in the test's thread.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.db import connection, connections
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -25,7 +27,8 @@ from negotiations.client import move_message
 from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.negotiator import Usage
 from negotiations.wire import Move
-from tests.a2a_gateway.servers import InProcessGateway
+from tests.a2a_gateway.servers import HeldHook, InProcessGateway
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -195,6 +198,45 @@ def test_a_pump_that_finds_its_move_stored_never_decides_another_and_both_record
     assert ours == theirs
     assert lost in [message_id for message_id, *_ in ours]
     assert len({message_id for message_id, *_ in ours}) == len(ours)
+    assert verdict(negotiation) == verdict(inbound)
+
+
+def test_a_second_pump_of_a_negotiation_waits_for_the_first_and_sends_nothing_of_its_own(
+    buyer: Agent, intent: Intent, seller: Agent, recording: RecordingGateway
+) -> None:
+    """The claim: a pump handed out again while the first still runs (its answer held at the
+    seller by an evaluation hook) waits for it, then finds nothing left to do."""
+
+    def pump_apart(pk: Any) -> None:
+        try:
+            services.negotiation_pump(negotiation_id=pk, tenant_id=buyer.tenant_id)
+        finally:
+            connections.close_all()
+
+    def waiting_on_a_claim() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            return bool(cursor.fetchone()[0])
+
+    with HeldHook() as hook:
+        seller.evaluation_url = hook.url
+        seller.save()
+        negotiation = opened(buyer, intent, seller, recording)
+        pumps = [threading.Thread(target=pump_apart, args=(negotiation.pk,)) for _ in range(2)]
+        pumps[0].start()
+        wait_until(hook.entered.is_set, what="the first pump's opening at the seller")
+        pumps[1].start()
+        wait_until(waiting_on_a_claim, what="the second pump to wait for the claim")
+        hook.release.set()
+        for thread in pumps:
+            thread.join(60)
+
+    negotiation.refresh_from_db()
+    assert negotiation.status in (S.SETTLED, S.OUT_OF_TURNS)
+    sent = recording.sent_ids()
+    assert len(sent) == len(set(sent)) == negotiation.turns.filter(side=Turn.Side.OURS).count()
+    inbound = Negotiation.objects.get(agent=seller)
+    assert records(negotiation) == records(inbound)
     assert verdict(negotiation) == verdict(inbound)
 
 
