@@ -779,10 +779,11 @@ def inbound_turn(
     Raises :class:`negotiations.wire.MoveError` for a message without a valid
     move or with a message or offer id already used on the task (checked again
     under the row's lock: the same message sent again to two web processes at
-    once is applied by one, refused by the other), :class:`NegotiationClosed` for a negotiation settled for good,
-    :class:`DealStands` or :class:`NegotiationBusy` for a first message while the
-    agent holds a binding outbound negotiation under the intent (checked under lock),
-    and :class:`negotiations.negotiator.NegotiatorError` when no move can be made.
+    once is applied by one, refused by the other), :class:`NegotiationClosed`
+    for a negotiation settled for good, :class:`DealStands` or
+    :class:`NegotiationBusy` for a first message while the agent holds a binding
+    outbound negotiation under the intent (checked under lock), and
+    :class:`negotiations.negotiator.NegotiatorError` when no move can be made.
     Nothing is written unless the reply is decided. The evaluation hook is asked
     about both moves after they are committed; a failing hook only costs their artifacts.
     """
