@@ -27,7 +27,7 @@ from contextlib import asynccontextmanager
 from a2a.server.context import ServerCallContext
 from a2a.types import Message, Task
 from asgiref.sync import sync_to_async
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, SerializeToJsonError
 
 from a2a_gateway import caps
 from a2a_gateway.store import DjangoTaskStore, call_agent, id_problem, owner_of
@@ -86,9 +86,13 @@ async def resent_task(store: DjangoTaskStore, context: ServerCallContext, messag
     """
     if id_problem(message.task_id) or id_problem(message.context_id):
         return None
+    try:
+        incoming = MessageToDict(message)
+    except SerializeToJsonError:
+        return None  # a number JSON cannot hold (NaN, Infinity): the SDK's way refuses it
     agent = call_agent(context)
     found = await sync_to_async(services.inbound_resent)(
-        agent=agent, task_id=message.task_id, incoming=MessageToDict(message)
+        agent=agent, task_id=message.task_id, incoming=incoming
     )
     if found is None:
         return None

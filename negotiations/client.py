@@ -241,11 +241,13 @@ def covers(prefix: str, url: str) -> bool:
 
 
 async def _send(url: str, message: dict[str, Any], seconds: float, headers: dict[str, str]) -> Exchange:
+    posted = False
     try:
         # No redirects are followed (httpx's default), so the credential never leaves the origin.
         async with outbound.async_client(timeout=_timeout(seconds), headers=headers) as http:
             card = await read_card(http, url)
             client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+            posted = True
             task = None
             request = SendMessageRequest(message=ParseDict(message, Message()))
             async for event in client.send_message(request):
@@ -253,9 +255,13 @@ async def _send(url: str, message: dict[str, Any], seconds: float, headers: dict
                     task = event.task
             await client.close()
             answer = MessageToDict(task) if task is not None else None
+    except CounterpartyError as exc:
+        # Its card could not be read or used: the message was not sent.
+        raise CounterpartyError(str(exc), refused=True) from exc
     # What a hostile or broken peer sends can fail anywhere in the SDK's parsing.
     except (A2AError, httpx.HTTPError, ParseError, ValueError, TypeError, KeyError) as exc:
-        raise CounterpartyError(failure_reason(url, exc), refused=refused_outright(exc)) from exc
+        refused = not posted or refused_outright(exc)
+        raise CounterpartyError(failure_reason(url, exc), refused=refused) from exc
     if answer is None:
         raise CounterpartyError(f"{url} answered with a bare Message, not a Task")
     return Exchange(
@@ -278,7 +284,7 @@ async def _get(
             task = await client.get_task(GetTaskRequest(id=task_id))
             await client.close()
     except (A2AError, httpx.HTTPError, ParseError, ValueError, TypeError, KeyError) as exc:
-        raise CounterpartyError(failure_reason(url, exc), refused=refused_outright(exc)) from exc
+        raise CounterpartyError(failure_reason(url, exc)) from exc
     return Exchange(
         counterparty_name=card.name,
         sent=sent,
@@ -456,10 +462,13 @@ def failure_reason(url: str, exc: Exception) -> str:
 
 def refused_outright(exc: Exception) -> bool:
     """Whether ``exc``, raised sending a message, shows the counterparty did not take it: it
-    answered with a JSON-RPC error or an HTTP 4xx, or the address policy stopped the request."""
-    if outbound.refusal(exc) is not None:
+    answered with a JSON-RPC error or an HTTP 4xx, no connection was made, or the address policy
+    stopped the request."""
+    if outbound.refusal(exc) is not None or isinstance(exc, httpx.ConnectError):
         return True
     cause = exc.__cause__
+    if isinstance(cause, httpx.ConnectError):
+        return True
     if isinstance(cause, httpx.HTTPStatusError):
         return cause.response.is_client_error or _rpc_error(cause.response) is not None
     if isinstance(exc, A2AClientError):

@@ -201,6 +201,8 @@ def test_a_pump_that_finds_its_move_stored_never_decides_another_and_both_record
     assert verdict(negotiation) == verdict(inbound)
 
 
+# The claim is a Postgres advisory lock; the embedded default has no second pump to wait for.
+@pytest.mark.postgres
 def test_a_second_pump_of_a_negotiation_waits_for_the_first_and_sends_nothing_of_its_own(
     buyer: Agent, intent: Intent, seller: Agent, recording: RecordingGateway
 ) -> None:
