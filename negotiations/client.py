@@ -73,10 +73,11 @@ MAX_KEY_SETS = 3
 class CounterpartyError(Exception):
     """The counterparty could not be reached or answered outside the protocol.
 
-    ``refused``: it certainly did not take the message — it answered with an
-    error (a JSON-RPC error, or HTTP 4xx), or the address policy kept the
-    request from leaving. False when it may have: no answer in time, a dropped
-    connection, a 5xx, an answer we could not read.
+    ``refused`` (sending a message): it certainly did not take the message — it
+    answered with an error (a JSON-RPC error, or HTTP 4xx), or the message never
+    left (no usable card, no connection, the address policy). False when it may
+    have: no answer in time, a dropped connection, a 5xx, an answer we could not
+    read.
     """
 
     def __init__(self, message: str, *, refused: bool = False) -> None:
@@ -172,7 +173,8 @@ def send_message(
     cannot send our moves elsewhere. ``agent``, ours, sends its credential for ``url``
     (:func:`credential_headers`) with every request; without it none is sent. Raises
     :class:`CounterpartyError`, whose message names a refusal's HTTP status and JSON-RPC code
-    (see :func:`failure_reason`).
+    (see :func:`failure_reason`) and whose ``refused`` says whether the message certainly was
+    not taken.
     """
     seconds = timeout or settings.A2A_SEND_TIMEOUT
     headers = credential_headers(agent=agent, url=url) if agent is not None else {}
