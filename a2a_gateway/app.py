@@ -66,6 +66,7 @@ from a2a_gateway.executor import (
 )
 from a2a_gateway.hosts import HOST_NAME
 from a2a_gateway.push import DjangoPushConfigStore, PushSender, url_allowed
+from a2a_gateway.resends import KeyedLocks, message_key, resent_task
 from a2a_gateway.signing import jwks_endpoint
 from a2a_gateway.store import DjangoTaskStore, call_agent
 from agents.models import Agent
@@ -186,8 +187,36 @@ class GatewayHandler(DefaultRequestHandler):
     caller's key, or an anonymous counterparty's own partition), so every
     operation is the SDK's within that partition. A canceled task's
     negotiation ends with it (:func:`a2a_gateway.executor.cancel_negotiation`);
-    a turn in flight cannot be stopped, only kept out of the task.
+    a turn in flight cannot be stopped, only kept out of the task. A message
+    sent again gets the Task it was applied on as it stands, and nothing is
+    applied twice (:mod:`a2a_gateway.resends`).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._messages = KeyedLocks()
+
+    async def on_message_send(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> Task | A2AMessage:
+        """The SDK's, except for a message sent again, which gets its Task as it stands
+        (:mod:`a2a_gateway.resends`)."""
+        async with self._messages.hold(message_key(context, params.message)):
+            resent = await self._resent(params, context)
+            if resent is not None:
+                return resent
+            return await super().on_message_send(params, context)
+
+    async def _resent(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
+        """:func:`a2a_gateway.resends.resent_task`, as the request's configuration asks for it."""
+        store = self.task_store
+        assert isinstance(store, DjangoTaskStore)
+        try:
+            task = await resent_task(store, context, params.message)
+        except Refused as refusal:
+            refuse(context, refusal)
+            raise
+        return apply_history_length(task, params.configuration) if task is not None else None
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
         task = await super().on_cancel_task(params, context)
@@ -213,22 +242,28 @@ class GatewayHandler(DefaultRequestHandler):
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
-        """The SDK's stream, which begins with the Task on a follow-up too (A2A spec §3.1.2).
+        """The SDK's stream, which begins with the Task on a follow-up too (A2A spec §3.1.2); a
+        message sent again gets only its Task as it stands (:mod:`a2a_gateway.resends`).
 
         a2a-sdk 1.3.0 streams a follow-up's events without the Task they change; it
         is read from the store once the message is admitted (its first event).
         """
-        events = super().on_message_send_stream(params, context)
-        first = await anext(events, None)
-        if first is None:
-            return
-        if params.message.task_id and not isinstance(first, Task | A2AMessage):
-            stored = await self.task_store.get(params.message.task_id, context)
-            if isinstance(stored, Task):  # the store is DjangoTaskStore, not a versioned one
-                yield apply_history_length(stored, params.configuration)
-        yield first
-        async for event in events:
-            yield event
+        async with self._messages.hold(message_key(context, params.message)):
+            resent = await self._resent(params, context)
+            if resent is not None:
+                yield resent
+                return
+            events = super().on_message_send_stream(params, context)
+            first = await anext(events, None)
+            if first is None:
+                return
+            if params.message.task_id and not isinstance(first, Task | A2AMessage):
+                stored = await self.task_store.get(params.message.task_id, context)
+                if isinstance(stored, Task):  # the store is DjangoTaskStore, not a versioned one
+                    yield apply_history_length(stored, params.configuration)
+            yield first
+            async for event in events:
+                yield event
 
 
 class ResolveAgent:

@@ -33,12 +33,12 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.client.card_resolver import parse_agent_card
 from a2a.client.errors import A2AClientError
 from a2a.helpers import new_data_part
-from a2a.types import AgentCard, AgentInterface, Message, Role, SendMessageRequest
+from a2a.types import AgentCard, AgentInterface, GetTaskRequest, Message, Role, SendMessageRequest
 from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError
 from a2a.utils.signing import SignatureVerificationError, create_signature_verifier
 from django.conf import settings
 from django.db import models
-from google.protobuf.json_format import MessageToDict, ParseError
+from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from jwt import PyJWK
 from jwt.exceptions import PyJWKError
 
@@ -71,7 +71,18 @@ MAX_KEY_SETS = 3
 
 
 class CounterpartyError(Exception):
-    """The counterparty could not be reached or answered outside the protocol."""
+    """The counterparty could not be reached or answered outside the protocol.
+
+    ``refused`` (sending a message): it certainly did not take the message — it
+    answered with an error (a JSON-RPC error, or HTTP 4xx), or the message never
+    left (no usable card, no connection, the address policy). False when it may
+    have: no answer in time, a dropped connection, a 5xx, an answer we could not
+    read.
+    """
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,23 @@ def origin_of(url: str) -> tuple[str, str]:
     return parts.scheme, parts.netloc
 
 
+def move_message(*, move: Move, task_id: str = "", context_id: str = "") -> dict[str, Any]:
+    """``move`` as the A2A 1.0 JSON Message we send: a new ``messageId``, role user, the move as one
+    data part, ``taskId``/``contextId`` to continue a Task (both together, a2a-sdk-brief.md §1.6).
+
+    Without ``context_id`` (an opening move) a new one is minted, so the message is whole before it
+    is first sent, and sending it again is sending the same message.
+    """
+    message = Message(
+        message_id=str(uuid.uuid4()),
+        role=Role.ROLE_USER,
+        parts=[new_data_part(move.to_data())],
+        task_id=task_id,
+        context_id=context_id or str(uuid.uuid4()),
+    )
+    return MessageToDict(message)
+
+
 def send_move(
     *,
     url: str,
@@ -127,21 +155,54 @@ def send_move(
     timeout: float | None = None,
     agent: Agent | None = None,
 ) -> Exchange:
-    """Send ``move`` to the agent at ``url`` and return the exchange (see :func:`read_card` for the card).
+    """Send ``move`` as a new message (:func:`move_message`) and return the exchange: see
+    :func:`send_message`."""
+    message = move_message(move=move, task_id=task_id, context_id=context_id)
+    return send_message(url=url, message=message, timeout=timeout, agent=agent)
 
-    ``task_id``/``context_id`` continue an existing Task; both are sent
-    together (a2a-sdk-brief.md §1.6). Blocks for at most ``timeout`` seconds
+
+def send_message(
+    *, url: str, message: dict[str, Any], timeout: float | None = None, agent: Agent | None = None
+) -> Exchange:
+    """Send ``message`` (an A2A 1.0 JSON Message, :func:`move_message`) as it is to the agent at
+    ``url`` and return the exchange (see :func:`read_card` for the card).
+
+    The same message may be sent again (a retry after a lost answer): it is sent unchanged, ids
+    included, so the counterparty can tell it is the same. Blocks for at most ``timeout`` seconds
     (default ``A2A_SEND_TIMEOUT``). The card's endpoint must be on the origin of ``url``, so a card
     cannot send our moves elsewhere. ``agent``, ours, sends its credential for ``url``
     (:func:`credential_headers`) with every request; without it none is sent. Raises
     :class:`CounterpartyError`, whose message names a refusal's HTTP status and JSON-RPC code
-    (see :func:`failure_reason`).
+    (see :func:`failure_reason`) and whose ``refused`` says whether the message certainly was
+    not taken.
     """
     seconds = timeout or settings.A2A_SEND_TIMEOUT
     headers = credential_headers(agent=agent, url=url) if agent is not None else {}
     try:
         # A total deadline: httpx's timeouts bound each read, and a peer can trickle forever.
-        return asyncio.run(asyncio.wait_for(_send(url, move, task_id, context_id, seconds, headers), seconds))
+        return asyncio.run(asyncio.wait_for(_send(url, message, seconds, headers), seconds))
+    except TimeoutError as exc:
+        raise CounterpartyError(f"{url}: no answer within {seconds:g} s") from exc
+
+
+def task_get(
+    *,
+    url: str,
+    task_id: str,
+    sent: dict[str, Any],
+    timeout: float | None = None,
+    agent: Agent | None = None,
+) -> Exchange | None:
+    """The counterparty's Task ``task_id`` read with GetTask, as the exchange of our message
+    ``sent`` (whether the Task carries it is the caller's to check); None when its card offers
+    no A2A 1.0 interface — an Index peer speaks ``message/send`` only (index-wire-protocol.md §1).
+
+    Timeout, credential and errors as :func:`send_message`.
+    """
+    seconds = timeout or settings.A2A_SEND_TIMEOUT
+    headers = credential_headers(agent=agent, url=url) if agent is not None else {}
+    try:
+        return asyncio.run(asyncio.wait_for(_get(url, task_id, sent, seconds, headers), seconds))
     except TimeoutError as exc:
         raise CounterpartyError(f"{url}: no answer within {seconds:g} s") from exc
 
@@ -181,39 +242,61 @@ def covers(prefix: str, url: str) -> bool:
     return theirs.path == ours.path or theirs.path.startswith(f"{ours.path}/")
 
 
-async def _send(
-    url: str, move: Move, task_id: str, context_id: str, seconds: float, headers: dict[str, str]
-) -> Exchange:
-    timeout = httpx.Timeout(seconds, connect=min(seconds, settings.A2A_CARD_TIMEOUT))
-    message = Message(
-        message_id=str(uuid.uuid4()),
-        role=Role.ROLE_USER,
-        parts=[new_data_part(move.to_data())],
-        task_id=task_id,
-        context_id=context_id,
-    )
+async def _send(url: str, message: dict[str, Any], seconds: float, headers: dict[str, str]) -> Exchange:
+    posted = False
     try:
         # No redirects are followed (httpx's default), so the credential never leaves the origin.
-        async with outbound.async_client(timeout=timeout, headers=headers) as http:
+        async with outbound.async_client(timeout=_timeout(seconds), headers=headers) as http:
             card = await read_card(http, url)
             client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+            posted = True
             task = None
-            async for event in client.send_message(SendMessageRequest(message=message)):
+            request = SendMessageRequest(message=ParseDict(message, Message()))
+            async for event in client.send_message(request):
                 if event.HasField("task"):
                     task = event.task
             await client.close()
             answer = MessageToDict(task) if task is not None else None
+    except CounterpartyError as exc:
+        # Its card could not be read or used: the message was not sent.
+        raise CounterpartyError(str(exc), refused=True) from exc
     # What a hostile or broken peer sends can fail anywhere in the SDK's parsing.
     except (A2AError, httpx.HTTPError, ParseError, ValueError, TypeError, KeyError) as exc:
-        raise CounterpartyError(failure_reason(url, exc)) from exc
+        refused = not posted or refused_outright(exc)
+        raise CounterpartyError(failure_reason(url, exc), refused=refused) from exc
     if answer is None:
         raise CounterpartyError(f"{url} answered with a bare Message, not a Task")
     return Exchange(
         counterparty_name=card.name,
-        sent=MessageToDict(message),
+        sent=message,
         task=with_reply_in_history(answer),
         rules=published_rules(card),
     )
+
+
+async def _get(
+    url: str, task_id: str, sent: dict[str, Any], seconds: float, headers: dict[str, str]
+) -> Exchange | None:
+    try:
+        async with outbound.async_client(timeout=_timeout(seconds), headers=headers) as http:
+            card = await read_card(http, url)
+            if all(before_1_0(i.protocol_version) for i in card.supported_interfaces):
+                return None
+            client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+            task = await client.get_task(GetTaskRequest(id=task_id))
+            await client.close()
+    except (A2AError, httpx.HTTPError, ParseError, ValueError, TypeError, KeyError) as exc:
+        raise CounterpartyError(failure_reason(url, exc)) from exc
+    return Exchange(
+        counterparty_name=card.name,
+        sent=sent,
+        task=with_reply_in_history(MessageToDict(task)),
+        rules=published_rules(card),
+    )
+
+
+def _timeout(seconds: float) -> httpx.Timeout:
+    return httpx.Timeout(seconds, connect=min(seconds, settings.A2A_CARD_TIMEOUT))
 
 
 def published_rules(card: AgentCard) -> MoveRules | None:
@@ -377,6 +460,22 @@ def failure_reason(url: str, exc: Exception) -> str:
     if isinstance(exc, A2AClientError) and (unknown := _UNKNOWN_CODE.fullmatch(str(exc.message))):
         return f"{url} refused the move (JSON-RPC {unknown['code']}): {unknown['message']}"
     return f"{url}: {type(exc).__name__}: {exc}"
+
+
+def refused_outright(exc: Exception) -> bool:
+    """Whether ``exc``, raised sending a message, shows the counterparty did not take it: it
+    answered with a JSON-RPC error or an HTTP 4xx, no connection was made, or the address policy
+    stopped the request."""
+    if outbound.refusal(exc) is not None or isinstance(exc, httpx.ConnectError):
+        return True
+    cause = exc.__cause__
+    if isinstance(cause, httpx.ConnectError):
+        return True
+    if isinstance(cause, httpx.HTTPStatusError):
+        return cause.response.is_client_error or _rpc_error(cause.response) is not None
+    if isinstance(exc, A2AClientError):
+        return _UNKNOWN_CODE.fullmatch(str(exc.message)) is not None
+    return isinstance(exc, A2AError)
 
 
 def _rpc_error(response: httpx.Response) -> tuple[Any, str] | None:

@@ -75,6 +75,10 @@ class Negotiation(TenantOwnedModel):
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
     cost = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    # Outbound: the move decided and not yet recorded, stored before it is sent so that every
+    # attempt sends exactly it: {"message": the A2A 1.0 JSON Message, "usage": {"model",
+    # "input_tokens", "output_tokens", "cost"}} (what deciding it cost). Cleared when recorded.
+    outbound_move = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -33,14 +33,15 @@ def binding(agent: Agent, intent_id: Any) -> QuerySet[Negotiation]:
 
     Binding: going (open, out of turns, or settled as ``unanswered`` — its Task
     is still open), waiting on the party, closed as a deal (agreed or
-    unconfirmed), or failed once a Task existed (a move may have reached them;
-    ``answer`` retries it). Not binding: declined and conflict, which free the
-    counterparty, and a failure before any Task, which reached nobody.
+    unconfirmed), or failed once a Task existed or with its opening move stored
+    unrecorded (a move may have reached them; ``answer`` retries it). Not
+    binding: declined and conflict, which free the counterparty, and a failure
+    before any Task with no move stored, which reached nobody.
     """
     return (
         Negotiation.objects.for_tenant(agent.tenant_id)
         .filter(agent=agent, intent_id=intent_id)
-        .exclude(status=Negotiation.Status.FAILED, task_id="")
+        .exclude(status=Negotiation.Status.FAILED, task_id="", outbound_move__isnull=True)
         .exclude(settlement__outcome__in=[Settlement.Outcome.DECLINED, Settlement.Outcome.CONFLICT])
     )
 

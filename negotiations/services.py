@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Literal
 
 from django.conf import settings
@@ -175,9 +176,10 @@ def batch_answer(*, run: Run, tool_call_id: str, ids: list[str], guidance: str) 
     Outbound negotiations continue at once — an ``unanswered`` one too, whose
     settlement then follows the exchange; inbound ones keep the guidance for
     the counterparty's next message (event ``recorded``), one parked on the
-    party answered as :func:`negotiation_guidance_give` answers it. Unknown,
-    failed and finally settled ids are skipped with the reason, as is an
-    outbound one whose pump is still taking turns.
+    party answered as :func:`negotiation_guidance_give` answers it. Unknown
+    and finally settled ids are skipped with the reason, as are failed ones that
+    reached nobody (no Task, no move stored) and an outbound one whose pump is
+    still taking turns.
     """
     with transaction.atomic():
         batch = Batch.objects.create(tenant_id=run.tenant_id, run=run, tool_call_id=tool_call_id)
@@ -195,7 +197,11 @@ def _answer_one(run: Run, batch: Batch, raw_id: str, guidance: str) -> dict[str,
     if found is None:
         return {"kind": "skipped", "id": raw_id, "reason": "no such negotiation of this agent"}
     negotiation = Negotiation.objects.for_tenant(run.tenant_id).select_for_update().get(pk=found.pk)
-    reached_nobody = negotiation.status == Negotiation.Status.FAILED and not negotiation.task_id
+    reached_nobody = (
+        negotiation.status == Negotiation.Status.FAILED
+        and not negotiation.task_id
+        and negotiation.outbound_move is None
+    )
     if reached_nobody or _final_outcome(negotiation):
         return {
             **_who(negotiation),
@@ -215,7 +221,8 @@ def _answer_one(run: Run, batch: Batch, raw_id: str, guidance: str) -> dict[str,
         _guidance_add(negotiation, guidance)
         return {**_who(negotiation), "kind": "recorded", "reason": "guidance kept for their next message"}
     _guidance_append(negotiation, guidance)
-    # Waiting, out of turns, unanswered, or failed after its Task existed: it goes on (a retry).
+    # Waiting, out of turns, unanswered, or failed once a move may have reached them: it goes on (a
+    # retry, which sends a stored move again or finds it on their Task).
     negotiation.status, negotiation.batch, negotiation.event = Negotiation.Status.OPEN, batch, None
     negotiation.error = ""
     negotiation.save(
@@ -262,7 +269,12 @@ def run_cancelled(run: Run) -> None:
 def negotiation_pump(*, negotiation_id: Any, tenant_id: int) -> None:
     """Take outbound turns until an event, then report it to the negotiation's batch.
 
-    Quietly does nothing for a negotiation that is gone, not outbound, or not open.
+    One pump of a negotiation runs at a time (:func:`negotiation_pump_alone`). A turn's
+    move is stored before it is sent (:func:`_outbound_turn`), so a pump that
+    finds one stored sends that same move, or records it from the
+    counterparty's Task, and never decides another. A negotiation that left
+    ``open`` without reporting its event (its pump died in between) reports it
+    now. Quietly does nothing for a negotiation that is gone or not outbound.
     """
     negotiation = (
         Negotiation.objects.for_tenant(tenant_id)
@@ -283,6 +295,18 @@ def negotiation_pump(*, negotiation_id: Any, tenant_id: int) -> None:
             _report(negotiation, event)
             return
         negotiation.refresh_from_db()
+    if negotiation.event is None and negotiation.batch_id is not None:
+        _report(negotiation, _event_of(negotiation))
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """Our next outbound move as decided: the A2A message to send, what deciding it cost, and the
+    number of turns recorded when the record was read for it."""
+
+    message: dict[str, Any]
+    usage: negotiator.Usage
+    seen: int
 
 
 def negotiation_pump_alone(*, negotiation_id: Any, tenant_id: int) -> None:
@@ -302,18 +326,29 @@ def negotiation_pump_alone(*, negotiation_id: Any, tenant_id: int) -> None:
 
 
 def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
-    """One turn: decide, send, record. Returns the event it reached, or None to go on."""
+    """One turn: our move — the stored one, else a newly decided one, stored first — sent and
+    recorded. Returns the event it reached, or None to go on."""
+    reconcile = negotiation.outbound_move is not None
+    if not reconcile:
+        decided = _outbound_decide(negotiation)
+        if not isinstance(decided, _Decided):
+            return decided
+        # A move another pump stored instead may have reached them already: reconcile it too.
+        reconcile = not _move_store(negotiation, decided)
+        if negotiation.outbound_move is None or negotiation.status != Negotiation.Status.OPEN:
+            return None  # a turn was recorded since the record was read (decide again), or it stopped
+    return _outbound_deliver(negotiation, reconcile=reconcile)
+
+
+def _outbound_decide(negotiation: Negotiation) -> _Decided | dict[str, Any] | None:
+    """Decide our next move, or end the turns: the move decided, the event reached (out of turns,
+    failed, asking), or None when the negotiation stopped meanwhile."""
     agent = negotiation.agent
     record = turns_record(negotiation)
     if negotiation.turn_count >= negotiation.max_turns:
         negotiation.status = Negotiation.Status.OUT_OF_TURNS
         negotiation.save(update_fields=["status", "updated_at"])
-        return {
-            **_who(negotiation),
-            "kind": "budget",
-            "turns": negotiation.turn_count,
-            "last": _their_last(negotiation),
-        }
+        return _event_of(negotiation)
     run = negotiation.batch.run if negotiation.batch else None
     if run is not None and (spent := run_budget_spent(run)):
         return _fail(negotiation, f"the run it serves can spend no more: {spent}")
@@ -345,30 +380,69 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
     if not record.history and move.action in negotiator.terminal_actions(agent):
         # Opening with a move that ends the exchange tells them nothing but our reason: keep it ours.
         return _fail(negotiation, f"nothing was sent: {move.message}")
-    try:
-        exchange = client.send_move(
-            url=negotiation.counterparty_url,
-            move=move,
-            task_id=negotiation.task_id,
-            context_id=negotiation.context_id,
-            timeout=min(agent.turn_timeout, settings.A2A_SEND_TIMEOUT),
-            agent=agent,
+    message = client.move_message(move=move, task_id=negotiation.task_id, context_id=negotiation.context_id)
+    return _Decided(message=message, usage=decision.usage, seen=len(record.history))
+
+
+def _move_store(negotiation: Negotiation, decided: _Decided) -> bool:
+    """Store ``decided`` as the outbound move of ``negotiation`` — the message to send and what
+    deciding it cost — then reload ``negotiation``; whether it was stored.
+
+    A compare-and-set under the row's lock: stored only while the negotiation is
+    open, has no move stored and still has the turns the decision read. A pump
+    that loses finds the move another stored (which it adopts) or, when a turn
+    was recorded since, none (it decides again).
+    """
+    with transaction.atomic():
+        locked = (
+            Negotiation.objects.for_tenant(negotiation.tenant_id).select_for_update().get(pk=negotiation.pk)
         )
-    except client.CounterpartyError as exc:
-        return _fail(negotiation, str(exc))
+        stored = (
+            locked.outbound_move is None
+            and locked.status == Negotiation.Status.OPEN
+            and locked.turns.count() == decided.seen
+        )
+        if stored:
+            locked.outbound_move = {"message": decided.message, "usage": _usage_json(decided.usage)}
+            locked.save(update_fields=["outbound_move", "updated_at"])
+    negotiation.refresh_from_db()
+    return stored
+
+
+def _outbound_deliver(negotiation: Negotiation, *, reconcile: bool) -> dict[str, Any] | None:
+    """Get the stored outbound move of ``negotiation`` to the counterparty and record it with their
+    reply. Returns the event it reached, or None to go on.
+
+    ``reconcile``: the move may have reached them already (a pump that died after sending it, or
+    another pump's), so their Task is read first (:func:`_reconciled`); when it carries the move
+    and their reply, that is recorded and nothing is sent. Otherwise the very message stored is
+    sent, ids and all. A send they refused (:attr:`client.CounterpartyError.refused`) fails the
+    negotiation and drops the move (an answer decides anew); one that may have reached them fails
+    it and keeps the move, for a retry to reconcile or send again.
+    """
+    agent = negotiation.agent
+    assert negotiation.outbound_move is not None
+    message = negotiation.outbound_move["message"]
+    timeout = min(agent.turn_timeout, settings.A2A_SEND_TIMEOUT)
     try:
-        settlement, turns = _record_exchange(negotiation, move, exchange, usage=decision.usage)
+        exchange = _reconciled(negotiation, message, timeout) if reconcile else None
+        if exchange is None:
+            exchange = client.send_message(
+                url=negotiation.counterparty_url, message=message, timeout=timeout, agent=agent
+            )
+    except client.CounterpartyError as exc:
+        return _fail(negotiation, str(exc), drop_move=exc.refused)
+    try:
+        recorded = _record_exchange(negotiation, exchange)
     except client.CounterpartyError as exc:
         return _fail(negotiation, str(exc))
+    if recorded is None:
+        return None  # another pump recorded it: the pump sees where that left the negotiation
+    settlement, turns = recorded
     _evaluate(agent, negotiation, turns)
     negotiation.refresh_from_db()
     if settlement is not None:
-        return {
-            **_who(negotiation),
-            "kind": "settled",
-            "state": negotiation.task_state,
-            "settlement": _settlement_view(settlement),
-        }
+        return _event_of(negotiation)
     if not turns[-1].action:
         # An open task and a reply without a move (a Parley agent consulting its party, a try-again
         # text): there is nothing to answer, and moving again at once would only spend turns.
@@ -378,30 +452,52 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
     return None
 
 
+def _reconciled(negotiation: Negotiation, message: dict[str, Any], timeout: float) -> client.Exchange | None:
+    """The exchange of our ``message`` as the counterparty's Task already carries it — the message,
+    then what follows it — read with GetTask; None when it does not carry it, or cannot be read
+    so: an opening move (no Task id yet), a peer that speaks A2A 0.3 only (an Index peer has no
+    ``tasks/get``), or a read that failed (logged)."""
+    if not negotiation.task_id:
+        return None
+    try:
+        exchange = client.task_get(
+            url=negotiation.counterparty_url,
+            task_id=negotiation.task_id,
+            sent=message,
+            timeout=timeout,
+            agent=negotiation.agent,
+        )
+    except client.CounterpartyError as exc:
+        logger.warning("negotiation %s: reading their Task to reconcile: %s", negotiation.pk, exc)
+        return None
+    if exchange is None:
+        return None
+    ids = [m.get("messageId") for m in exchange.task["history"]]
+    carried = message["messageId"] in ids and ids.index(message["messageId"]) < len(ids) - 1
+    return exchange if carried else None
+
+
 def _asking(negotiation: Negotiation, question: str) -> dict[str, Any]:
     """Park the outbound ``negotiation`` on our party with ``question``: the event its batch hears."""
     _park(negotiation, question)
     negotiation.save(update_fields=["status", "parked_question", "updated_at"])
-    return {
-        **_who(negotiation),
-        "kind": "asking",
-        "question": question,
-        "last": _their_last(negotiation),
-    }
+    return _event_of(negotiation)
 
 
 def _record_exchange(
-    negotiation: Negotiation, move: Move, exchange: client.Exchange, *, usage: negotiator.Usage
-) -> tuple[Settlement | None, list[Turn]]:
-    """Record our move (with what deciding it cost, ``usage``) and their reply, the Task's ids and
-    state, and the settlement if it ended.
+    negotiation: Negotiation, exchange: client.Exchange
+) -> tuple[Settlement | None, list[Turn]] | None:
+    """Record our stored outbound move, sent as ``exchange.sent`` (with what deciding it cost, as
+    stored), and their reply, the Task's ids and state, and the settlement if it ended; the
+    stored move is cleared in the same transaction.
 
     Returns the settlement the exchange reached (None while no side has closed)
-    and the turns written, ours first. The returned Task must carry our record
-    unchanged — every earlier message by id, then the message we just sent —
-    followed by their reply, a move within the rules their card publishes if it
-    publishes any (:func:`negotiations.rules.check_move`, the rule their own
-    gateway holds our moves to); anything else is refused with
+    and the turns written, ours first; None, writing nothing, when the move is
+    no longer the one stored (another pump recorded it). The returned Task must
+    carry our record unchanged — every earlier message by id, then the message
+    we sent — followed by their reply, a move within the rules their card
+    publishes if it publishes any (:func:`negotiations.rules.check_move`, the
+    rule their own gateway holds our moves to); anything else is refused with
     :class:`client.CounterpartyError` and nothing is written. The verdict is
     computed over our own record, never theirs.
     """
@@ -412,6 +508,10 @@ def _record_exchange(
         negotiation = (
             Negotiation.objects.for_tenant(negotiation.tenant_id).select_for_update().get(pk=negotiation.pk)
         )
+        stored = negotiation.outbound_move
+        if stored is None or stored["message"]["messageId"] != exchange.sent["messageId"]:
+            return None
+        move = _stored_move(stored)
         recorded = list(negotiation.turns.order_by("seq"))
         expected = [*(t.raw.get("messageId") for t in recorded), exchange.sent["messageId"]]
         ours = [*(move_of(t) for t in recorded), move]
@@ -443,7 +543,7 @@ def _record_exchange(
                 exchange.sent,
                 our_role="user",
                 state=returned.state,
-                usage=usage,
+                usage=_usage_of(stored["usage"]),
             )
         ]
         for seq, (raw, entry) in enumerate(replies, start=len(expected) + 1):
@@ -453,9 +553,33 @@ def _record_exchange(
         negotiation.counterparty_name = exchange.counterparty_name[:NAME_LIMIT]
         negotiation.task_state = returned.state
         negotiation.turn_count = negotiation.turns.filter(side=Turn.Side.OURS).count()
+        negotiation.outbound_move = None
         settlement = _settle(negotiation, turns_record(negotiation), our_role="user")
         negotiation.save()
     return settlement, turns
+
+
+def _stored_move(stored: dict[str, Any]) -> Move:
+    """The move in the stored outbound message ``stored["message"]`` (its one data part)."""
+    return parse_move(stored["message"]["parts"][0]["data"])
+
+
+def _usage_json(usage: negotiator.Usage) -> dict[str, Any]:
+    return {
+        "model": usage.model,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cost": str(usage.cost),
+    }
+
+
+def _usage_of(data: dict[str, Any]) -> negotiator.Usage:
+    return negotiator.Usage(
+        model=data["model"],
+        input_tokens=data["input_tokens"],
+        output_tokens=data["output_tokens"],
+        cost=Decimal(data["cost"]),
+    )
 
 
 def _stopped_check(negotiation: Negotiation) -> Callable[[], bool]:
@@ -541,14 +665,67 @@ def inbound_check(*, agent: Agent, task_id: str, incoming: dict[str, Any]) -> Mo
     return move
 
 
+@dataclass(frozen=True)
+class Resent:
+    """An inbound message that was applied already, sent again: the Task it was applied on, and
+    the ``messageId`` of our reply to it ("" when it has none)."""
+
+    task_id: str
+    reply_id: str
+
+
+def inbound_resent(*, agent: Agent, task_id: str, incoming: dict[str, Any]) -> Resent | None:
+    """Whether ``incoming`` (an A2A 1.0 JSON Message to ``agent``) is a message already applied,
+    sent again — a counterparty retrying a send whose answer it lost.
+
+    On the Task ``task_id``: ``incoming`` has the ``messageId`` and the move of
+    the last message of theirs applied there. A first message (``task_id``
+    ""): it has the ``messageId``, ``contextId`` and move of the first message
+    of one of ``agent``'s inbound negotiations. Such a message is answered
+    with that Task as it stands and applied no second time; anything else —
+    a used ``messageId`` with another move, or an older one — is taken or
+    refused as any message (:func:`inbound_check`). Reads only.
+    """
+    message_id = incoming.get("messageId")
+    data = [p["data"] for p in incoming.get("parts", []) if "data" in p]
+    if not isinstance(message_id, str) or not message_id or not data:
+        return None
+    try:
+        move = parse_move(data[0])
+    except MoveError:
+        return None
+    inbound = Negotiation.objects.for_tenant(agent.tenant_id).filter(
+        agent=agent, direction=Negotiation.Direction.INBOUND
+    )
+    turns = Turn.objects.for_tenant(agent.tenant_id).select_related("negotiation")
+    if task_id:
+        theirs = (
+            turns.filter(negotiation__in=inbound.filter(task_id=task_id), side=Turn.Side.THEIRS)
+            .order_by("-seq")
+            .first()
+        )
+    elif context_id := incoming.get("contextId"):
+        theirs = turns.filter(
+            negotiation__in=inbound.filter(context_id=context_id), seq=1, raw__messageId=message_id
+        ).first()
+    else:
+        return None
+    if theirs is None or theirs.raw.get("messageId") != message_id or move_of(theirs) != move:
+        return None
+    reply = turns.filter(negotiation=theirs.negotiation, seq=theirs.seq + 1).first()
+    return Resent(
+        task_id=theirs.negotiation.task_id, reply_id=reply.raw.get("messageId", "") if reply else ""
+    )
+
+
 def _refuse_if_bound(agent: Agent, intent: Intent | None) -> None:
     """Refuse a first inbound message while ``agent`` holds a binding outbound negotiation under
     ``intent`` (the one-live rule, index-wire-protocol.md §1 and §4).
 
     Raises :class:`DealStands` when that negotiation closed as a deal (agreed or unconfirmed),
     which stands for good, and :class:`NegotiationBusy` while it is unfinished — going, waiting
-    on the party, out of turns, ``unanswered``, or failed once its Task existed (its party may
-    retry it) — which may still end without a deal and free the intent.
+    on the party, out of turns, ``unanswered``, or failed once a move may have reached them (its
+    party may retry it) — which may still end without a deal and free the intent.
     """
     bound = selectors.binding_outbound(agent, intent)
     if bound is None:
@@ -585,10 +762,13 @@ def inbound_turn(
     with that guidance (:func:`negotiation_guidance_give`).
 
     Raises :class:`negotiations.wire.MoveError` for a message without a valid
-    move, :class:`NegotiationClosed` for a negotiation settled for good,
-    :class:`DealStands` or :class:`NegotiationBusy` for a first message while the
-    agent holds a binding outbound negotiation under the intent (checked under lock),
-    and :class:`negotiations.negotiator.NegotiatorError` when no move can be made.
+    move or with a message or offer id already used on the task (checked again
+    under the row's lock: the same message sent again to two web processes at
+    once is applied by one, refused by the other), :class:`NegotiationClosed`
+    for a negotiation settled for good, :class:`DealStands` or
+    :class:`NegotiationBusy` for a first message while the agent holds a binding
+    outbound negotiation under the intent (checked under lock), and
+    :class:`negotiations.negotiator.NegotiatorError` when no move can be made.
     Nothing is written unless the reply is decided. The evaluation hook is asked
     about both moves after they are committed; a failing hook only costs their artifacts.
     """
@@ -626,8 +806,10 @@ def inbound_turn(
                 },
             )
         )
-        # Another message on this task may have closed it since the check above.
+        # Another message on this task may have closed it since the check above, or applied this
+        # very message (the same message sent again, to another web process).
         _refuse_if_closed(negotiation)
+        _refuse_replays(negotiation, incoming.get("messageId", ""), their_move)
         known = negotiation.turns.count()
         turns = [
             _add_turn(negotiation, known + 1, record.history[-1], incoming, our_role="agent", state=state),
@@ -1146,12 +1328,50 @@ def _report(negotiation: Negotiation, event: dict[str, Any]) -> None:
         tool_call_complete(run=batch.run, tool_call_id=batch.tool_call_id, result=digest.render(events))
 
 
-def _fail(negotiation: Negotiation, error: str) -> dict[str, Any]:
-    """Mark the negotiation failed; once its Task exists the event says how to retry (seed §4)."""
+def _fail(negotiation: Negotiation, error: str, *, drop_move: bool = False) -> dict[str, Any]:
+    """Mark the negotiation failed, dropping its stored outbound move if ``drop_move`` (it was
+    refused); the event its batch hears."""
     negotiation.status, negotiation.error = Negotiation.Status.FAILED, error
-    negotiation.save(update_fields=["status", "error", "updated_at"])
-    retry = " — the exchange stays with them; answer this id to try again" if negotiation.task_id else ""
-    return {**_who(negotiation), "kind": "failed", "error": error + retry}
+    fields = ["status", "error", "updated_at"]
+    if drop_move:
+        negotiation.outbound_move = None
+        fields.append("outbound_move")
+    negotiation.save(update_fields=fields)
+    return _event_of(negotiation)
+
+
+def _event_of(negotiation: Negotiation) -> dict[str, Any]:
+    """The event the outbound ``negotiation``'s pump reports for the status its turns stopped in:
+    ``settled`` (with the settlement), ``asking`` (waiting on the party: the question and their
+    last move), ``budget`` (out of turns) or ``failed`` — once a move may have reached them (their
+    Task exists, or our opening is stored unanswered), the error says how to retry (seed §4)."""
+    status = negotiation.status
+    if status == Negotiation.Status.SETTLED:
+        settlement = Settlement.objects.for_tenant(negotiation.tenant_id).get(negotiation=negotiation)
+        return {
+            **_who(negotiation),
+            "kind": "settled",
+            "state": negotiation.task_state,
+            "settlement": _settlement_view(settlement),
+        }
+    if status == Negotiation.Status.WAITING:
+        return {
+            **_who(negotiation),
+            "kind": "asking",
+            "question": negotiation.parked_question,
+            "last": _their_last(negotiation),
+        }
+    if status == Negotiation.Status.OUT_OF_TURNS:
+        return {
+            **_who(negotiation),
+            "kind": "budget",
+            "turns": negotiation.turn_count,
+            "last": _their_last(negotiation),
+        }
+    # Once a move may have reached them: their Task, or our opening sent without an answer.
+    reached = negotiation.task_id or negotiation.outbound_move is not None
+    retry = " — the exchange stays with them; answer this id to try again" if reached else ""
+    return {**_who(negotiation), "kind": "failed", "error": negotiation.error + retry}
 
 
 def _by_public_id(agent: Agent, raw_id: str) -> Negotiation | None:
@@ -1198,13 +1418,14 @@ def stalled_pumps(*, before: datetime) -> list[tuple[str, int]]:
     and has not moved since ``before``, across tenants, at most :data:`parley.celery.SWEEP_BATCH`,
     stalled longest first.
 
-    That is one open, with nothing reported to its batch yet, whose run waits
-    on it (a run that ended or was cancelled wants no more turns), and whose
-    ``updated_at`` — written at every turn — is older than ``before``. A pump
-    in the middle of a turn writes nothing until the turn is recorded, so
-    ``before`` must be further back than a turn takes (a move's model call, then
-    up to ``A2A_SEND_TIMEOUT`` for their answer). A negotiation waiting on its
-    party, settled, out of turns or failed is never taken.
+    That is one with nothing reported to its batch yet, whose run waits on it
+    (a run that ended or was cancelled wants no more turns), and whose
+    ``updated_at`` — written at every turn — is older than ``before``: one
+    still open, or one that stopped (settled, waiting on the party, out of
+    turns, failed) while its pump died before reporting it, which the pump sent
+    again reports. A pump in the middle of a turn writes nothing until the turn
+    is recorded, so ``before`` must be further back than a turn takes (a move's
+    model call, then up to ``A2A_SEND_TIMEOUT`` for their answer).
 
     The rows returned are locked (``FOR UPDATE SKIP LOCKED``): call it in a
     transaction, and a sweep running at the same time skips them.
@@ -1212,7 +1433,6 @@ def stalled_pumps(*, before: datetime) -> list[tuple[str, int]]:
     rows = (
         Negotiation.objects.filter(
             direction=Negotiation.Direction.OUTBOUND,
-            status=Negotiation.Status.OPEN,
             event__isnull=True,
             batch__run__status__in=Run.AWAITING,
             updated_at__lt=before,

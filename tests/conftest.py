@@ -69,14 +69,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On the embedded default (``parley.settings.test_sqlite``) leave out what needs a service it does
-    not have: the live stack (Postgres shared with other processes), Redis, and Chromium (whose tests
-    all drive the live stack)."""
+    not have: the live stack (Postgres shared with other processes), Redis, what only Postgres has,
+    and Chromium (whose tests all drive the live stack)."""
     if not settings.EMBEDDED:
         return
     kept, left_out = [], []
     for item in items:
         needs_services = "live_stack" in getattr(item, "fixturenames", ()) or any(
-            item.get_closest_marker(name) for name in ("browser", "redis")
+            item.get_closest_marker(name) for name in ("browser", "redis", "postgres")
         )
         (left_out if needs_services else kept).append(item)
     if left_out:

@@ -28,8 +28,9 @@ FLOOR = 1000
 
 
 def assert_index_wire(peer: IndexPeer, negotiation: Negotiation) -> None:
-    """Every send was 0.3 ``message/send`` to the URL as given: one data part, role user; ids
-    only after the first."""
+    """Every send was 0.3 ``message/send`` to the URL as given: one data part, role user; the
+    taskId only after the first, the contextId from the first on (ours, minted for the opening
+    so that sending it again sends the same message; an Index server keeps a given one)."""
     assert peer.received
     for n, request in enumerate(peer.received):
         assert request.path == "/idris"
@@ -40,7 +41,7 @@ def assert_index_wire(peer: IndexPeer, negotiation: Negotiation) -> None:
         assert part["kind"] == "data"
         assert {"action", "message"} <= set(part["data"])
         ids = (message.get("taskId"), message.get("contextId"))
-        assert ids == ((None, None) if n == 0 else (negotiation.task_id, negotiation.context_id))
+        assert ids == (None if n == 0 else negotiation.task_id, negotiation.context_id)
 
 
 def assert_same_verdict(peer: IndexPeer, negotiation: Negotiation) -> Settlement:

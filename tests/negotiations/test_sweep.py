@@ -44,11 +44,14 @@ def negotiation(agent: Agent, *, run_status: str = Run.Status.WAITING, **fields:
 
 
 @pytest.mark.django_db
-def test_the_sweep_pumps_an_open_negotiation_past_the_bound_and_leaves_every_other(agent: Agent) -> None:
-    """Open, nothing reported, its run waiting on it, untouched past the bound: its pump's message
-    was lost. Within the bound (a turn in flight), waiting on the party, settled, failed, out of
-    turns, already reported, inbound, or serving a run that stopped: left."""
-    lost = negotiation(agent)
+def test_the_sweep_pumps_a_negotiation_with_nothing_reported_past_the_bound_and_leaves_every_other(
+    agent: Agent,
+) -> None:
+    """Nothing reported, its run waiting on it, untouched past the bound: its pump's message was
+    lost — while it was open, or after it stopped (settled, waiting on the party, out of turns,
+    failed) and before its pump reported that. Within the bound (a turn in flight), already
+    reported, inbound, or serving a run that stopped: left."""
+    lost = [negotiation(agent)]
     in_flight = negotiation(agent)
     Negotiation.objects.filter(pk=in_flight.pk).update(updated_at=timezone.now())
     for status in (
@@ -57,12 +60,14 @@ def test_the_sweep_pumps_an_open_negotiation_past_the_bound_and_leaves_every_oth
         Negotiation.Status.FAILED,
         Negotiation.Status.OUT_OF_TURNS,
     ):
-        negotiation(agent, status=status)
+        lost.append(negotiation(agent, status=status))
+        negotiation(agent, status=status, event={"kind": "reported"})
     negotiation(agent, event={"kind": "settled"})
     negotiation(agent, direction=Negotiation.Direction.INBOUND, task_id="t-1")
     negotiation(agent, run_status=Run.Status.CANCELLED)
 
-    assert services.stalled_pumps(before=timezone.now() - BOUND) == [(str(lost.pk), agent.tenant_id)]
+    found = services.stalled_pumps(before=timezone.now() - BOUND)
+    assert sorted(found) == sorted((str(n.pk), agent.tenant_id) for n in lost)
 
 
 @pytest.mark.django_db

@@ -1,0 +1,111 @@
+"""A message sent again gets its Task as it stands, and is applied once.
+
+A counterparty that lost our answer (its worker died, its connection dropped)
+sends the same message again: the same ``messageId``, the same move, and, for
+a first message, the same ``contextId``. Which messages count as sent again is
+the negotiation's rule (:func:`negotiations.services.inbound_resent`); here the
+gateway answers one, before the SDK sees it, with the Task the message was
+applied on — from the caller's own partition only, so another caller's reuse
+of the ids reaches nothing of it. The rate limit counts it as any message
+(:func:`a2a_gateway.caps.message_screen`); nothing else is admitted or written.
+
+The SDK could not do it: it would refuse the message (a used ``messageId``; a
+finished Task), or, for a first message, start a new Task and apply the move
+there a second time. A message sent again while the first is still being
+answered in this process waits for that answer (:class:`KeyedLocks`: one
+message at a time per caller and Task, or per caller and context for a first
+message), then gets it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Hashable
+from contextlib import asynccontextmanager
+
+from a2a.server.context import ServerCallContext
+from a2a.types import Message, Task
+from asgiref.sync import sync_to_async
+from google.protobuf.json_format import MessageToDict, SerializeToJsonError
+
+from a2a_gateway import caps
+from a2a_gateway.store import DjangoTaskStore, call_agent, id_problem, owner_of
+from negotiations import services
+
+# Seconds between two looks at a Task whose message is applied but whose reply another process
+# is still writing to it.
+REPLY_POLL_SECONDS = 0.1
+
+
+class KeyedLocks:
+    """asyncio locks by key, each kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[Hashable, tuple[asyncio.Lock, int]] = {}
+
+    @asynccontextmanager
+    async def hold(self, key: Hashable | None) -> AsyncIterator[None]:
+        """Hold the lock of ``key`` for the block (no lock at all for None)."""
+        if key is None:
+            yield
+            return
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+def message_key(context: ServerCallContext, message: Message) -> Hashable | None:
+    """What ``message`` waits on while another is answered (:class:`KeyedLocks`): its caller's
+    partition and its Task, or, for a first message, its context; None for a first message
+    without a ``contextId``, which cannot be told from another."""
+    if message.task_id:
+        return (owner_of(context), "task", message.task_id)
+    if message.context_id:
+        return (owner_of(context), "context", message.context_id)
+    return None
+
+
+async def resent_task(store: DjangoTaskStore, context: ServerCallContext, message: Message) -> Task | None:
+    """The Task ``message`` was already applied on, when it is sent again and that Task is in the
+    caller's partition; None otherwise (the SDK then takes it as any message).
+
+    The Task is read once it carries our reply to the message: a reply another
+    web process is still writing is waited for, up to the agent's
+    ``turn_timeout``, after which the Task is given as it stands. Raises
+    :class:`a2a_gateway.errors.Refused` when the rate limit or the size cap
+    refuses the message (:func:`a2a_gateway.caps.message_screen`).
+    """
+    if id_problem(message.task_id) or id_problem(message.context_id):
+        return None
+    try:
+        incoming = MessageToDict(message)
+    except SerializeToJsonError:
+        return None  # a number JSON cannot hold (NaN, Infinity): the SDK's way refuses it
+    agent = call_agent(context)
+    found = await sync_to_async(services.inbound_resent)(
+        agent=agent, task_id=message.task_id, incoming=incoming
+    )
+    if found is None:
+        return None
+    task = await store.get(found.task_id, context)
+    if task is None:
+        return None
+    deadline = time.monotonic() + agent.turn_timeout
+    while found.reply_id and found.reply_id not in _message_ids(task) and time.monotonic() < deadline:
+        await asyncio.sleep(REPLY_POLL_SECONDS)
+        task = await store.get(found.task_id, context) or task
+    await caps.message_screen(context, message)
+    return task
+
+
+def _message_ids(task: Task) -> set[str]:
+    return {m.message_id for m in task.history} | {task.status.message.message_id}
