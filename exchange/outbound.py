@@ -14,10 +14,9 @@ send whose message the broker lost was never made: :func:`stalled_sends_resend` 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -28,7 +27,7 @@ from exchange import client, wire
 from exchange.models import OutboundExchange
 from negotiations.client import canonical_url
 from parley import outbound
-from parley.celery import SWEEP_BATCH, enqueue_each, enqueue_on_commit
+from parley.celery import SWEEP_BATCH, enqueue_on_commit, stalled_resend
 from parley.live import publish_on_commit
 from parley.locks import alone
 
@@ -128,18 +127,12 @@ def stalled_sends_resend() -> list[tuple[int, int]]:
     """
     from exchange.tasks import exchange_send as exchange_send_task
 
-    now = timezone.now()
-    with transaction.atomic():
-        found = stalled_sends(before=now - timedelta(seconds=settings.SWEEP_STALLED_AFTER))
-        sent = enqueue_each(exchange_send_task, found)
-        OutboundExchange.objects.filter(pk__in=sent).update(updated_at=now)
-    if found:
-        logger.warning(
-            "the sweep found %d agent exchanges whose send's message was lost, and sent %d again",
-            len(found),
-            len(sent),
-        )
-    return found
+    return stalled_resend(
+        find=lambda before: stalled_sends(before=before),
+        task=exchange_send_task,
+        model=OutboundExchange,
+        what="agent exchanges' sends",
+    )
 
 
 def exchange_send(*, exchange_id: int, tenant_id: int) -> None:

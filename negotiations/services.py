@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -42,7 +42,7 @@ from negotiations.rules import check_move
 from negotiations.selectors import move_of, turns_record
 from negotiations.verdict import settle
 from negotiations.wire import Entry, Move, MoveError, TaskRecord, parse_move, task_record_from_json
-from parley.celery import SWEEP_BATCH, enqueue_each, enqueue_on_commit
+from parley.celery import SWEEP_BATCH, enqueue_on_commit, stalled_resend
 from parley.live import publish_on_commit
 from parley.locks import alone
 
@@ -1450,21 +1450,14 @@ def stalled_pumps_resend() -> list[tuple[str, int]]:
 
     Sends a pump for each of :func:`stalled_pumps` not moved for
     ``SWEEP_STALLED_AFTER`` seconds and stamps its ``updated_at``, so the next
-    sweep waits another bound before sending it again. A pump that finds its
-    negotiation no longer open does nothing. A broker still down stops the
-    sweep at its first refusal, and nothing unsent is stamped. Returns what it found.
+    sweep waits another bound before sending it again (:func:`parley.celery.stalled_resend`).
+    Returns what it found.
     """
     from negotiations.tasks import pump
 
-    now = timezone.now()
-    with transaction.atomic():
-        found = stalled_pumps(before=now - timedelta(seconds=settings.SWEEP_STALLED_AFTER))
-        sent = enqueue_each(pump, found)
-        Negotiation.objects.filter(pk__in=sent).update(updated_at=now)
-    if found:
-        logger.warning(
-            "the sweep found %d negotiations whose pump's message was lost, and pumped %d of them again",
-            len(found),
-            len(sent),
-        )
-    return found
+    return stalled_resend(
+        find=lambda before: stalled_pumps(before=before),
+        task=pump,
+        model=Negotiation,
+        what="negotiations' pumps",
+    )

@@ -12,16 +12,18 @@ import logging
 import os
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from amqp.exceptions import AMQPError
 from celery import Celery, Task, beat
 from celery.exceptions import SecurityWarning
 from celery.signals import worker_init, worker_process_shutdown
-from django.db import transaction
+from django.db import models, transaction
+from django.utils import timezone
 from kombu import Queue
 from kombu.exceptions import KombuError
 from redis.exceptions import RedisError
@@ -88,6 +90,8 @@ BROKER_ERRORS = (KombuError, AMQPError, OSError, RedisError)
 # Items of one kind a sweep of stalled work sends again at most, stalled longest first; the rest wait
 # for the next sweep.
 SWEEP_BATCH = 500
+# What a sweep finds: a task's arguments, the swept row's pk first.
+Found = TypeVar("Found", bound=tuple[Any, ...])
 
 
 def enqueue(task: Task[Any, Any], *args: Any, countdown: float = 0.0) -> bool:
@@ -118,6 +122,39 @@ def enqueue_each(task: Task[Any, Any], items: Iterable[tuple[Any, ...]]) -> list
             break
         sent.append(args[0])
     return sent
+
+
+def stalled_resend(
+    *,
+    find: Callable[[datetime], list[Found]],
+    task: Task[Any, Any],
+    model: type[models.Model],
+    what: str,
+) -> list[Found]:
+    """One sweep of lost work of one kind (Celery beat, every ``SWEEP_INTERVAL`` seconds): send
+    ``task(*args)`` again for each ``args`` that ``find(before)`` returns — work of ``model`` (its
+    pk first in ``args``) that has not moved since ``before``, ``SWEEP_STALLED_AFTER`` seconds ago,
+    its rows locked with ``SKIP LOCKED`` so two sweeps never take the same — and stamp each sent
+    row's ``updated_at``, so the next sweep waits another bound before sending it again.
+
+    A broker still down refuses the first and the rest are not tried (:func:`enqueue_each`);
+    nothing unsent is stamped, so the next sweep tries it again. The send happens inside the
+    transaction that holds the rows: a task that starts before it commits waits on those locks,
+    and one sent for a stamp that then rolls back does nothing the second time (every swept task
+    is applied once). Returns what ``find`` found; ``what`` names it in the log.
+    """
+    from django.conf import settings
+
+    now = timezone.now()
+    with transaction.atomic():
+        found = find(now - timedelta(seconds=settings.SWEEP_STALLED_AFTER))
+        sent = enqueue_each(task, found)
+        model._default_manager.filter(pk__in=sent).update(updated_at=now)
+    if found:
+        logger.warning(
+            "the sweep found %d %s whose message was lost, and sent %d again", len(found), what, len(sent)
+        )
+    return found
 
 
 def enqueue_on_commit(task: Task[Any, Any], *args: Any, countdown: float = 0.0) -> None:
