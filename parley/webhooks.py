@@ -78,7 +78,7 @@ from django.utils import timezone
 from django.utils.http import parse_http_date_safe
 
 from parley import netguard
-from parley.celery import enqueue_on_commit
+from parley.celery import enqueue_each, enqueue_on_commit
 from parley.models import Event, Tenant, WebhookDelivery, WebhookEndpoint, WebhookEventType
 
 logger = logging.getLogger(__name__)
@@ -632,8 +632,9 @@ def delivery_resend(*, delivery: WebhookDelivery) -> WebhookDelivery:
 
 def deliveries_overdue_enqueue() -> int:
     """Send again the pending deliveries whose attempt is more than :data:`OVERDUE_AFTER` late and
-    not under way (its message was lost, or its worker died); returns how many, at most
-    :data:`OVERDUE_BATCH`.
+    not under way (its message was lost, or its worker died); returns how many were sent, at most
+    :data:`OVERDUE_BATCH`. A broker still down refuses the first and the rest wait for the next
+    sweep (:func:`parley.celery.enqueue_each`).
 
     Across tenants, as the periodic sweep it is: each is sent as its own
     tenant's. A delivery sent twice this way is attempted once.
@@ -649,10 +650,7 @@ def deliveries_overdue_enqueue() -> int:
         .order_by("next_attempt_at")
         .values_list("pk", "tenant_id", "generation")[:OVERDUE_BATCH]
     )
-    rows = list(overdue)
-    for pk, tenant_id, generation in rows:
-        webhook_deliver.delay(str(pk), tenant_id, generation)
-    return len(rows)
+    return len(enqueue_each(webhook_deliver, [(str(pk), tenant_id, gen) for pk, tenant_id, gen in overdue]))
 
 
 def _status_error(status: int) -> str:
