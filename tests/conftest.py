@@ -102,6 +102,21 @@ def wait_until(predicate, *, timeout: float = 30.0, interval: float = 0.1, what:
         time.sleep(interval)
 
 
+def wait_web(process: subprocess.Popen[bytes], url: str, log: str, *, timeout: float = 30.0) -> None:
+    """Wait until the web ``process`` at ``url`` answers its login page; fail the test, naming the
+    ``log`` file, if it exits first, or after ``timeout`` seconds."""
+
+    def up() -> bool:
+        if process.poll() is not None:
+            pytest.fail(f"the web process at {url} exited; see {log}")
+        try:
+            return httpx.get(f"{url}/login/", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(up, timeout=timeout, what=f"the web process at {url}")
+
+
 def runs_settle(timeout: float = 30.0) -> None:
     """Wait until no run is stepping: the live worker's step would otherwise race the flush that
     ends a transactional test (Postgres may then find the TRUNCATE and the step deadlocked)."""
@@ -172,15 +187,7 @@ def live_stack(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) 
     previous_base = settings.PUBLIC_BASE_URL
     settings.PUBLIC_BASE_URL = url
 
-    def web_up() -> bool:
-        if web.poll() is not None:
-            pytest.fail(f"the web process exited; see {web_log.name}")
-        try:
-            return httpx.get(f"{url}/login/", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(web_up, timeout=30, what="the web process")
+    wait_web(web, url, web_log.name)
     try:
         yield LiveStack(url=url, env=env)
     finally:

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
 from a2a.types import AgentCard
 from asgiref.sync import sync_to_async
 from django.db import connections
@@ -30,7 +29,7 @@ from starlette.routing import Route
 
 from a2a_gateway.app import build_app
 from parley import devstack
-from tests.conftest import LiveStack, free_port, wait_until
+from tests.conftest import LiveStack, free_port, wait_web
 from tests.loopback import LoopbackServer
 
 # Seconds a held hook call waits for its release at most (the hook client gives up after 10).
@@ -96,15 +95,8 @@ def web_process(live_stack: LiveStack, **settings: str) -> Iterator[str]:
     with (logs / f"live-web-{port}.log").open("w") as log:
         process = devstack.start_web(port, env, log)
 
-        def up() -> bool:
-            assert process.poll() is None, f"the second web process exited; see {log.name}"
-            try:
-                return httpx.get(f"{url}/login/", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
         try:
-            wait_until(up, timeout=30, what="the second web process")
+            wait_web(process, url, log.name)
             yield url
         finally:
             process.terminate()

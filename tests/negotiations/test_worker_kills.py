@@ -39,7 +39,7 @@ from negotiations.models import Negotiation, Settlement, Turn
 from parley import devstack
 from parley.models import Membership, Tenant
 from parley.services import api_key_create
-from tests.conftest import database_url, free_port, make_user, wait_until
+from tests.conftest import database_url, free_port, make_user, wait_web
 
 # Redis itself: left out of the embedded default's run.
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -109,17 +109,10 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         stack.workers = [stack.start_worker(), stack.start_worker()]
         stack.beat = devstack.start_beat(env, logs)
 
-        def web_up() -> bool:
-            assert web.poll() is None, f"the web process exited; see {logs.name}"
-            try:
-                return httpx.get(f"{url}/login/", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
         previous_base = settings.PUBLIC_BASE_URL
         settings.PUBLIC_BASE_URL = url
         try:
-            wait_until(web_up, timeout=30, what="the web process")
+            wait_web(web, url, logs.name)
             yield stack
         finally:
             settings.PUBLIC_BASE_URL = previous_base

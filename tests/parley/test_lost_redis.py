@@ -42,7 +42,7 @@ from parley import devstack
 from parley.models import Membership, Tenant
 from parley.services import api_key_create
 from tests.chat_server import ChatServer, Reply
-from tests.conftest import database_url, free_port, make_user, on_chat_model, wait_until
+from tests.conftest import database_url, free_port, make_user, on_chat_model, wait_until, wait_web
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -154,15 +154,7 @@ def stack(transactional_db: None, own_redis: OwnRedis, tmp_path: Path, settings:
     }
     settings.PUBLIC_BASE_URL = url  # the counterparties' URLs the runs are given
 
-    def web_up() -> bool:
-        if processes["web"].poll() is not None:
-            pytest.fail(f"the web process exited; see {outputs['web'].name}")
-        try:
-            return httpx.get(f"{url}/login/", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(web_up, timeout=60, what="the web process")
+    wait_web(processes["web"], url, outputs["web"].name, timeout=60)
     try:
         yield Stack(url=url, processes=processes, logs=logs)
     finally:
