@@ -36,12 +36,8 @@ from parley.models import Membership, Tenant
 from tests.chat_server import ChatServer
 
 PASSWORD = "correct-horse-battery"
-# Index Network's scenario files, outside the repository in shared/scenarios/index-network next to it
-# (``PARLEY_SCENARIOS`` overrides the folder).
-SCENARIOS = Path(
-    os.environ.get("PARLEY_SCENARIOS")
-    or Path(__file__).resolve().parents[2] / "shared" / "scenarios" / "index-network"
-)
+# Index Network's scenario files, shipped in scenarios/index-network (MIT; SOURCE.md says where from).
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios" / "index-network"
 # The file the README's "Running it for real" imports.
 README_SCENARIO = (
     SCENARIOS / "with-instructions" / "05-users-05-intents-cofounders-and-project-collaborators.json"

@@ -1,8 +1,6 @@
 """Importing Index Network scenario files: the parser's rules, the service's writes, the command.
 
-The real files live outside the repository, in ``shared/scenarios/index-network``
-next to it (``PARLEY_SCENARIOS`` overrides the folder). When the folder is
-missing the file tests fail: a skipped import test would hide a broken checkout.
+The real files ship in ``scenarios/index-network`` (MIT, with their source in SOURCE.md).
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ def _scenario_files() -> list[Path]:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    assert path.is_file(), f"no scenario files under {SCENARIOS}; set PARLEY_SCENARIOS to the folder"
+    assert path.is_file(), f"no scenario files under {SCENARIOS} (they ship with the repository)"
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
 
