@@ -116,7 +116,7 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
     a message to a finished task (:func:`a2a_gateway.executor.finished`: the
     SDK's -32004 on 1.0, an Index server's 409/-32002 on 0.3), then whatever
     :func:`a2a_gateway.executor.admit` refuses. A follow-up naming only
-    ``taskId`` gets the stored ``contextId`` (a2a-sdk-brief.md §1.6). The caps
+    ``taskId`` gets the stored ``contextId`` (docs/wire-format.md#messages). The caps
     (:mod:`a2a_gateway.caps`) come first (rate, size) and last (budget,
     concurrency, turns per context, once the contextId is final). A number that
     is not finite is refused right after the first caps

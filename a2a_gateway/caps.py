@@ -21,7 +21,7 @@ cap                         HTTP   code    refusal                              
 malformed move, a message to a finished task, the gateway's or the SDK's).
 
 -32010 is the code an Index server gives for "busy, try again later"
-(index-wire-protocol.md §1) and the one of :data:`a2a_gateway.executor.BUSY`:
+(docs/wire-format.md#index-peers) and the one of :data:`a2a_gateway.executor.BUSY`:
 every refusal that passes with time carries it, the HTTP status says why, and
 ``Retry-After`` (RFC 9110 §10.2.3) when. A2A 1.0 has no code of its own for
 them. The other two are the spec's: invalid params, and -32004 as for a

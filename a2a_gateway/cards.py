@@ -1,4 +1,4 @@
-"""The AgentCard of each agent, derived from the agent (index-wire-protocol.md §4 "AgentCard derivation").
+"""The AgentCard of each agent, derived from the agent (docs/wire-format.md#cards).
 
 What a card says, in order of derivation:
 

@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse
 INVALID_REQUEST = -32600
 HTTP_OK = 200
 HTTP_CONFLICT = 409
-# The code of a refusal to take a message now (busy, over a cap); index-wire-protocol.md §1's -32010.
+# The code of a refusal to take a message now (busy, over a cap): docs/wire-format.md#refusals.
 BUSY_CODE = -32010
 
 

@@ -4,9 +4,9 @@ A message without a move (no data part: plain text) is a visitor's question
 or request, answered by the agent's representative face instead, when the
 agent has one (:func:`a2a_gateway.representative.takes` has the rule).
 
-Replies follow the Index wire (index-wire-protocol.md §1): the reply is the
+Replies follow the Index wire (docs/wire-format.md#history): the reply is the
 last entry of the Task's history — emitted as a WORKING status message, which
-the SDK moves into history (a2a-sdk-brief.md §9) — and the final state is the
+the SDK moves into history — and the final state is the
 one our own action stamps. The reply is also the :data:`REPLY_ARTIFACT_ID`
 artifact (a client reading either sees it); a terminal reply also carries the
 outcome artifact. A new Task is emitted before the turn runs, then WORKING, so
@@ -30,7 +30,7 @@ Two refusals follow the Index wire on the 0.3 wire rather than the SDK, which
 can give neither their HTTP status nor their code: :class:`Refused` carries
 both, and the gateway's edge answers it (``a2a_gateway.app``). They are 409
 with -32010 :data:`BUSY`, and 409/-32002 for a task that takes no more messages
-(index-wire-protocol.md §1, server step 4). On the 1.0 wire the same two come as
+(docs/wire-format.md#refusals). On the 1.0 wire the same two come as
 the SDK answers every error, with HTTP 200 (a2a-sdk's client reads a JSON-RPC
 error only from a 2xx answer): -32010 :data:`BUSY`, and the SDK's own -32004.
 A first message about what the agent has closed a deal on is refused -32004
@@ -92,7 +92,7 @@ DEAL_STANDS = (
     "negotiation about it, so sending again will not help. To discuss the deal, contact the party it "
     "acts for or its host directly."
 )
-# index-wire-protocol.md §1: an Index server refuses a message to a finished task with 409/-32002.
+# An Index server refuses a message to a finished task with 409/-32002 (docs/wire-format.md#index-peers).
 FINISHED_CODE = -32002
 OUTCOME_ARTIFACT_ID = "negotiator:negotiation-outcome"
 # The turn's answer (its message's parts), one artifact per task, replaced each turn.
@@ -306,7 +306,7 @@ def reply_artifacts(reply: services.InboundReply, message: Message) -> list[Arti
     replaced each turn, for clients that read only artifacts; and, when it ends the Task, the
     outcome as :data:`OUTCOME_ARTIFACT_ID` ``{state, status, basis, reason, terms?}``."""
     artifacts = [Artifact(artifact_id=REPLY_ARTIFACT_ID, name="reply", parts=list(message.parts))]
-    # On terminal replies only, as the Index peer does (index-wire-protocol.md §1, step 7): an
+    # On terminal replies only, as the Index peer does (docs/wire-format.md#artifacts): an
     # open task can carry a settlement ("unanswered"), but its verdict is still "open".
     if reply.settlement is not None and STATES[reply.state] in FINISHED:
         s = reply.settlement

@@ -1,4 +1,4 @@
-"""The ``openai`` model (DESIGN §6): any OpenAI-compatible chat-completions endpoint, over httpx.
+"""The ``openai`` model (docs/design.md#models): any OpenAI-compatible chat-completions endpoint, over httpx.
 
 :class:`ChatCompletionsModel` calls one :class:`~agents.models.ModelEndpoint`:
 it always asks for a stream (SSE), hands each piece of text to

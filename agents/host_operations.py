@@ -40,8 +40,8 @@ per key and answer a repeat with its first answer.
   string ``error`` or ``detail``, or is ``text/plain``, the first 200 characters of that text.
 
 Any other answer, and any failure to get one, fails the call with :class:`~agents.tools.ToolError`,
-whose message becomes the call's result for the model (DESIGN.md §5: a failing tool never ends
-the run). Result text may not contain NUL characters: it is stored in Postgres.
+whose message becomes the call's result for the model (docs/design.md#the-agent-loop: a failing
+tool never ends the run). Result text may not contain NUL characters: it is stored in Postgres.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The system message a run gets, built fresh at every step (DESIGN.md §5)."""
+"""The system message a run gets, built fresh at every step (docs/design.md#the-agent-loop)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def system_message(*, agent: Agent, intent: Intent, now: datetime | None = None)
 
     ``now`` defaults to the current time; the date is given in the agent's
     timezone. Parts are joined by blank lines, as the seed agent does
-    (index-wire-protocol.md §4).
+    (docs/design.md#the-agent-loop).
     """
     today = (now or timezone.now()).astimezone(ZoneInfo(agent.timezone))
     parts = [

@@ -113,7 +113,7 @@ def startable_agents(*, membership: Membership) -> QuerySet[Agent]:
 
 
 # What else waits on the party under an (agent, intent) thread. ``negotiations`` registers its
-# source when it loads, so ``agents`` never imports it (DESIGN.md §3).
+# source when it loads, so ``agents`` never imports it (docs/design.md#layers).
 WaitingSource = Callable[..., Mapping[tuple[Any, Any], Sequence[Any]]]
 _waiting_sources: list[WaitingSource] = []
 

@@ -704,7 +704,8 @@ def _execute(run: Run, call_id: str, name: str, tool: tools.Tool, arguments: dic
             span.fail("ToolError", str(exc))
             return tools.Result(f"Error: {exc}")
         except Exception as exc:
-            # DESIGN.md §5: a tool that raises becomes its call's result, never the end of the run.
+            # A tool that raises becomes its call's result, never the end of the run
+            # (docs/design.md#the-agent-loop).
             # The savepoint above has undone whatever it wrote.
             logger.exception("tool %s failed in run %s", name, run.pk)
             span.fail(type(exc).__name__, "the tool raised")

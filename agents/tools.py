@@ -14,7 +14,7 @@ another agent), else the defaults (:data:`DEFAULT_TOOLS`).
 
 ``agents`` never imports ``negotiations``: that app registers ``negotiate``
 and ``answer`` here when it is ready, and a record provider for the system
-message (DESIGN.md §3).
+message (docs/design.md#layers).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Built on a2a-sdk's card parser and client factory, so the counterparty may
 speak A2A 1.0 or 0.3 (the SDK picks by the card). Cards are read leniently, as
-Index Network peers publish them (index-wire-protocol.md §1 "Interop
-checklist"): at the origin root when not beside the URL, without
+Index Network peers publish them (docs/wire-format.md#cards): at the origin
+root when not beside the URL, without
 ``protocolVersion`` (0.3) and without any usable interface (then the URL we
 were given is the endpoint). A signed card is checked (:func:`verify_card`)
 and refused when no signature holds. What our agent presents to the
@@ -131,7 +131,7 @@ def origin_of(url: str) -> tuple[str, str]:
 
 def move_message(*, move: Move, task_id: str = "", context_id: str = "") -> dict[str, Any]:
     """``move`` as the A2A 1.0 JSON Message we send: a new ``messageId``, role user, the move as one
-    data part, ``taskId``/``contextId`` to continue a Task (both together, a2a-sdk-brief.md §1.6).
+    data part, ``taskId``/``contextId`` to continue a Task (both together: docs/wire-format.md#messages).
 
     Without ``context_id`` (an opening move) a new one is minted, so the message is whole before it
     is first sent, and sending it again is sending the same message.
@@ -195,7 +195,7 @@ def task_get(
 ) -> Exchange | None:
     """The counterparty's Task ``task_id`` read with GetTask, as the exchange of our message
     ``sent`` (whether the Task carries it is the caller's to check); None when its card offers
-    no A2A 1.0 interface — an Index peer speaks ``message/send`` only (index-wire-protocol.md §1).
+    no A2A 1.0 interface — an Index peer speaks ``message/send`` only (docs/wire-format.md#index-peers).
 
     Timeout, credential and errors as :func:`send_message`.
     """
@@ -494,7 +494,7 @@ def with_reply_in_history(task: dict[str, Any]) -> dict[str, Any]:
     """The Task with its status message appended to history when history lacks it.
 
     Index-style peers put the reply last in history; a2a-sdk's ``TaskUpdater``
-    puts it only in ``status.message`` (a2a-sdk-brief.md §9). Both read alike after this.
+    puts it only in ``status.message`` (docs/wire-format.md#history). Both read alike after this.
     """
     reply = task.get("status", {}).get("message")
     history = list(task.get("history", []))

@@ -1,6 +1,6 @@
 """The digest a ``negotiate`` or ``answer`` call returns: one text for a batch of events.
 
-The format is the seed's, exactly (index-wire-protocol.md §4 "Digest text"),
+The format is the seed's, exactly (docs/design.md#the-digest),
 so a model trained on either reads the same thing. An event is a dict with
 ``kind`` (settled | asking | budget | failed | skipped | recorded), ``id`` and
 optional ``peer`` and ``url``, plus per kind: ``settlement`` {outcome, terms,

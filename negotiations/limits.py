@@ -1,6 +1,6 @@
 """The party's limit on a numeric term, read from its own words — or why it cannot be.
 
-The ``offline`` negotiator needs a reservation value (DESIGN.md §8): the most its party pays (a
+The ``offline`` negotiator needs a reservation value (docs/design.md#words): the most its party pays (a
 ceiling) or the least it takes (a floor). Where no term guard gives one, it asks the party and
 reads the answer, which reaches the negotiation as standing guidance. A misread limit commits the
 party to a binding deal outside what it said, so a line is read only when it states one limit

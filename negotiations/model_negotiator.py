@@ -2,8 +2,8 @@
 
 Used by :func:`negotiations.negotiator.decide` for an agent whose model is a
 chat-completions endpoint (any model but ``offline``). The prompt follows the
-negotiation half of the seed (docs/negotiation-prompt.md, after
-index-wire-protocol.md §3 "Decision prompt"); the move comes back as one call of
+negotiation half of the seed (docs/negotiation-prompt.md#where-the-template-comes-from);
+the move comes back as one call of
 the :data:`MOVE_TOOL` tool, whose JSON Schema is built from the agent's
 vocabulary. Everything the model says is checked here before it becomes a
 :class:`~negotiations.wire.Move`: exactly one call of that tool, JSON object
@@ -26,12 +26,12 @@ from negotiations.wire import Entry, Move, MoveError, TaskRecord, canonical_term
 
 MOVE_TOOL = "decide_move"
 ASK = "ask"
-# The seed's ask action (index-wire-protocol.md §3, "ask"), word for word in meaning.
+# The seed's ask action (docs/negotiation-prompt.md#where-the-template-comes-from), word for word in meaning.
 ASK_DESCRIPTION = (
     "use only when your next move depends on something the party you act for has not told you — "
     "a limit, a date, a preference. State what you need to know. Nothing is sent to the counterparty"
 )
-# How terms are written, after the seed's default terms description (index-wire-protocol.md §2).
+# How terms are written, after the seed's default terms description (docs/wire-format.md#terms).
 TERMS_RULES = (
     "Terms are a flat JSON object of key/value pairs with the plainest field names (amount, currency, "
     "date, quantity, location): only what has been discussed, the other side's field names where they "
@@ -99,7 +99,7 @@ def objective_parts(
     guidance: list[str],
     answers: Sequence[Answer] = (),
 ) -> tuple[str, ...]:
-    """The objective's parts in the seed's order, empty ones left out (index-wire-protocol.md §3).
+    """The objective's parts in the seed's order, empty ones left out (docs/negotiation-prompt.md).
 
     A line of guidance that answered a question of ours (``answers``, in the order both were
     given) is shown with that question: the question never reached the record, and without it

@@ -134,7 +134,8 @@ class Settlement(TenantOwnedModel):
         UNANSWERED = "unanswered"
 
     # Outcomes that close the exchange as a deal, which stands: its intent takes no new negotiation
-    # with that counterparty, nor any inbound one (DESIGN.md §5; negotiations.selectors.binding).
+    # with that counterparty, nor any inbound one (docs/design.md#one-live-negotiation;
+    # negotiations.selectors.binding).
     DEALS = (Outcome.AGREED, Outcome.UNCONFIRMED)
 
     class Basis(models.TextChoices):

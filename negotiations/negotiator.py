@@ -2,7 +2,7 @@
 
 Whatever decides, the same rules hold before a move may reach the wire: its
 action is in the agent's vocabulary, it carries terms only when the agent's
-terms are on, it breaks no term guard (DESIGN.md §5), and the platform — never
+terms are on, it breaks no term guard (docs/design.md#who-decides-a-move), and the platform — never
 the model — mints the ``offerId`` of every move with terms.
 
 **Term guards** are the party's hard limits, data on the agent and on the

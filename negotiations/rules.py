@@ -22,7 +22,7 @@ counterparty's move before anything is stored; outbound, the rules a
 counterparty publishes on its card against its reply. Terms the rules do not
 declare pass unchecked: the seed's own terms rule has each side write "the other
 side's field names" and "always a currency next to an amount"
-(index-wire-protocol.md §2), so moves carry fields their receiver never declared.
+(docs/wire-format.md#terms), so moves carry fields their receiver never declared.
 
 :func:`move_schema` states the same rules as a JSON Schema of the move's data
 part, and :func:`extension_params` / :func:`rules_from_params` carry them in our

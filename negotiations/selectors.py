@@ -29,7 +29,8 @@ def inbound_intent(agent: Agent) -> Intent | None:
 
 
 def binding(agent: Agent, intent_id: Any) -> QuerySet[Negotiation]:
-    """Negotiations of ``agent`` under the intent that hold their counterparty (seed §4).
+    """Negotiations of ``agent`` under the intent that hold their counterparty
+    (docs/design.md#one-live-negotiation).
 
     Binding: going (open, out of turns, or settled as ``unanswered`` — its Task
     is still open), waiting on the party, closed as a deal (agreed or
@@ -193,7 +194,7 @@ def answers_of(negotiation: Negotiation) -> tuple[model_negotiator.Answer, ...]:
 
 
 def record_block(agent: Agent, intent: Intent) -> str:
-    """The system message's record of negotiations the agent is party to (seed §4, part 6).
+    """The system message's record of negotiations the agent is party to (docs/design.md#the-agent-loop).
 
     The last ten, oldest first, both directions; "" when there are none.
     """

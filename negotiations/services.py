@@ -56,8 +56,8 @@ EVALUATION_ARTIFACT = "turn-evaluation"
 STOPPED_POLL_SECONDS = 0.5
 
 # Our reply to a move while the negotiation waits on our party: the seed's inbound ``ask`` kept off
-# the wire (index-wire-protocol.md §3). Text only, so it carries no move and both sides' verdicts pass
-# over it (§2 step 2); a reader of history sees the text (§1 "To read a move").
+# the wire (docs/wire-format.md#vocabulary). Text only, so it carries no move and both sides' verdicts
+# pass over it (#verdict, step 2); a reader of history sees the text (#reading-a-move).
 HOLDING_TEXT = (
     "I am consulting the party I act for before I answer. Send your next message on this task later, "
     "or register a push notification config on it to get my answer as soon as it is decided."
@@ -84,7 +84,8 @@ class NegotiationBusy(Exception):
 
 class DealStands(Exception):
     """A counterparty opened a negotiation about what the agent has closed a deal on under the
-    intent: a deal stands (DESIGN.md §5), so no new negotiation about it is ever taken."""
+    intent: a deal stands (docs/design.md#one-live-negotiation), so no new negotiation about it is
+    ever taken."""
 
 
 class NegotiationClosed(Exception):
@@ -112,7 +113,7 @@ class InboundReply:
 def batch_open(*, run: Run, tool_call_id: str, targets: list[dict[str, str]]) -> tools.Outcome:
     """Open a negotiation per target ``{url, objective}`` and pump them all at once.
 
-    The one-live rule (index-wire-protocol.md §4): a target is skipped, with the
+    The one-live rule (docs/design.md#one-live-negotiation): a target is skipped, with the
     reason, while the agent has a binding negotiation under the run's intent —
     an outbound one to the same URL, or any inbound one (see :func:`_binding`).
     Returns the digest at once when nothing was opened, else
@@ -720,7 +721,7 @@ def inbound_resent(*, agent: Agent, task_id: str, incoming: dict[str, Any]) -> R
 
 def _refuse_if_bound(agent: Agent, intent: Intent | None) -> None:
     """Refuse a first inbound message while ``agent`` holds a binding outbound negotiation under
-    ``intent`` (the one-live rule, index-wire-protocol.md §1 and §4).
+    ``intent`` (the one-live rule, docs/design.md#one-live-negotiation).
 
     Raises :class:`DealStands` when that negotiation closed as a deal (agreed or unconfirmed),
     which stands for good, and :class:`NegotiationBusy` while it is unfinished — going, waiting
@@ -902,7 +903,7 @@ def inbound_cancel(*, agent: Agent, task_id: str, delivered: frozenset[str]) -> 
     """The counterparty canceled the A2A Task of ``agent``'s inbound negotiation on ``task_id``.
 
     The negotiation ends as the counterparty's own Task does: settled on the
-    Task as canceled, which is declined (state) (index-wire-protocol.md §2,
+    Task as canceled, which is declined (state) (docs/wire-format.md#verdict,
     step 1), over the turns whose message ids are in ``delivered`` (the
     canceled Task's messages). A reply of ours that was decided but never
     reached the Task (the cancel came while the turn ran) is not part of that
@@ -954,7 +955,7 @@ class TaskMovedOn(Exception):
 AnsweredHook = Callable[[Negotiation], None]
 # Told of each inbound negotiation whose party has just answered, inside the transaction that records
 # it: the A2A gateway sends the decided reply at once where the counterparty asked for push
-# notifications, and nothing here imports the gateway (DESIGN.md §3).
+# notifications, and nothing here imports the gateway (docs/design.md#layers).
 _answered_hooks: list[AnsweredHook] = []
 
 
@@ -1344,7 +1345,8 @@ def _event_of(negotiation: Negotiation) -> dict[str, Any]:
     """The event the outbound ``negotiation``'s pump reports for the status its turns stopped in:
     ``settled`` (with the settlement), ``asking`` (waiting on the party: the question and their
     last move), ``budget`` (out of turns) or ``failed`` — once a move may have reached them (their
-    Task exists, or our opening is stored unanswered), the error says how to retry (seed §4)."""
+    Task exists, or our opening is stored unanswered), the error says how to retry
+    (docs/design.md#one-live-negotiation)."""
     status = negotiation.status
     if status == Negotiation.Status.SETTLED:
         settlement = Settlement.objects.for_tenant(negotiation.tenant_id).get(negotiation=negotiation)

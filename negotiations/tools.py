@@ -1,4 +1,4 @@
-"""The agent loop's negotiation tools, registered when the app is ready (DESIGN.md §3)."""
+"""The agent loop's negotiation tools, registered when the app is ready (docs/design.md#layers)."""
 
 from __future__ import annotations
 

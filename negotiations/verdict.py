@@ -1,8 +1,8 @@
 """What a negotiation Task settled on, computed from the Task alone.
 
-``verify_agreement`` is the peer's agreement check (index-wire-protocol.md §2 steps 1-7); both
+``verify_agreement`` is the peer's agreement check (docs/wire-format.md#verdict); both
 parties run it over the same Task and so reach the same verdict. ``settle`` is the agent-level
-reading on top of it (§2 "Agent settle"): it adds the ``unanswered`` case the Task state cannot
+reading on top of it (docs/wire-format.md#settlement): it adds the ``unanswered`` case the Task state cannot
 express and a prose fallback for moves without terms.
 
 Pure: no Django, no I/O.
@@ -22,12 +22,12 @@ Status = Literal["open", "agreed", "declined", "conflict", "unconfirmed"]
 Basis = Literal["prose", "state", "terms", "reference"]
 Outcome = Literal["agreed", "declined", "conflict", "unconfirmed", "unanswered"]
 
-# Weakest evidence first (index-wire-protocol.md §2).
+# Weakest evidence first (docs/wire-format.md#basis-order).
 BASIS_ORDER: tuple[Basis, ...] = ("prose", "state", "terms", "reference")
 
 OPEN_STATES = frozenset({"submitted", "working", "input-required"})
 
-# index-wire-protocol.md §2 prose fallback: a number right after a currency sign (one optional
+# docs/wire-format.md#prose-fallback: a number right after a currency sign (one optional
 # space), or right before a currency word. Digits and word boundaries are spelt out in ASCII
 # because the peer's JavaScript regex reads \d and \b that way.
 _AMOUNT = re.compile(
@@ -68,7 +68,7 @@ class Settlement:
 
 
 def verify_agreement(task: TaskRecord) -> Verdict:
-    """The verdict on a Task, exactly as index-wire-protocol.md §2 steps 1-7.
+    """The verdict on a Task, exactly as docs/wire-format.md#verdict, steps 1-7.
 
     1. submitted/working/input-required: open (state); any other state but completed:
        declined (state), reason "task ended as <state>".
@@ -162,7 +162,7 @@ def verify_agreement(task: TaskRecord) -> Verdict:
 
 
 def prose_amounts(text: str) -> tuple[float, ...]:
-    """Money amounts named in prose, per index-wire-protocol.md §2 "prose fallback".
+    """Money amounts named in prose, per docs/wire-format.md#prose-fallback.
 
     A number (commas removed, decimals allowed) right after ``$``, ``€`` or ``£`` (one optional
     space), or right before euro(s)/dollar(s)/pound(s)/usd/eur/gbp, case-insensitive. Distinct
@@ -197,7 +197,7 @@ def _unanswered(
     our_role: Role,
     terminal_actions: frozenset[str],
 ) -> Settlement | None:
-    """§2 "Agent settle", open task: a side closed and the other did not close too."""
+    """docs/wire-format.md#settlement, open task: a side closed and the other did not close too."""
     last_at = {role: _last_index(moves, role) for role in (our_role, _other(our_role))}
     closers = [at for at in last_at.values() if at is not None and moves[at][1].action in terminal_actions]
     if not closers:
@@ -226,7 +226,7 @@ def settle(
     our_role: Role,
     terminal_actions: frozenset[str],
 ) -> Settlement | None:
-    """Our side's settlement of a Task, per index-wire-protocol.md §2 "Agent settle".
+    """Our side's settlement of a Task, per docs/wire-format.md#settlement.
 
     ``our_role`` is the A2A role our messages carry in this Task ("user" when we sent the
     request, "agent" when we answered it); "mine"/"theirs" below are the last decodable moves

@@ -91,7 +91,7 @@ class NegotiationDetailView(NegotiationPageMixin, DetailView):
         context = super().get_context_data(**kwargs)
         settlement = getattr(self.object, "settlement", None)
         turns = list(selectors.negotiation_turns(self.object))
-        # The first turn to make an offer id is the one an accept binds to (index-wire-protocol.md §2).
+        # The first turn to make an offer id is the one an accept binds to (docs/wire-format.md#offers).
         offers: dict[str, int] = {}
         for t in turns:
             if t.offer_id:

@@ -1,13 +1,13 @@
 """The negotiation move on the wire, and the Task history it travels in.
 
-A move is the one data part of a negotiation message (index-wire-protocol.md §1, "The move D"):
+A move is the one data part of a negotiation message (docs/wire-format.md#moves):
 
     {"action": str, "message": str, "terms"?: {flat JSON object},
      "offerId"?: str, "acceptsOfferId"?: str}
 
 Two readers exist on purpose. ``parse_move`` is strict and raises ``MoveError`` naming the bad
-field; it is for input we accept from our own callers. ``decode_move`` is the lenient rule of §1
-("To read a move"), which is what the Index peer applies to every message in a Task, so
+field; it is for input we accept from our own callers. ``decode_move`` is the lenient rule
+(docs/wire-format.md#reading-a-move), which is what the Index peer applies to every message in a Task, so
 verification must use it to reach the same verdict as the peer.
 
 Tasks arrive in two JSON dialects: A2A 1.0 protobuf-JSON (``"TASK_STATE_COMPLETED"``,
@@ -72,7 +72,7 @@ class MoveError(ValueError):
 
 @dataclass(frozen=True)
 class Move:
-    """One negotiation move (index-wire-protocol.md §1, "The move D").
+    """One negotiation move (docs/wire-format.md#moves).
 
     ``offer_id`` is set on every move that carries terms; ``accepts_offer_id`` names the offer
     an accepting move binds to. Empty strings mean "absent".
@@ -218,7 +218,7 @@ def parse_move(data: object) -> Move:
     characters, whose values are string, number, boolean or null (finite numbers only);
     ``offerId`` and ``acceptsOfferId``, if present, strings of at most ``MAX_OFFER_ID``. No
     string checked here (term keys included) may hold a NUL, which Postgres cannot store.
-    Unknown keys are ignored, as the peer ignores them (index-wire-protocol.md §1).
+    Unknown keys are ignored, as the peer ignores them (docs/wire-format.md#moves).
 
     Stricter than the peer, which accepts nested terms: use ``decode_move`` to read a Task.
 
@@ -274,7 +274,7 @@ def parse_move(data: object) -> Move:
 
 
 def decode_move(data: object) -> Move | None:
-    """Read a move leniently, per index-wire-protocol.md §1 "To read a move".
+    """Read a move leniently, per docs/wire-format.md#reading-a-move.
 
     Returns a ``Move`` when ``data`` is an object whose ``action`` and ``message`` are strings,
     else None. Malformed optional fields are dropped rather than rejected: ``terms`` is kept
@@ -303,7 +303,7 @@ class Entry:
     """One message of a Task's history.
 
     ``move`` is the decoded move, or None when no data part decodes; ``text`` is then the first
-    text part (index-wire-protocol.md §1: history falls back to it), and "" otherwise.
+    text part (docs/wire-format.md#reading-a-move: history falls back to it), and "" otherwise.
     """
 
     role: Role
@@ -372,7 +372,7 @@ def task_record_from_json(task: Mapping[str, Any]) -> TaskRecord:
     Shapes: ``{"status": {"state": ...}, "history": [{"role": ..., "parts": [...]}, ...]}``;
     other keys are ignored. A missing ``history`` or ``parts`` counts as empty, since protobuf
     JSON omits empty lists. Each message's move is the first data part that ``decode_move``
-    accepts (index-wire-protocol.md §1 "To read a move").
+    accepts (docs/wire-format.md#reading-a-move).
 
     Raises:
         ValueError: ``history`` is not an array, or a message is not an object, has parts that
@@ -392,7 +392,7 @@ def task_record_from_json(task: Mapping[str, Any]) -> TaskRecord:
 def task_record_from_proto(task: Task) -> TaskRecord:
     """Reduce an a2a-sdk 1.3.0 ``Task`` to a ``TaskRecord`` via its protobuf JSON.
 
-    Numbers in data parts come back as floats (a2a-sdk-brief.md §4); ``canonical_terms`` makes
+    Numbers in data parts come back as floats (docs/wire-format.md#dialects); ``canonical_terms`` makes
     that harmless. Raises ``ValueError`` as ``task_record_from_json`` does.
     """
     return task_record_from_json(MessageToDict(task))
@@ -412,7 +412,7 @@ def _canonical(value: object) -> str:
 
 
 def canonical_terms(terms: Mapping[str, Any] | None) -> str:
-    """Canonical compact JSON of a terms object, for equality (index-wire-protocol.md §2).
+    """Canonical compact JSON of a terms object, for equality (docs/wire-format.md#terms).
 
     Keys sorted at every depth, arrays kept in order, no whitespace, integral floats written as
     ints (so 100 and 100.0 agree, while 450 and "450" still differ). Null values are kept: the

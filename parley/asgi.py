@@ -1,4 +1,4 @@
-"""The one ASGI application (DESIGN.md §2): Django, the A2A and MCP gateways, and the live socket.
+"""The one ASGI application (docs/design.md#processes): Django, the A2A and MCP gateways, and the live socket.
 
 ``/a2a/…`` goes to the A2A gateway (a Starlette app on a2a-sdk), and so does
 every request to an agent's own host name; ``/mcp/…`` to the MCP gateway (the

@@ -1,8 +1,9 @@
 """The cache of a deployment with Redis: Django's Redis cache, which a lost Redis only empties.
 
 Production settings point ``CACHES`` here. What the cache holds — django-allauth's counts of
-login, sign-up and password-reset attempts — is disposable, as everything in Redis is (DESIGN.md
-§2): while Redis cannot be reached, reads miss and writes are dropped (logged), so logging in
+login, sign-up and password-reset attempts — is disposable, as everything in Redis is
+(docs/design.md#processes): while Redis cannot be reached, reads miss and writes are dropped
+(logged), so logging in
 still works, counted by nothing, instead of answering 500.
 """
 

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 
 class TaskQueue(enum.StrEnum):
-    """Queue names, named in one place (DESIGN.md §2)."""
+    """Queue names, named in one place (docs/design.md#processes)."""
 
     AGENT = "agent"
     NEGOTIATION = "negotiation"

@@ -1,4 +1,4 @@
-"""A chat-completions server on loopback with scripted replies (DESIGN §6, "Tests of the openai client").
+"""A chat-completions server on loopback with scripted replies (docs/design.md#models).
 
 :class:`ChatServer` serves ``POST /v1/chat/completions`` on 127.0.0.1 from a daemon thread, so the
 client under test is the production one, over a real socket. Each request takes the next scripted

@@ -39,7 +39,7 @@ _MOVES_LEFT = re.compile(r"You have (\d+) moves? left")
 _LINE = re.compile(r"^\d+\. (You|They) — (\w+):", re.M)
 _OFFER = re.compile(r"^\d+\. They — (\w+): .*\[offer ([^:\]]+): (\{.*\})\]", re.M)
 _URL = re.compile(r"https?://[^\s,;]+[^\s,;.)]")
-# A digest's group headings and the lines of its "Waiting on you" group (index-wire-protocol.md §4).
+# A digest's group headings and the lines of its "Waiting on you" group (docs/design.md#the-digest).
 _HEADING = re.compile(r"^\w[\w ]* \(\d+\)")
 _WAITING = re.compile(r'^- (?P<id>\S+).*? — asks: "(?P<question>.*?)"(?= \(their last move: |$)')
 DIGEST_TOOLS = ("negotiate", "answer")

@@ -1,7 +1,7 @@
 """Settings shared by every environment, read from the environment.
 
 With no ``DATABASE_URL`` and no ``REDIS_URL`` this is the *embedded default*
-(DESIGN.md §2): a SQLite file, Celery on an in-memory broker served by a worker
+(docs/design.md#processes): a SQLite file, Celery on an in-memory broker served by a worker
 thread inside the process, and the in-memory Channels layer.
 """
 

@@ -109,7 +109,7 @@ def move(
     offer_id: str | None = None,
     accepts_offer_id: str | None = None,
 ) -> dict[str, Any]:
-    """A negotiation move as the wire carries it (index-wire-protocol.md §1 "The move D")."""
+    """A negotiation move as the wire carries it (docs/wire-format.md#moves)."""
     data: dict[str, Any] = {"action": action, "message": message}
     if terms is not None:
         data["terms"] = terms

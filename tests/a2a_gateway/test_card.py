@@ -77,7 +77,7 @@ def test_card_carries_the_v0_3_fields(seller_endpoint: Endpoint) -> None:
 
 
 def test_card_is_served_at_the_legacy_path_too(seller_endpoint: Endpoint) -> None:
-    """A2A 0.3 clients fetch ``/.well-known/agent.json`` (a2a-sdk-brief.md §5)."""
+    """A2A 0.3 clients fetch ``/.well-known/agent.json`` (docs/wire-format.md#cards)."""
     legacy = run(lambda http: http.get(f"{seller_endpoint.url}/.well-known/agent.json"))
     current = run(lambda http: http.get(seller_endpoint.card_url))
 

@@ -207,7 +207,7 @@ def test_message_to_a_finished_task_is_refused(
         error = error_of(response)
         assert error["code"] == -32004
         assert error["message"] == f"Task {task.id} is in terminal state: TASK_STATE_{how.upper()}"
-    else:  # 0.3: as Index servers answer (index-wire-protocol.md §1, step 4)
+    else:  # 0.3: as Index servers answer (docs/wire-format.md#refusals)
         error = error_of(response, status=409)
         assert error["code"] == -32002
         assert error["message"] == (
@@ -250,7 +250,8 @@ def test_a_message_after_an_unanswered_settlement_continues_the_negotiation(
     seller_endpoint: Endpoint,
 ) -> None:
     """Accepting an offer that is not in the task settles as unanswered while the task stays open.
-    Only they closed, so the exchange goes on: their next move is answered (index-wire-protocol.md §4)."""
+    Only they closed, so the exchange goes on: their next move is answered
+    (docs/wire-format.md#settlement)."""
     first = seller_endpoint.send(user_message(proposal(800)))
     bogus = move("accept", "Deal at €900.", terms={"amount": 900, "currency": "EUR"}, accepts_offer_id="nope")
     task = seller_endpoint.send(user_message(bogus, task=first))

@@ -165,7 +165,8 @@ def test_follow_up_on_the_task_continues_it(seller_endpoint: Endpoint) -> None:
 
 
 def test_follow_up_naming_only_the_task_gets_its_context(seller_endpoint: Endpoint) -> None:
-    """Without ``contextId`` the stored one is used; the SDK alone fails the task (a2a-sdk-brief.md §1.6)."""
+    """Without ``contextId`` the stored one is used; the SDK alone fails the task
+    (docs/wire-format.md#messages)."""
     first = seller_endpoint.send(user_message(proposal(800)))
     follow_up = user_message(proposal(900))
     follow_up.task_id = first.id

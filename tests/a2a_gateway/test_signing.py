@@ -46,7 +46,7 @@ def sdk_verifier() -> Callable[[AgentCard], None]:
 
 
 def read(url: str) -> AgentCard:
-    """The card as our client reads it (a2a-sdk-brief.md: one client per event loop)."""
+    """The card as our client reads it (an HTTP client of its own, in an event loop of its own)."""
 
     async def main() -> AgentCard:
         async with async_client(timeout=10) as http:

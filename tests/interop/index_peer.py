@@ -1,7 +1,7 @@
-"""An Index Network-style negotiating agent, both ends, re-implemented from index-wire-protocol.md.
+"""An Index Network-style negotiating agent, both ends, re-implemented from docs/wire-format.md#index-peers.
 
-Our own code, written from the protocol brief alone (§1 wire format, §2 the
-outcome artifact, §3 ``ask``, §4 the card), so our side can be tested against
+Our own code, written from docs/wire-format.md alone (the wire format, the outcome
+artifact, ``ask``, the card), so our side can be tested against
 what an ``@indexnetwork/a2a`` peer does on the wire:
 
 * :class:`IndexPeer` — the SERVER (``createA2AHandler``): a lenient card at the
@@ -36,11 +36,11 @@ from negotiations.verdict import verify_agreement
 from negotiations.wire import task_record_from_json
 from tests.loopback import LoopbackServer
 
-# index-wire-protocol.md §1 "Which actions end a task", the Agent's defaults.
+# The actions that end a task by default (docs/wire-format.md#index-peers).
 TERMINAL_ACTIONS = frozenset({"accept", "reject", "decline", "withdraw"})
 TERMINAL_STATES = frozenset({"completed", "failed", "canceled", "rejected"})
 OUTCOME_ARTIFACT_ID = "negotiator:negotiation-outcome"
-SEND_TIMEOUT = 180.0  # the Index client's default deadline for one send (§3 "Deadlines")
+SEND_TIMEOUT = 180.0  # the Index client's default deadline for one send (docs/wire-format.md#index-peers)
 
 
 def terminal_state(action: str) -> str:
@@ -50,7 +50,7 @@ def terminal_state(action: str) -> str:
 
 def read_move(message: dict[str, Any]) -> dict[str, Any] | None:
     """The move of a message: the first ``kind=="data"`` part whose ``data.action`` and
-    ``data.message`` are strings (§1 "To read a move"); None when it is undecodable."""
+    ``data.message`` are strings (docs/wire-format.md#reading-a-move); None when it is undecodable."""
     for part in message.get("parts") or []:
         data = part.get("data") if isinstance(part, dict) and part.get("kind") == "data" else None
         if (
@@ -64,7 +64,7 @@ def read_move(message: dict[str, Any]) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class Seen:
-    """One message of a task from one side's viewpoint (§3 "Rebuilding history from the Task")."""
+    """One message of a task from one side's viewpoint (docs/wire-format.md#history)."""
 
     outgoing: bool
     move: dict[str, Any] | None
@@ -116,7 +116,7 @@ class ScriptedSeller:
     """Counters at ``asking`` until offered at least ``floor``, then accepts that offer by its id.
 
     With ``ask_once`` it first replies ``ask`` (a question for its own party, no
-    terms), which an Index handler sends over the wire as an open reply (§3 "ask").
+    terms), which an Index handler sends over the wire as an open reply (docs/wire-format.md#vocabulary).
     A closing move of theirs is answered in kind: reject with reject, an accept
     of one of our offers with a confirming accept.
     """
@@ -257,7 +257,8 @@ class IndexPeer(LoopbackServer):
         return self._turn(body["params"]["message"], request_id)
 
     def _turn(self, incoming: dict[str, Any], request_id: Any) -> Response:
-        """§1 "Server algorithm", steps 4-7; nothing in it awaits, so turns never interleave."""
+        """An Index server's turn (docs/wire-format.md#index-peers); nothing in it awaits, so turns
+        never interleave."""
         task_id = incoming.get("taskId")
         if task_id:
             task = self.tasks.get(task_id)
@@ -423,5 +424,5 @@ def rpc_error_of(response: httpx.Response) -> dict[str, Any] | None:
 
 
 def turns_of(task: dict[str, Any]) -> int:
-    """The client's turns on ``task``: its ``role:"user"`` messages (§3 "Turn limit")."""
+    """The client's turns on ``task``: its ``role:"user"`` messages (docs/wire-format.md#index-peers)."""
     return sum(1 for m in task["history"] if m.get("role") == "user")

@@ -1,4 +1,4 @@
-"""The one-live rule at the door (index-wire-protocol.md §1 and §4; DESIGN.md §5): an agent that
+"""The one-live rule at the door (docs/design.md#one-live-negotiation): an agent that
 negotiates on its own behalf about something takes no new inbound negotiation about the same thing.
 
 "The same thing" is the intent: inbound negotiations join the agent's latest

@@ -482,7 +482,7 @@ def test_a_final_settlement_refuses_an_answer_and_further_moves(
             )
 
 
-# The one-live rule (index-wire-protocol.md §4), row by row.
+# The one-live rule (docs/design.md#one-live-negotiation), row by row.
 
 OUT, IN = Negotiation.Direction.OUTBOUND, Negotiation.Direction.INBOUND
 S = Negotiation.Status

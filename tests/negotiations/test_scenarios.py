@@ -1,4 +1,4 @@
-"""The seed's live scenarios (index-wire-protocol.md §5, dev/stress.ts) with the offline model, live.
+"""The seed's live scenarios (Index Network's ``dev/stress.ts``) with the offline model, live.
 
 Each scenario puts two agents in two tenants. The buyer's run gets a task naming
 the seller's public A2A endpoint; its negotiator talks to the seller's over HTTP

@@ -1,4 +1,4 @@
-"""Tests for negotiations.verdict: index-wire-protocol.md §2 verification and settlement."""
+"""Tests for negotiations.verdict: docs/wire-format.md#verdict and #settlement."""
 
 from __future__ import annotations
 
