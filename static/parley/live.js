@@ -1,4 +1,4 @@
-// The dashboard's live socket (DESIGN.md §7). Every event, and every (re)connect,
+// The dashboard's live socket (docs/design.md#live-events-and-webhooks). Every event, and every (re)connect,
 // re-renders the page's live regions from the server, so a dropped push loses
 // nothing: the page always ends up showing what the database holds.
 //
