@@ -85,7 +85,7 @@ def foreign_key(seller: Agent) -> InboundKey:
 
 def state(*rows: GroundingDocument | InboundKey) -> list[dict[str, Any]]:
     """Everything stored of each row, re-read."""
-    fresh = [type(row).objects.get(pk=row.pk) for row in rows]
+    fresh = [type(row).across_tenants.get(pk=row.pk) for row in rows]
     return [{f.attname: getattr(row, f.attname) for f in row._meta.concrete_fields} for row in fresh]
 
 

@@ -87,7 +87,7 @@ def foreign_member(other_tenant: Tenant) -> AbstractUser:
 def stored() -> dict[str, list[dict[str, Any]]]:
     """Every configuration row of every tenant, as stored: what a refused write must leave alone."""
     models = [Agent, Agent.tools.through, Intent, Tool, ModelEndpoint, GroundingDocument]
-    return {m.__name__: list(m.objects.order_by("pk").values()) for m in models}
+    return {m.__name__: list(m._default_manager.order_by("pk").values()) for m in models}
 
 
 def invalid(response: Any) -> dict[str, list[str]]:

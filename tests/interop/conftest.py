@@ -39,4 +39,4 @@ def negotiate(buyer: Agent, intent: Intent, url: str) -> tuple[Run, Negotiation]
 
 def counts() -> dict[str, int]:
     """Rows in every table an inbound message may write."""
-    return {m.__name__: m.objects.count() for m in (Negotiation, Turn, Settlement, A2ATask)}
+    return {m.__name__: m.across_tenants.count() for m in (Negotiation, Turn, Settlement, A2ATask)}

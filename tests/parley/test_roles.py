@@ -359,7 +359,7 @@ def stored() -> dict[str, list[dict[str, Any]]]:
         *(Negotiation, GroundingDocument, InboundKey, WebhookEndpoint, WebhookDelivery),
         *(ExchangeProfile, PreparedExchange),
     )
-    return {m.__name__: list(m.objects.order_by("pk").values()) for m in models}
+    return {m.__name__: list(m._default_manager.order_by("pk").values()) for m in models}
 
 
 @pytest.mark.parametrize("role", ROLES)
