@@ -288,7 +288,7 @@ class ResolveAgent:
         agent = None
         if match is not None and slug_re.match(match["tenant"]) and slug_re.match(match["agent"]):
             agent = (
-                await Agent.objects.select_related("tenant")
+                await Agent.across_tenants.select_related("tenant")
                 .filter(tenant__slug=match["tenant"], slug=match["agent"])
                 .afirst()
             )

@@ -63,7 +63,7 @@ async def hosted_agent(host: str) -> tuple[str, str] | None:
     global _table, _loaded_at
     if time.monotonic() - _loaded_at > CACHE_SECONDS:
         # Unlocked: requests that arrive during the reload may reload too, which is harmless.
-        rows = Agent.objects.exclude(host_name=None).exclude(host_name="")
+        rows = Agent.across_tenants.exclude(host_name=None).exclude(host_name="")
         _table = {
             host_name.lower(): (tenant, slug)
             async for host_name, tenant, slug in rows.values_list("host_name", "tenant__slug", "slug")

@@ -219,10 +219,10 @@ def dispatch_configs(task_id: str) -> list[TaskPushNotificationConfig]:
     when there are some (a config may be stored before its task, or for an id another
     partition holds, and goes nowhere then).
     """
-    configs = list(PushConfig.objects.filter(task_id=task_id).order_by("created_at"))
+    configs = list(PushConfig.across_tenants.filter(task_id=task_id).order_by("created_at"))
     if not configs:
         return []
-    task = A2ATask.objects.filter(task_id=task_id).values_list("owner", "tenant_id").first()
+    task = A2ATask.across_tenants.filter(task_id=task_id).values_list("owner", "tenant_id").first()
     return [_parse(c) for c in configs if (c.owner, c.tenant_id) == task]
 
 

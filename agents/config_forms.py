@@ -38,7 +38,7 @@ from agents.models import (
     entry_of,
 )
 from parley import keys, strict_json
-from parley.models import Tenant
+from parley.models import Tenant, TenantOwnedModel
 
 # The A2A task states a terminal action may leave the task in (A2A 0.3 names; the terminal ones).
 END_STATES = ("completed", "rejected", "canceled", "failed")
@@ -258,7 +258,9 @@ class TenantModelForm(CheckedModelForm):
         field = self.unique_per_tenant
         value = cleaned.get(field)
         if field and value:
-            rows = self._meta.model._default_manager.filter(tenant=self.tenant, **{field: value})
+            model = self._meta.model
+            assert issubclass(model, TenantOwnedModel)
+            rows = model.objects.for_tenant(self.tenant).filter(**{field: value})
             if rows.exclude(pk=self.instance.pk).exists():
                 label = self.fields[field].label
                 self.add_error(field, f"{label}: this tenant already has one named {value!r}.")

@@ -17,6 +17,7 @@ from django.utils.html import format_html
 from agents.models import Agent, Intent, Run
 from agents.services import MAX_TOKEN_BUDGET
 from parley import strict_json
+from parley.models import Tenant
 
 # Longest task, answer or reason the dashboard takes, in characters.
 MAX_TEXT = 4000
@@ -125,9 +126,9 @@ class FilterIntentChoiceField(OwnChoice, IntentChoiceField):
 class AgentIntentFilterForm(forms.Form):
     """GET filters of a list by agent and intent, both optional; subclasses add their own.
 
-    The agent and intent are chosen among ``agents`` (those the member sees, of one
-    tenant) and theirs: any other id (another tenant's or party's, a deleted one,
-    not a UUID) is an error at its field, never a match.
+    The agent and intent are chosen among ``agents`` (those the member sees, of
+    ``tenant``) and theirs: any other id (another tenant's or party's, a deleted
+    one, not a UUID) is an error at its field, never a match.
     """
 
     agent = AgentChoiceField(
@@ -143,7 +144,7 @@ class AgentIntentFilterForm(forms.Form):
         error_messages={"invalid_choice": "Choose one of this tenant's intents."},
     )
 
-    def __init__(self, *args: Any, agents: QuerySet[Agent], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, tenant: Tenant, agents: QuerySet[Agent], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         agent_field = self.fields["agent"]
         intent_field = self.fields["intent"]
@@ -151,7 +152,10 @@ class AgentIntentFilterForm(forms.Form):
         assert isinstance(intent_field, forms.ModelChoiceField)
         agent_field.queryset = agents.order_by("name", "pk")
         intent_field.queryset = (
-            Intent.objects.filter(agent__in=agents).select_related("agent").order_by("-created_at", "pk")
+            Intent.objects.for_tenant(tenant)
+            .filter(agent__in=agents)
+            .select_related("agent")
+            .order_by("-created_at", "pk")
         )
 
     def query(self) -> dict[str, str]:

@@ -964,7 +964,7 @@ def runs_expire_due() -> int:
     system task that must; each run is ended within its own tenant.
     """
     due = list(
-        Run.objects.filter(deadline__lte=timezone.now())
+        Run.across_tenants.filter(deadline__lte=timezone.now())
         .exclude(status__in=Run.ENDED)
         .values_list("pk", "tenant_id")
     )
@@ -1136,11 +1136,11 @@ def stalled_work(*, before: datetime) -> Stalled:
     The runs and questions returned are locked (``FOR UPDATE SKIP LOCKED``): call
     it in a transaction, and a sweep running at the same time skips them.
     """
-    runs = Run.objects.filter(updated_at__lt=before).select_for_update(skip_locked=True, of=("self",))
+    runs = Run.across_tenants.filter(updated_at__lt=before).select_for_update(skip_locked=True, of=("self",))
     steps = runs.filter(status__in=Run.STEPPING).order_by("updated_at")
-    result_of = Message.objects.filter(role=Message.Role.TOOL)
+    result_of = Message.across_tenants.filter(role=Message.Role.TOOL)
     approvals = (
-        Question.objects.filter(
+        Question.across_tenants.filter(
             kind=Question.Kind.APPROVAL,
             approved=True,
             tool_run_at=None,
@@ -1160,8 +1160,8 @@ def stalled_work(*, before: datetime) -> Stalled:
     )
     # Not locked: starting one locks its intent first (see _start_next), which re-reads it.
     pending = (
-        Run.objects.filter(status=Run.Status.PENDING, updated_at__lt=before)
-        .exclude(Exists(Run.objects.filter(intent=OuterRef("intent"), status__in=Run.ACTIVE)))
+        Run.across_tenants.filter(status=Run.Status.PENDING, updated_at__lt=before)
+        .exclude(Exists(Run.across_tenants.filter(intent=OuterRef("intent"), status__in=Run.ACTIVE)))
         .order_by("intent_id")
         .values_list("intent_id", "tenant_id")
         .distinct()
@@ -1202,8 +1202,8 @@ def stalled_work_resend() -> Stalled:
         found = stalled_work(before=now - timedelta(seconds=settings.SWEEP_STALLED_AFTER))
         runs = enqueue_each(run_step_task, found.steps) + enqueue_each(delegate_return_task, found.returns)
         questions = enqueue_each(approved_tool_run_task, found.approvals)
-        Run.objects.filter(pk__in=runs).update(updated_at=now)
-        Question.objects.filter(pk__in=questions).update(updated_at=now)
+        Run.across_tenants.filter(pk__in=runs).update(updated_at=now)
+        Question.across_tenants.filter(pk__in=questions).update(updated_at=now)
     for intent_id, tenant_id in found.pending:
         with transaction.atomic():
             _start_next(tenant_id=tenant_id, intent_id=intent_id)

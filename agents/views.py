@@ -347,7 +347,9 @@ class RunListView(FilteredListView):
     context_object_name = "runs"
 
     def filter_form(self) -> RunFilterForm:
-        return RunFilterForm(self.request.GET, agents=selectors.visible_agents(membership=self.membership))
+        return RunFilterForm(
+            self.request.GET, tenant=self.tenant, agents=selectors.visible_agents(membership=self.membership)
+        )
 
     def rows(self, **filters: Any) -> QuerySet[Run]:
         return selectors.runs_list(membership=self.membership, **filters)

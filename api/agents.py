@@ -110,7 +110,7 @@ class AgentSerializer(serializers.ModelSerializer[Agent]):
         "tenant's model endpoints",
     )
     tools = TenantRowField(
-        queryset=Tool.objects.all(),
+        model=Tool,
         many=True,
         required=False,
         help_text="ids of the tenant's tools it offers; none: the defaults (ask_user, negotiate, answer)",

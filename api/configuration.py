@@ -151,7 +151,7 @@ class ConfigurationViewSet(TenantViewSet):
 class IntentSerializer(serializers.ModelSerializer[Intent]):
     """An intent: what an agent works on. Its runs and messages form one thread."""
 
-    agent = TenantRowField(queryset=Agent.objects.all(), help_text="the id of the agent it is for")
+    agent = TenantRowField(model=Agent, help_text="the id of the agent it is for")
     term_guards = TermGuardsField(
         required=False, help_text="hard limits for this intent, checked with the agent's on every move"
     )
@@ -240,7 +240,7 @@ class ToolSerializer(serializers.ModelSerializer[Tool]):
     )
     has_secret = serializers.SerializerMethodField()
     target_agent = TenantRowField(
-        queryset=Agent.objects.all(),
+        model=Agent,
         required=False,
         allow_null=True,
         help_text="for an agent tool: the id of the agent it runs",
@@ -389,7 +389,7 @@ class ModelEndpointViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Con
 class GroundingDocumentSerializer(serializers.ModelSerializer[GroundingDocument]):
     """Public text about an agent's party that its representative may answer visitors from."""
 
-    agent = TenantRowField(queryset=Agent.objects.all(), help_text="the id of the agent it grounds")
+    agent = TenantRowField(model=Agent, help_text="the id of the agent it grounds")
 
     class Meta:
         model = GroundingDocument
@@ -464,7 +464,7 @@ class CounterpartyCredentialSerializer(serializers.ModelSerializer[CounterpartyC
     tenant's). The secret is taken, never shown."""
 
     agent = TenantRowField(
-        queryset=Agent.objects.all(),
+        model=Agent,
         allow_null=True,
         required=False,
         help_text="the id of the agent that presents it; null: every agent of the tenant",

@@ -125,5 +125,5 @@ def replay(record: IdempotencyKey) -> Response:
 def expire() -> int:
     """Delete the keys older than ``IDEMPOTENCY_KEY_TTL``; how many went. Across tenants: a sweep."""
     cutoff = timezone.now() - timedelta(seconds=settings.IDEMPOTENCY_KEY_TTL)
-    deleted, _ = IdempotencyKey.objects.filter(created_at__lt=cutoff).delete()
+    deleted, _ = IdempotencyKey.across_tenants.filter(created_at__lt=cutoff).delete()
     return deleted

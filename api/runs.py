@@ -38,12 +38,12 @@ class RunStartSerializer(serializers.Serializer[Any]):
     agent cannot use is refused by the service that starts runs, as a 400 at the field it names."""
 
     agent = TenantRowField(
-        queryset=Agent.objects.all(),
+        model=Agent,
         help_text="The id of the agent to run.",
         error_messages={"does_not_exist": "This tenant has no agent with this id."},
     )
     intent = TenantRowField(
-        queryset=Intent.objects.all(),
+        model=Intent,
         required=False,
         allow_null=True,
         help_text="The id of one of the agent's intents: the thread the run continues. Or give `statement`.",

@@ -375,9 +375,10 @@ def main() -> None:
 
     # Every request ran once, each starting one run; nothing is left prepared.
     total = len(args.concurrency) * (args.warmup + args.requests)
-    runs = Run.objects.filter(agent=recipient).count()
-    executed_rows = PreparedExchange.objects.filter(executed_at__isnull=False, request__isnull=True).count()
-    if runs != total or executed_rows != total or PreparedExchange.objects.count() != total:
+    runs = Run.objects.for_tenant(tenant).filter(agent=recipient).count()
+    prepared = PreparedExchange.objects.for_tenant(tenant)
+    executed_rows = prepared.filter(executed_at__isnull=False, request__isnull=True).count()
+    if runs != total or executed_rows != total or prepared.count() != total:
         raise SystemExit(f"expected {total} executed requests and runs, found {executed_rows} and {runs}")
 
     print()

@@ -163,24 +163,27 @@ def _measure(agent: Any, socket: Socket, count: int, *, at_once: bool) -> list[f
         run = run_start(agent=agent, intent=intent, task="Find out the budget.")
         runs.append(run.pk)
         if not at_once:
-            wait(lambda run=run: _arrived(socket, run.pk), timeout=60)
+            wait(lambda run=run: _arrived(socket, agent.tenant_id, run.pk), timeout=60)
     try:
-        wait(lambda: all(_arrived(socket, pk) for pk in runs), timeout=60 + count)
+        wait(lambda: all(_arrived(socket, agent.tenant_id, pk) for pk in runs), timeout=60 + count)
     except SystemExit:
-        asked = Question.objects.filter(run_id__in=runs).count()
+        asked = Question.objects.for_tenant(agent.tenant_id).filter(run_id__in=runs).count()
         arrived = len(socket.arrived)
         raise SystemExit(f"{arrived} frames arrived for {asked} questions asked by {count} runs") from None
-    questions = {str(q.pk): q.run_id for q in Question.objects.filter(run_id__in=runs)}
-    events = list(Event.objects.filter(kind="question.opened", payload__question__in=list(questions)))
+    asked_now = Question.objects.for_tenant(agent.tenant_id).filter(run_id__in=runs)
+    questions = {str(q.pk): q.run_id for q in asked_now}
+    opened = Event.objects.for_tenant(agent.tenant_id).filter(kind="question.opened")
+    events = list(opened.filter(payload__question__in=list(questions)))
     if len(events) != count:
         raise SystemExit(f"{count} runs opened {len(events)} questions, not one each")
     return [socket.arrived[e.payload["question"]] - e.created_at.timestamp() for e in events]
 
 
-def _arrived(socket: Socket, run_id: Any) -> bool:
+def _arrived(socket: Socket, tenant_id: int, run_id: Any) -> bool:
     from agents.models import Question
 
-    question = Question.objects.filter(run_id=run_id).values_list("pk", flat=True).first()
+    asked = Question.objects.for_tenant(tenant_id).filter(run_id=run_id)
+    question = asked.values_list("pk", flat=True).first()
     return question is not None and str(question) in socket.arrived
 
 

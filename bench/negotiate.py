@@ -91,7 +91,10 @@ def main() -> None:
             urls = " ".join(agent_url(s) for s in sellers[:size])
             started = time.perf_counter()
             run = run_start(agent=buyer, intent=intent, task=f"Negotiate with {urls}")
-            wait(lambda pk=run.pk: Run.objects.get(pk=pk).status not in Run.ACTIVE, timeout=600)
+            wait(
+                lambda pk=run.pk: Run.objects.for_tenant(buyer_tenant).get(pk=pk).status not in Run.ACTIVE,
+                timeout=600,
+            )
             elapsed = time.perf_counter() - started
             run.refresh_from_db()
             settled = run.output.count("— agreed")

@@ -54,7 +54,7 @@ def main() -> None:
     settings.PUBLIC_BASE_URL = f"http://127.0.0.1:{port}"
     call_command("migrate", verbosity=0)
     tenant, _ = Tenant.objects.get_or_create(slug="bench", defaults={"name": "Bench"})
-    Agent.objects.filter(tenant=tenant).delete()
+    Agent.objects.for_tenant(tenant).delete()
     Agent.objects.create(
         tenant=tenant,
         slug="seller",

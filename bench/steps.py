@@ -190,14 +190,15 @@ def _measure(agent: Any, steps: int, runs: int) -> Measured:
     ]
     started = timezone.now()
     ids = [run_start(agent=agent, intent=intent, task="Look up every key.").pk for intent in intents]
-    pending = Run.objects.filter(pk__in=ids).exclude(status__in=ENDED)
+    pending = Run.objects.for_tenant(agent.tenant_id).filter(pk__in=ids).exclude(status__in=ENDED)
     wait(lambda: not pending.exists(), timeout=60 + runs * steps)
 
     latencies: list[float] = []
     ended: list[datetime] = []
-    for run in Run.objects.filter(pk__in=ids):
+    for run in Run.objects.for_tenant(agent.tenant_id).filter(pk__in=ids):
         stamps = list(
-            Message.objects.filter(run=run, role=Message.Role.ASSISTANT)
+            Message.objects.for_tenant(run.tenant_id)
+            .filter(run=run, role=Message.Role.ASSISTANT)
             .order_by("step")
             .values_list("created_at", flat=True)
         )

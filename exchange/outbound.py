@@ -111,7 +111,7 @@ def stalled_sends(*, before: datetime) -> list[tuple[int, int]]:
     The rows are locked (``FOR UPDATE SKIP LOCKED``): call it in a transaction.
     """
     rows = (
-        OutboundExchange.objects.filter(status=OutboundExchange.Status.QUEUED, updated_at__lt=before)
+        OutboundExchange.across_tenants.filter(status=OutboundExchange.Status.QUEUED, updated_at__lt=before)
         .select_for_update(skip_locked=True)
         .order_by("updated_at")
         .values_list("pk", "tenant_id")[:SWEEP_BATCH]

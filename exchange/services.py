@@ -177,7 +177,7 @@ def execute(*, agent: Agent, caller: str, reference: str, endpoint: Endpoint) ->
             return _run(agent, profile, prepared, endpoint)
     except ExchangeRefused as refusal:
         if prepared_id is not None:
-            _refuse(prepared_id, refusal.message)
+            _refuse(agent.tenant_id, prepared_id, refusal.message)
         raise
 
 
@@ -185,7 +185,7 @@ def prepared_expire() -> int:
     """Delete the requests whose time ran out before they ran (keeping the rows, refused), so that
     no token or protected value outlives its request; returns how many. Run by beat."""
     return (
-        PreparedExchange.objects.filter(executed_at=None, refusal="", expires_at__lte=timezone.now())
+        PreparedExchange.across_tenants.filter(executed_at=None, refusal="", expires_at__lte=timezone.now())
         .exclude(request=None)
         .update(request=None, refusal=EXPIRED, updated_at=timezone.now())
     )
@@ -223,9 +223,10 @@ def _run(
     return receipt
 
 
-def _refuse(prepared_id: int, reason: str) -> None:
-    """Refuse the stored request ``prepared_id`` for good: delete the request, keep ``reason``."""
-    PreparedExchange.objects.filter(pk=prepared_id, executed_at=None).update(
+def _refuse(tenant_id: int, prepared_id: int, reason: str) -> None:
+    """Refuse the stored request ``prepared_id`` of tenant ``tenant_id`` for good: delete the request,
+    keep ``reason``."""
+    PreparedExchange.objects.for_tenant(tenant_id).filter(pk=prepared_id, executed_at=None).update(
         request=None, refusal=reason, updated_at=timezone.now()
     )
 

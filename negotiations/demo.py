@@ -157,7 +157,7 @@ def demo_seed(model: DemoModel | None = None) -> DemoWorld:
                 upstream_model=model.name,
                 api_key=model.api_key,
             )
-        Agent.objects.filter(tenant__in=(acme, guild)).update(model=model.name)
+            Agent.objects.for_tenant(tenant).update(model=model.name)
         tomas_agent.refresh_from_db()
         for agent in cfo_agents:
             agent.refresh_from_db()
@@ -204,11 +204,16 @@ class DemoUsage:
 def demo_usage(world: DemoWorld, run: Run) -> DemoUsage:
     """What ``run`` and every negotiation of the demo's agents used, read back as stored."""
     agents = [world.tomas_agent, *world.cfo_agents]
-    steps = Message.objects.filter(run=run, role=Message.Role.ASSISTANT).exclude(model="")
-    turns = Turn.objects.filter(negotiation__agent__in=agents).exclude(model="")
+    steps = Message.objects.for_tenant(run.tenant_id).filter(run=run, role=Message.Role.ASSISTANT)
+    steps = steps.exclude(model="")
+    # Both tenants' moves: Tomas's agent's and the CFOs'.
+    turns = Turn.across_tenants.filter(negotiation__agent__in=agents).exclude(model="")
     # The run's usage already counts the moves Tomas's agent decided for it; the CFOs' are theirs.
-    cfo_side = Negotiation.objects.filter(agent__in=world.cfo_agents).aggregate(
-        input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens")
+    cfo_tenant = world.cfo_agents[0].tenant_id
+    cfo_side = (
+        Negotiation.objects.for_tenant(cfo_tenant)
+        .filter(agent__in=world.cfo_agents)
+        .aggregate(input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"))
     )
     return DemoUsage(
         run_models=sorted(set(steps.values_list("model", flat=True))),
@@ -222,17 +227,26 @@ def demo_usage(world: DemoWorld, run: Run) -> DemoUsage:
 def demo_pairs(world: DemoWorld) -> list[SidePair]:
     """Each outbound negotiation of Tomas's agent with the inbound record the CFO's side kept."""
     pairs = []
-    for outbound in Negotiation.objects.filter(agent=world.tomas_agent).order_by("counterparty_url"):
-        inbound = Negotiation.objects.filter(
-            agent__in=world.cfo_agents,
-            direction=Negotiation.Direction.INBOUND,
-            task_id=outbound.task_id,
-        ).first()
+    ours = Negotiation.objects.for_tenant(world.tomas_agent.tenant_id).filter(agent=world.tomas_agent)
+    for outbound in ours.order_by("counterparty_url"):
+        inbound = (
+            Negotiation.objects.for_tenant(world.cfo_agents[0].tenant_id)
+            .filter(
+                agent__in=world.cfo_agents,
+                direction=Negotiation.Direction.INBOUND,
+                task_id=outbound.task_id,
+            )
+            .first()
+        )
         pairs.append(
             SidePair(
                 counterparty=outbound.counterparty_name or outbound.counterparty_url,
-                ours=Settlement.objects.filter(negotiation=outbound).first(),
-                theirs=Settlement.objects.filter(negotiation=inbound).first() if inbound else None,
+                ours=Settlement.objects.for_tenant(outbound.tenant_id).filter(negotiation=outbound).first(),
+                theirs=(
+                    Settlement.objects.for_tenant(inbound.tenant_id).filter(negotiation=inbound).first()
+                    if inbound
+                    else None
+                ),
             )
         )
     return pairs

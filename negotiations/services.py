@@ -1433,7 +1433,7 @@ def stalled_pumps(*, before: datetime) -> list[tuple[str, int]]:
     transaction, and a sweep running at the same time skips them.
     """
     rows = (
-        Negotiation.objects.filter(
+        Negotiation.across_tenants.filter(
             direction=Negotiation.Direction.OUTBOUND,
             event__isnull=True,
             batch__run__status__in=Run.AWAITING,

@@ -49,7 +49,9 @@ class NegotiationListView(FilteredListView):
     context_object_name = "negotiations"
 
     def filter_form(self) -> BoardFilterForm:
-        return BoardFilterForm(self.request.GET, agents=visible_agents(membership=self.membership))
+        return BoardFilterForm(
+            self.request.GET, tenant=self.tenant, agents=visible_agents(membership=self.membership)
+        )
 
     def rows(self, **filters: Any) -> QuerySet[Negotiation]:
         return selectors.board(tenant=self.tenant, **filters).filter(

@@ -58,7 +58,8 @@ def remembered_invitation(request: HttpRequest) -> Invitation | None:
     pk = request.session.get(INVITATION_SESSION_KEY)
     if pk is None:
         return None
-    invitation: Invitation | None = Invitation.objects.select_related("tenant").filter(pk=pk).first()
+    # The visitor does not belong to the invitation's tenant yet: the invitation is what finds it.
+    invitation: Invitation | None = Invitation.across_tenants.select_related("tenant").filter(pk=pk).first()
     if invitation is None or invitation.status != Invitation.Status.PENDING:
         return None
     return invitation

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any, Self, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -68,20 +69,111 @@ class Membership(TimeStampedModel):
         return f"{self.user} in {self.tenant} ({self.role})"
 
 
-class TenantQuerySet(models.QuerySet[_M]):
-    """Queryset of a tenant-owned model. Views, tasks and consumers start from :meth:`for_tenant`."""
+class UnscopedQuery(Exception):
+    """A query of a tenant-owned model built without a tenant: ``Model.objects`` reads only through
+    ``for_tenant(tenant)``, and writes only rows that name their tenant. A reader that must see every
+    tenant (a beat sweep, an edge lookup that finds the tenant) uses ``Model.across_tenants``."""
 
-    def for_tenant(self, tenant: Tenant | int) -> TenantQuerySet[_M]:
+
+# The keys by which a write names its tenant.
+_TENANT_KEYS = ("tenant", "tenant_id")
+
+
+class TenantQuerySet(models.QuerySet[_M]):
+    """Queryset of a tenant-owned model, as :meth:`TenantManager.for_tenant` returns it."""
+
+    def for_tenant(self, tenant: Tenant | int) -> Self:
+        """These rows narrowed to ``tenant`` (a row or its id)."""
         tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
         return self.filter(tenant_id=tenant_id)
 
 
+class TenantManager(models.Manager[_M]):
+    """``Model.objects`` of a tenant-owned model: it fails closed.
+
+    Reads start from :meth:`for_tenant`; any other query built from the manager
+    (``filter``, ``get``, ``all``, ``count``, …) raises :class:`UnscopedQuery`.
+    Writes that name their tenant are scoped and allowed: ``create``,
+    ``get_or_create`` and ``update_or_create`` whose keywords name ``tenant`` or
+    ``tenant_id``, and ``bulk_create`` of rows that each carry one. ``none()``
+    is allowed too: an empty queryset reads nothing (DRF views and form fields
+    name their model with one).
+
+    Why not django-scopes: it scopes queries by a context variable set around a
+    request or task, so whether a query is scoped depends on where it runs. Our
+    rule is an explicit ``for_tenant(t)`` at each query, which mypy types and grep
+    finds; a second, implicit way would be two ways to do one thing.
+    """
+
+    def get_queryset(self) -> TenantQuerySet[_M]:
+        """Raises :class:`UnscopedQuery`: every query built from the manager passes here."""
+        name = self.model.__name__
+        raise UnscopedQuery(
+            f"{name}.objects reads only through {name}.objects.for_tenant(tenant); a reader "
+            f"that must see every tenant uses {name}.across_tenants."
+        )
+
+    def _rows(self) -> TenantQuerySet[_M]:
+        return TenantQuerySet(model=self.model, using=self._db)
+
+    def for_tenant(self, tenant: Tenant | int) -> TenantQuerySet[_M]:
+        """The rows of ``tenant`` (a row or its id)."""
+        return self._rows().for_tenant(tenant)
+
+    def none(self) -> TenantQuerySet[_M]:
+        """An empty queryset of the model."""
+        return self._rows().none()
+
+    def _named(self, kwargs: dict[str, Any], what: str) -> None:
+        if not any(kwargs.get(key) is not None for key in _TENANT_KEYS):
+            name = self.model.__name__
+            raise UnscopedQuery(f"{name}.objects.{what} needs tenant= or tenant_id=")
+
+    def create(self, **kwargs: Any) -> _M:
+        """A new row; ``kwargs`` name its tenant, else :class:`UnscopedQuery`."""
+        self._named(kwargs, "create")
+        return self._rows().create(**kwargs)
+
+    def get_or_create(self, defaults: Mapping[str, Any] | None = None, **kwargs: Any) -> tuple[_M, bool]:
+        """The row matching ``kwargs``, which name its tenant, or a new one; else :class:`UnscopedQuery`."""
+        self._named(kwargs, "get_or_create")
+        return self._rows().get_or_create(defaults, **kwargs)
+
+    def update_or_create(
+        self,
+        defaults: Mapping[str, Any] | None = None,
+        create_defaults: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> tuple[_M, bool]:
+        """The row matching ``kwargs``, which name its tenant, updated, or a new one; else
+        :class:`UnscopedQuery`."""
+        self._named(kwargs, "update_or_create")
+        return self._rows().update_or_create(defaults, create_defaults, **kwargs)
+
+    def bulk_create(self, objs: Iterable[_M], *args: Any, **kwargs: Any) -> list[_M]:
+        """``objs`` inserted; each carries its tenant, else :class:`UnscopedQuery` (nothing inserted)."""
+        objs = list(objs)
+        if any(getattr(obj, "tenant_id", None) is None for obj in objs):
+            raise UnscopedQuery(f"{self.model.__name__}.objects.bulk_create needs a tenant on every row")
+        return self._rows().bulk_create(objs, *args, **kwargs)
+
+
 class TenantOwnedModel(TimeStampedModel):
-    """Abstract base for every row a tenant owns: it carries its tenant."""
+    """Abstract base for every row a tenant owns: it carries its tenant.
+
+    ``objects`` (:class:`TenantManager`) fails closed: a query names its tenant.
+    ``across_tenants`` reads every tenant's rows; it is the escape hatch of the
+    readers that must (beat sweeps, the edge lookups that find the tenant), each
+    listed with its reason in tests/parley/test_tenancy.py. Declared first, it is
+    the default manager, which Django's own machinery reads (unique validation,
+    admin, form fields, related managers such as ``agent.runs``, which their parent
+    row scopes).
+    """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
 
-    objects: Any = TenantQuerySet.as_manager()
+    across_tenants = models.Manager()
+    objects = TenantManager()
 
     class Meta:
         abstract = True

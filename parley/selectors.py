@@ -151,7 +151,7 @@ def invitation_by_token(token: str) -> Invitation | None:
     if len(token) > keys.MAX_KEY_CHARS:
         return None
     return (
-        Invitation.objects.select_related("tenant", "invited_by", "for_member__user")
+        Invitation.across_tenants.select_related("tenant", "invited_by", "for_member__user")
         .filter(token_hash=keys.secret_hash(token))
         .first()
     )
@@ -176,7 +176,8 @@ def invitations_to(user: AbstractBaseUser) -> QuerySet[Invitation]:
     for address in addresses:
         match |= Q(email__iexact=address)
     return (
-        Invitation.objects.filter(match, accepted_at__isnull=True, revoked_at__isnull=True)
+        # Invitations to the user's addresses from tenants they are not in, so across tenants.
+        Invitation.across_tenants.filter(match, accepted_at__isnull=True, revoked_at__isnull=True)
         .filter(expires_at__gt=timezone.now())
         .exclude(tenant__memberships__user_id=user.pk)
         .select_related("tenant", "invited_by", "for_member__user")

@@ -589,7 +589,9 @@ def api_key_authenticate(raw: str) -> ApiKey | None:
     if parts is None:
         return None
     prefix, secret = parts
-    key = ApiKey.objects.select_related("tenant").filter(prefix=prefix, revoked_at__isnull=True).first()
+    key = (
+        ApiKey.across_tenants.select_related("tenant").filter(prefix=prefix, revoked_at__isnull=True).first()
+    )
     if key is None or not keys.matches(secret, key.secret_hash):
         return None
     now = timezone.now()

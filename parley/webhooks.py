@@ -643,7 +643,7 @@ def deliveries_overdue_enqueue() -> int:
 
     now = timezone.now()
     overdue = (
-        WebhookDelivery.objects.filter(
+        WebhookDelivery.across_tenants.filter(
             status=WebhookDelivery.Status.PENDING, next_attempt_at__lt=now - OVERDUE_AFTER
         )
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))

@@ -117,7 +117,7 @@ def runs_settle(timeout: float = 30.0) -> None:
     """Wait until no run is stepping: the live worker's step would otherwise race the flush that
     ends a transactional test (Postgres may then find the TRUNCATE and the step deadlocked)."""
     wait_until(
-        lambda: not Run.objects.filter(status__in=Run.STEPPING).exists(),
+        lambda: not Run.across_tenants.filter(status__in=Run.STEPPING).exists(),
         timeout=timeout,
         what="the runs the test started to stop stepping",
     )

@@ -137,7 +137,7 @@ def user_message(data: Any, *, task: Task | None = None) -> Message:
 def counts() -> dict[str, int]:
     """How many rows each table the gateway may write holds."""
     tables: list[type[models.Model]] = [Negotiation, Turn, Settlement, A2ATask]
-    return {model.__name__: model.objects.count() for model in tables}
+    return {model.__name__: model._default_manager.count() for model in tables}
 
 
 # --- The studio's agent, for the representative face ---

@@ -76,4 +76,4 @@ def tune(agent: Agent, **fields: Any) -> Agent:
 
 def inbound_contexts(agent: Agent) -> dict[str, int]:
     """The agent's remembered conversations: contextId → messages counted."""
-    return dict(InboundContext.objects.filter(agent=agent).values_list("context_id", "turns"))
+    return dict(InboundContext.across_tenants.filter(agent=agent).values_list("context_id", "turns"))

@@ -80,7 +80,7 @@ def test_the_counterparty_tries_again_on_the_same_task(seller_endpoint: Endpoint
     last = answered["history"][-1]
     assert last["role"] == "ROLE_AGENT"
     assert last["parts"][0]["data"]["action"] in ("propose", "counter")
-    assert Negotiation.objects.annotate(n=Count("turns")).get().n == 4
+    assert Negotiation.across_tenants.annotate(n=Count("turns")).get().n == 4
 
 
 def test_the_0_3_wire_gets_the_same_answer(seller_endpoint: Endpoint, seller: Agent) -> None:

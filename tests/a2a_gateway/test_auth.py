@@ -169,7 +169,7 @@ def test_a_revoked_key_is_refused(seller_endpoint: Endpoint, keyed: Agent) -> No
     for response in (follow_up, read):
         assert refusal(response, status=401, code=INVALID_REQUEST).endswith("is not valid for this agent.")
     assert counts() == before
-    revoked_at = InboundKey.objects.get(pk=row.pk).revoked_at
+    revoked_at = InboundKey.across_tenants.get(pk=row.pk).revoked_at
     assert revoked_at is not None
     assert inbound_key_revoke(key=row).revoked_at == revoked_at  # revoking again changes nothing
 
@@ -197,12 +197,12 @@ def test_a_valid_key_is_served_and_owns_its_task(seller_endpoint: Endpoint, keye
     task = sdk_send(seller_endpoint, credentials(keyed.inbound_auth, key))
 
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-    assert A2ATask.objects.get(task_id=task.id).owner == f"{keyed.pk}|key:{row.prefix}"
+    assert A2ATask.across_tenants.get(task_id=task.id).owner == f"{keyed.pk}|key:{row.prefix}"
     row.refresh_from_db()
     assert row.last_used_at is not None
     # Written at most once a minute: the next call leaves it.
     sdk_send(seller_endpoint, credentials(keyed.inbound_auth, key))
-    assert InboundKey.objects.get(pk=row.pk).last_used_at == row.last_used_at
+    assert InboundKey.across_tenants.get(pk=row.pk).last_used_at == row.last_used_at
     # Shown once as <prefix>.<secret>; only a keyed hash of the secret is kept.
     prefix, _, secret = key.partition(".")
     assert prefix == row.prefix
@@ -278,7 +278,7 @@ def test_a_key_names_its_caller_on_an_anonymous_agent_too(seller_endpoint: Endpo
         seller_endpoint.url, "GetTask", {"id": task["id"]}, headers={"X-API-Key": key}, address="127.0.0.2"
     )
     assert read.json()["result"]["id"] == task["id"]
-    assert A2ATask.objects.get(task_id=task["id"]).owner == f"{seller.pk}|key:{row.prefix}"
+    assert A2ATask.across_tenants.get(task_id=task["id"]).owner == f"{seller.pk}|key:{row.prefix}"
     assert_out_of_reach(seller_endpoint.url, task)
     # A credential that is no key of the agent is ignored there, not refused.
     ignored = call(seller_endpoint.url, "SendMessage", message(proposal(800)), headers={"X-API-Key": "nope"})
@@ -373,6 +373,6 @@ def test_an_address_is_vouched_for_only_with_its_digest(live_stack: LiveStack, s
             headers={VOUCHED_CLIENT_HEADER: vouch_for("10.9.9.9")},
         )
     )
-    owners = dict(A2ATask.objects.values_list("task_id", "owner"))
+    owners = dict(A2ATask.across_tenants.values_list("task_id", "owner"))
     assert {owners[task["id"]] for task in tasks} == {owners[direct["id"]]}
     assert owners[vouched["id"]] != owners[direct["id"]]

@@ -165,7 +165,9 @@ def test_only_this_months_spend_counts_against_the_budget(
     seller.tenant.save()
     spend(intent, "1.00")
     earlier = spend(intent, "9.00")
-    Run.objects.filter(pk=earlier.pk).update(created_at=month_start(timezone.now()) - timedelta(seconds=1))
+    Run.across_tenants.filter(pk=earlier.pk).update(
+        created_at=month_start(timezone.now()) - timedelta(seconds=1)
+    )
 
     task = task_of(call(seller_endpoint.url, "SendMessage", message(proposal(800))))
 

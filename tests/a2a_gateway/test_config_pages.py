@@ -85,7 +85,7 @@ def foreign_key(seller: Agent) -> InboundKey:
 
 def state(*rows: GroundingDocument | InboundKey) -> list[dict[str, Any]]:
     """Everything stored of each row, re-read."""
-    fresh = [type(row).objects.get(pk=row.pk) for row in rows]
+    fresh = [type(row).across_tenants.get(pk=row.pk) for row in rows]
     return [{f.attname: getattr(row, f.attname) for f in row._meta.concrete_fields} for row in fresh]
 
 
@@ -132,7 +132,7 @@ def test_principals_and_viewers_are_refused_and_nothing_changes(
         assert client.post(url, data).status_code == 403, url
 
     assert state(document, key) == before
-    assert (GroundingDocument.objects.count(), InboundKey.objects.count()) == (1, 1)
+    assert (GroundingDocument.across_tenants.count(), InboundKey.across_tenants.count()) == (1, 1)
 
 
 @pytest.mark.django_db
@@ -162,7 +162,7 @@ def test_another_tenants_agent_document_and_key_are_not_found_and_unchanged(
         assert ops.post(url, data).status_code == 404, url
 
     assert state(foreign_document, foreign_key) == before
-    assert (GroundingDocument.objects.count(), InboundKey.objects.count()) == (1, 1)
+    assert (GroundingDocument.across_tenants.count(), InboundKey.across_tenants.count()) == (1, 1)
 
 
 # --- Grounding documents -----------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def test_documents_are_added_edited_and_deleted(ops: Client, agent: Agent) -> No
 
     assert added.status_code == 302
     assert added["Location"] == page("documents", agent.pk)
-    document = GroundingDocument.objects.get(agent=agent)
+    document = GroundingDocument.across_tenants.get(agent=agent)
     assert (document.tenant_id, document.title, document.text) == (
         agent.tenant_id,
         "Rates",
@@ -200,7 +200,7 @@ def test_documents_are_added_edited_and_deleted(ops: Client, agent: Agent) -> No
 
     deleted = ops.post(page("document-delete", document.pk))
     assert deleted.status_code == 302
-    assert not GroundingDocument.objects.filter(agent=agent).exists()
+    assert not GroundingDocument.across_tenants.filter(agent=agent).exists()
     assert "Deleted the document “Day rates”." in ops.get(page("documents", agent.pk)).content.decode()
 
 
@@ -221,7 +221,7 @@ def test_a_document_without_a_title_or_text_is_refused_at_its_fields(
     assert 'href="#id_title"' in added.content.decode()
     assert edited.context["form"].errors == {"text": ["Text: the document is empty."]}
     assert state(document) == before
-    assert GroundingDocument.objects.count() == 1
+    assert GroundingDocument.across_tenants.count() == 1
 
 
 # --- Inbound keys ------------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ def test_a_new_key_is_shown_once_stored_hashed_and_authenticates(ops: Client, ag
     assert response.status_code == 200
     assert response["Cache-Control"] == "no-store"
     shown = response.context["shown"]
-    key = InboundKey.objects.get(agent=agent)
+    key = InboundKey.across_tenants.get(agent=agent)
     prefix, _, secret = shown.partition(".")
     assert (key.name, key.prefix, key.tenant_id) == ("Idris Haddad", prefix, agent.tenant_id)
     assert key.secret_hash == keys.secret_hash(secret) != secret
@@ -257,7 +257,7 @@ def test_a_revoked_key_no_longer_authenticates(ops: Client, agent: Agent) -> Non
     agent.inbound_auth = Agent.InboundAuth.API_KEY
     agent.save()
     shown = ops.post(page("keys", agent.pk), {"name": "Idris"}).context["shown"]
-    key = InboundKey.objects.get(agent=agent)
+    key = InboundKey.across_tenants.get(agent=agent)
     assert caller_of(agent, shown).is_authenticated
 
     response = ops.post(page("key-revoke", key.pk))
@@ -279,7 +279,7 @@ def test_a_key_for_nobody_is_refused(ops: Client, agent: Agent) -> None:
     assert response.status_code == 200
     assert response.context["form"].errors == {"name": ["Held by: say who gets the key."]}
     assert "shown" not in response.context
-    assert not InboundKey.objects.exists()
+    assert not InboundKey.across_tenants.exists()
 
 
 # --- The card's overrides, on the agent's edit page ------------------------------------------------

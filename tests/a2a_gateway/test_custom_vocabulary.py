@@ -53,7 +53,7 @@ def test_a_founder_with_customers_is_introduced(mara: Endpoint) -> None:
         {"customers": 2},
     )
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
-    settlement = Settlement.objects.get(negotiation__agent__slug="mara")
+    settlement = Settlement.across_tenants.get(negotiation__agent__slug="mara")
     assert (settlement.outcome, settlement.basis, settlement.terms) == (
         "agreed",
         "reference",
@@ -76,5 +76,5 @@ def test_a_founder_without_customers_is_referred_at_her_deadline(mara: Endpoint)
     actions = [get_data_parts(m.parts)[0]["action"] for m in task.history if m.role == Role.ROLE_AGENT]
     assert actions == ["propose", "propose", "refer"]
     assert task.status.state == TaskState.TASK_STATE_REJECTED
-    negotiation = Negotiation.objects.get(agent__slug="mara")
+    negotiation = Negotiation.across_tenants.get(agent__slug="mara")
     assert (negotiation.settlement.outcome, negotiation.settlement.basis) == ("declined", "state")

@@ -43,8 +43,8 @@ def error_of(response: Any, *, status: int = 200) -> dict[str, Any]:
 
 def snapshot(task: Task) -> tuple[dict[str, Any], list[tuple[int, str, str]]]:
     """The stored Task and its negotiation's turns, to show a refused message changed neither."""
-    stored = A2ATask.objects.get(task_id=task.id)
-    turns = Turn.objects.filter(negotiation__task_id=task.id).order_by("seq")
+    stored = A2ATask.across_tenants.get(task_id=task.id)
+    turns = Turn.across_tenants.filter(negotiation__task_id=task.id).order_by("seq")
     return stored.data, [(t.seq, t.side, t.action) for t in turns]
 
 
@@ -256,16 +256,16 @@ def test_a_message_after_an_unanswered_settlement_continues_the_negotiation(
     bogus = move("accept", "Deal at €900.", terms={"amount": 900, "currency": "EUR"}, accepts_offer_id="nope")
     task = seller_endpoint.send(user_message(bogus, task=first))
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-    assert Negotiation.objects.get().settlement.outcome == "unanswered"
+    assert Negotiation.across_tenants.get().settlement.outcome == "unanswered"
     # The outcome artifact comes with a terminal reply only; the answer's with every reply.
     assert [a.artifact_id for a in task.artifacts] == ["negotiator:reply"]
 
     task = seller_endpoint.send(user_message(proposal(1000), task=task))
 
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-    negotiation = Negotiation.objects.get()
+    negotiation = Negotiation.across_tenants.get()
     assert (negotiation.status, negotiation.turns.count()) == (Negotiation.Status.OPEN, 6)
-    assert not Settlement.objects.filter(negotiation=negotiation).exists()  # no side has closed now
+    assert not Settlement.across_tenants.filter(negotiation=negotiation).exists()  # no side has closed now
 
 
 def test_context_that_is_not_the_tasks_is_invalid_params(seller_endpoint: Endpoint) -> None:
@@ -421,7 +421,7 @@ def test_context_id_at_the_limit_is_accepted(seller_endpoint: Endpoint) -> None:
     response = seller_endpoint.rpc("SendMessage", params)
 
     assert response.json()["result"]["task"]["contextId"] == "c" * 200
-    assert Negotiation.objects.get().context_id == "c" * 200
+    assert Negotiation.across_tenants.get().context_id == "c" * 200
 
 
 @pytest.mark.parametrize("task_id", ["t\x00", "t" * 201], ids=["nul", "long"])
@@ -487,8 +487,8 @@ def test_a_failure_of_ours_is_internal_error_without_details(
     for detail in ("950", "guard", "gpt-4o", "'name'", "Traceback"):
         assert detail not in response.text
     # The negotiation is untouched; the SDK records a task it had set up as FAILED.
-    assert (Negotiation.objects.count(), Turn.objects.count()) == (0, 0)
-    assert list(A2ATask.objects.values_list("state", flat=True)) == tasks
+    assert (Negotiation.across_tenants.count(), Turn.across_tenants.count()) == (0, 0)
+    assert list(A2ATask.across_tenants.values_list("state", flat=True)) == tasks
 
 
 def test_a_failure_of_ours_on_a_follow_up_adds_no_turn(seller_endpoint: Endpoint, seller: Agent) -> None:
@@ -504,7 +504,7 @@ def test_a_failure_of_ours_on_a_follow_up_adds_no_turn(seller_endpoint: Endpoint
     assert error["message"] == COULD_NOT_ANSWER
     assert "950" not in response.text
     assert snapshot(task)[1] == before_turns
-    assert Negotiation.objects.get().turns.count() == 2
+    assert Negotiation.across_tenants.get().turns.count() == 2
 
 
 # --- The HTTP edge ------------------------------------------------------------------------

@@ -55,7 +55,7 @@ def assert_countered(task: Task, opening: dict[str, Any]) -> dict[str, Any]:
 
 def assert_recorded(task: Task, *, turns: list[tuple[str, str]], state: str) -> Negotiation:
     """The seller's side holds one inbound negotiation on ``task`` with ``turns`` (side, action)."""
-    negotiation = Negotiation.objects.get()
+    negotiation = Negotiation.across_tenants.get()
     assert negotiation.agent.slug == "idris"
     assert negotiation.direction == Negotiation.Direction.INBOUND
     assert (negotiation.task_id, negotiation.context_id) == (task.id, task.context_id)
@@ -63,7 +63,7 @@ def assert_recorded(task: Task, *, turns: list[tuple[str, str]], state: str) -> 
     assert [(t.seq, t.side, t.action) for t in negotiation.turns.all()] == [
         (seq, side, action) for seq, (side, action) in enumerate(turns, start=1)
     ]
-    stored = A2ATask.objects.get()
+    stored = A2ATask.across_tenants.get()
     assert (stored.task_id, stored.context_id, stored.agent_id) == (
         task.id,
         task.context_id,
@@ -91,7 +91,7 @@ def test_first_move_gets_a_counter_over_1_0(seller_endpoint: Endpoint) -> None:
     )
     assert (ours.terms, ours.offer_id) == ({"amount": 1330, "currency": "EUR"}, counter["offerId"])
     assert negotiation.status == Negotiation.Status.OPEN
-    assert not Settlement.objects.exists()
+    assert not Settlement.across_tenants.exists()
 
 
 def test_first_move_gets_a_counter_over_0_3_client(seller_endpoint: Endpoint) -> None:
@@ -130,13 +130,13 @@ def test_first_move_over_0_3_wire_is_answered_in_0_3_shape(seller_endpoint: Endp
     assert reply is not None
     assert (reply.action, reply.terms) == ("propose", {"amount": 1330, "currency": "EUR"})
 
-    negotiation = Negotiation.objects.get()
+    negotiation = Negotiation.across_tenants.get()
     assert (negotiation.task_id, negotiation.context_id) == (task["id"], task["contextId"])
     assert [(t.seq, t.side, t.action) for t in negotiation.turns.all()] == [
         (1, "theirs", "propose"),
         (2, "ours", "propose"),
     ]
-    assert A2ATask.objects.get().task_id == task["id"]
+    assert A2ATask.across_tenants.get().task_id == task["id"]
 
 
 def test_follow_up_on_the_task_continues_it(seller_endpoint: Endpoint) -> None:
@@ -161,7 +161,7 @@ def test_follow_up_on_the_task_continues_it(seller_endpoint: Endpoint) -> None:
         state="input-required",
     )
     assert negotiation.turn_count == 2
-    assert not Settlement.objects.exists()
+    assert not Settlement.across_tenants.exists()
 
 
 def test_follow_up_naming_only_the_task_gets_its_context(seller_endpoint: Endpoint) -> None:
@@ -176,7 +176,7 @@ def test_follow_up_naming_only_the_task_gets_its_context(seller_endpoint: Endpoi
     assert (task.id, task.context_id) == (first.id, first.context_id)
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert len(task.history) == 4
-    assert Negotiation.objects.get().turns.count() == 4
+    assert Negotiation.across_tenants.get().turns.count() == 4
 
 
 def assert_settled_as_the_task_says(task: Task, negotiation: Negotiation) -> Settlement:
@@ -187,7 +187,7 @@ def assert_settled_as_the_task_says(task: Task, negotiation: Negotiation) -> Set
         terminal_actions=negotiator.terminal_actions(negotiation.agent),
     )
     assert expected is not None
-    settlement = Settlement.objects.get(negotiation=negotiation)
+    settlement = Settlement.across_tenants.get(negotiation=negotiation)
     recorded = (
         settlement.outcome,
         settlement.basis,
@@ -304,11 +304,11 @@ def test_full_run_over_0_3_wire_closes_with_the_outcome_artifact(seller_endpoint
             ],
         },
     ]
-    settlement = Settlement.objects.get()
+    settlement = Settlement.across_tenants.get()
     assert (settlement.outcome, settlement.basis, settlement.terms) == (
         "agreed",
         "reference",
         {"amount": 1330, "currency": "EUR"},
     )
-    assert Turn.objects.count() == 4
-    assert A2ATask.objects.get().state == "TASK_STATE_COMPLETED"
+    assert Turn.across_tenants.count() == 4
+    assert A2ATask.across_tenants.get().state == "TASK_STATE_COMPLETED"

@@ -57,7 +57,7 @@ def posted(issuer: Issuer, **fields: str) -> dict[str, str]:
 
 def stored(agent: Agent) -> dict[str, Any] | None:
     """Everything stored of ``agent``'s profile, re-read; None when it has none."""
-    return ExchangeProfile.objects.filter(agent=agent).values().first()
+    return ExchangeProfile.across_tenants.filter(agent=agent).values().first()
 
 
 def prepared(agent: Agent, issuer: Issuer, *, ago: int = 0, **fields: Any) -> PreparedExchange:
@@ -73,7 +73,9 @@ def prepared(agent: Agent, issuer: Issuer, *, ago: int = 0, **fields: Any) -> Pr
         expires_at=timezone.now() + timedelta(minutes=10),
         **fields,
     )
-    PreparedExchange.objects.filter(pk=row.pk).update(created_at=timezone.now() - timedelta(minutes=ago))
+    PreparedExchange.across_tenants.filter(pk=row.pk).update(
+        created_at=timezone.now() - timedelta(minutes=ago)
+    )
     return row
 
 
@@ -125,7 +127,7 @@ def test_a_valid_profile_is_saved_and_the_card_lists_the_extension(
 
     assert response.status_code == 302
     assert response["Location"] == page("exchange", agent.pk)
-    profile = ExchangeProfile.objects.get(agent=agent)
+    profile = ExchangeProfile.across_tenants.get(agent=agent)
     assert (
         profile.tenant_id,
         profile.mode,
@@ -171,7 +173,7 @@ def test_a_saved_profile_is_changed_in_place(ops: Client, agent: Agent, issuer: 
     assert response.status_code == 302
     profile.refresh_from_db()
     assert (profile.mode, profile.scope, profile.jwks) == ("optional", "bookings", other.jwks)
-    assert ExchangeProfile.objects.count() == 1
+    assert ExchangeProfile.across_tenants.count() == 1
 
 
 @pytest.mark.django_db
@@ -203,7 +205,7 @@ def test_a_jwks_that_is_not_json_or_no_key_set_is_refused_at_its_field_and_nothi
     html = first.content.decode()
     assert 'href="#id_jwks"' in html
     assert "Agent Exchange is off" in html
-    assert not ExchangeProfile.objects.exists()
+    assert not ExchangeProfile.across_tenants.exists()
 
     on(agent, issuer)
     before = stored(agent)
@@ -247,9 +249,13 @@ def test_the_table_lists_prepared_requests_and_never_their_tokens_or_protected_v
     run = Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent)
     waiting = prepared(agent, issuer, ago=1)
     done = prepared(agent, issuer, ago=2)
-    PreparedExchange.objects.filter(pk=done.pk).update(executed_at=timezone.now(), run=run, request=None)
+    PreparedExchange.across_tenants.filter(pk=done.pk).update(
+        executed_at=timezone.now(), run=run, request=None
+    )
     lapsed = prepared(agent, issuer, ago=3)
-    PreparedExchange.objects.filter(pk=lapsed.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
+    PreparedExchange.across_tenants.filter(pk=lapsed.pk).update(
+        expires_at=timezone.now() - timedelta(minutes=1)
+    )
 
     response = ops.get(page("exchange", agent.pk))
 
@@ -300,7 +306,7 @@ def test_another_tenants_agent_is_not_found_and_unchanged(
         assert ops.post(page("exchange-off", seller.pk, tenant)).status_code == 404
 
     assert stored(seller) == before
-    assert ExchangeProfile.objects.count() == 1
+    assert ExchangeProfile.across_tenants.count() == 1
 
 
 @pytest.mark.django_db

@@ -221,7 +221,7 @@ def ground(live_stack: LiveStack, seller: Agent, seller_endpoint: Endpoint) -> G
 
     The per-caller rate limits are lifted so that every example reaches past them.
     """
-    Agent.objects.filter(pk=seller.pk).update(rate_limit=1_000_000)
+    Agent.across_tenants.filter(pk=seller.pk).update(rate_limit=1_000_000)
     vera = Agent.objects.create(
         tenant=seller.tenant,
         slug="vera",

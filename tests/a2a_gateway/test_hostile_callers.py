@@ -121,8 +121,8 @@ def test_a_task_takes_a_bounded_number_of_push_configs(seller_endpoint: Endpoint
     for answer in refused:
         assert answer["error"]["code"] == INVALID_PARAMS, answer
         assert str(MAX_CONFIGS_PER_TASK) in answer["error"]["message"], answer
-    assert PushConfig.objects.filter(task_id=task["id"]).count() < attempts
-    assert PushConfig.objects.filter(task_id=task["id"]).count() == MAX_CONFIGS_PER_TASK
+    assert PushConfig.across_tenants.filter(task_id=task["id"]).count() < attempts
+    assert PushConfig.across_tenants.filter(task_id=task["id"]).count() == MAX_CONFIGS_PER_TASK
 
 
 @pytest.mark.parametrize(
@@ -154,7 +154,7 @@ def test_a_message_refused_for_its_push_url_counts_no_turn(seller_endpoint: Endp
     response = call(seller_endpoint.url, "SendMessage", params)
 
     assert response.json()["error"]["code"] == INVALID_PARAMS
-    assert not InboundContext.objects.filter(agent=seller, context_id="attack-ctx").exists()
+    assert not InboundContext.across_tenants.filter(agent=seller, context_id="attack-ctx").exists()
 
 
 # --- SubscribeToTask on a parked task -------------------------------------------------------------

@@ -122,7 +122,7 @@ def test_the_sdk_client_negotiates_at_the_hosts_root(live_stack: LiveStack, host
 
     assert card.supported_interfaces[0].url == f"http://{HOST}/"
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-    assert A2ATask.objects.get(task_id=task.id).agent_id == hosted.pk
+    assert A2ATask.across_tenants.get(task_id=task.id).agent_id == hosted.pk
 
 
 @pytest.mark.django_db(transaction=True)

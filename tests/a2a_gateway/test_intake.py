@@ -42,7 +42,7 @@ def test_a_request_is_captured_for_the_intake_owner_and_announced(
     task = endpoint_of(live_stack, vera).send(question(ASKED))
 
     assert answer_of(task) == TAKEN_IN
-    request = IntakeRequest.objects.get()
+    request = IntakeRequest.across_tenants.get()
     assert (request.tenant_id, request.agent_id, request.recipient_id) == (
         vera.tenant_id,
         vera.pk,
@@ -52,10 +52,10 @@ def test_a_request_is_captured_for_the_intake_owner_and_announced(
     assert (
         request.details == "Please call me back about a logo.\nI am Ana, ana@example.org, +351 912 345 678."
     )
-    assert request.caller == A2ATask.objects.get(task_id=task.id).owner
+    assert request.caller == A2ATask.across_tenants.get(task_id=task.id).owner
     assert request.notified_at is not None
     assert request.notify_error == ""
-    event = Event.objects.get(kind="intake.received")
+    event = Event.across_tenants.get(kind="intake.received")
     assert (event.tenant_id, event.payload) == (
         vera.tenant_id,
         {"intake_request": request.pk, "agent": str(vera.pk)},
@@ -72,8 +72,8 @@ def test_without_an_intake_owner_the_visitor_is_told_and_nothing_is_kept(
     task = endpoint_of(live_stack, vera).send(question(ASKED))
 
     assert answer_of(task) == UNCONFIGURED
-    assert IntakeRequest.objects.count() == 0
-    assert Event.objects.filter(kind="intake.received").count() == 0
+    assert IntakeRequest.across_tenants.count() == 0
+    assert Event.across_tenants.filter(kind="intake.received").count() == 0
 
 
 # --- The service ---------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def test_without_an_intake_owner_the_visitor_is_told_and_nothing_is_kept(
 def test_offline_intake_markers(vera: Agent, asked: str, summary: str, details: str) -> None:
     reply = representative.visitor_answer(agent=vera, text=asked, caller="acme|ana")
 
-    request = IntakeRequest.objects.get()
+    request = IntakeRequest.across_tenants.get()
     assert reply.text == TAKEN_IN
     assert reply.intake_request_id == request.pk
     assert (request.summary, request.details, request.caller) == (summary, details, "acme|ana")
@@ -102,7 +102,7 @@ def test_an_empty_request_asks_what_it_is(vera: Agent) -> None:
     reply = representative.visitor_answer(agent=vera, text="Request:   ", caller="c")
 
     assert reply.text == 'Say what the request is after "Request:".'
-    assert IntakeRequest.objects.count() == 0
+    assert IntakeRequest.across_tenants.count() == 0
 
 
 @pytest.mark.django_db
@@ -123,7 +123,7 @@ def test_unconfigured_intake_logs_an_error_for_the_operator(
             "member of the tenant; a visitor's request was turned away. Set the agent's intake owner.",
         )
     ]
-    assert IntakeRequest.objects.count() == 0
+    assert IntakeRequest.across_tenants.count() == 0
 
 
 @pytest.mark.django_db
@@ -136,7 +136,7 @@ def test_an_intake_owner_outside_the_tenant_counts_as_unconfigured(vera: Agent, 
     reply = representative.visitor_answer(agent=vera, text=ASKED, caller="c")
 
     assert reply.text == UNCONFIGURED
-    assert IntakeRequest.objects.count() == 0
+    assert IntakeRequest.across_tenants.count() == 0
 
 
 @pytest.mark.django_db
@@ -146,7 +146,7 @@ def test_the_audit_log_carries_ids_only(
     with caplog.at_level(logging.DEBUG):
         representative.visitor_answer(agent=vera, text=ASKED, caller="acme|ana-caller")
 
-    request = IntakeRequest.objects.get()
+    request = IntakeRequest.across_tenants.get()
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("a2a_gateway")]
     assert lines == [
         f"Intake request {request.pk} taken in for agent {vera.pk} of tenant {vera.tenant_id}, "
@@ -166,7 +166,7 @@ def test_the_owner_gets_an_email_when_they_have_an_address(
 
     representative.visitor_answer(agent=vera, text=ASKED, caller="c")
 
-    request = IntakeRequest.objects.get()
+    request = IntakeRequest.across_tenants.get()
     [sent] = mail.outbox
     assert sent.to == ["tomas@acme.example"]
     assert sent.subject == "New request for Vera Studio"
@@ -187,12 +187,12 @@ def test_a_failed_email_is_recorded_and_never_raises(
 
     reply = representative.visitor_answer(agent=vera, text=ASKED, caller="c")
 
-    request = IntakeRequest.objects.get()
+    request = IntakeRequest.across_tenants.get()
     assert reply.text == TAKEN_IN
     assert reply.intake_request_id == request.pk
     assert request.notify_error == "e-mail: ConnectionRefusedError"
     assert request.notified_at is not None  # the live event went out
-    assert Event.objects.filter(kind="intake.received").count() == 1
+    assert Event.across_tenants.filter(kind="intake.received").count() == 1
     assert (
         f"Intake request {request.pk}: notifying its recipient failed (e-mail: ConnectionRefusedError)"
         in [r.getMessage() for r in caplog.records]
@@ -211,7 +211,7 @@ def test_the_model_leaves_a_request_for_the_fixed_recipient(
 
     reply = representative.visitor_answer(agent=chat_vera, text="Can someone quote me a logo?", caller="c")
 
-    request = IntakeRequest.objects.get()
+    request = IntakeRequest.across_tenants.get()
     assert (reply.text, reply.intake_request_id) == ("I passed it on.", request.pk)
     assert (request.summary, request.details, request.recipient_id) == (
         "Logo quote",
@@ -248,7 +248,7 @@ def test_arguments_beyond_summary_and_details_are_refused(
 
     assert reply.text == "Sorry."
     assert reply.intake_request_id is None
-    assert IntakeRequest.objects.count() == 0
+    assert IntakeRequest.across_tenants.count() == 0
     result = chat.requests[1].body["messages"][-1]["content"]
     assert result.endswith("Nothing was recorded.")
 
@@ -261,7 +261,7 @@ def test_one_request_per_turn(chat_vera: Agent, chat: ChatServer) -> None:
 
     representative.visitor_answer(agent=chat_vera, text="Pass these on.", caller="c")
 
-    assert list(IntakeRequest.objects.values_list("summary", flat=True)) == ["One"]
+    assert list(IntakeRequest.across_tenants.values_list("summary", flat=True)) == ["One"]
     assert chat.requests[1].body["messages"][-1]["content"] == (
         "The visitor's request was already taken in during this turn; nothing more was recorded."
     )
@@ -276,7 +276,7 @@ def test_a_model_that_only_calls_tools_ends_with_the_receipt(chat_vera: Agent, c
 
     assert reply.text == TAKEN_IN
     assert len(chat.requests) == representative.MAX_ROUNDS
-    assert IntakeRequest.objects.count() == 1
+    assert IntakeRequest.across_tenants.count() == 1
 
 
 # --- The dashboard and the admin ------------------------------------------------------------------
@@ -354,7 +354,7 @@ def test_another_tenant_is_not_found(client: Client, vera: Agent, other_tenant: 
     assert client.get("/t/acme/intake/").status_code == 404
     assert client.get("/t/globex/intake/").status_code == 200
     assert list(client.get("/t/globex/intake/").context["intake_requests"]) == []
-    assert IntakeRequest.objects.count() == 1
+    assert IntakeRequest.across_tenants.count() == 1
 
 
 @pytest.mark.django_db
@@ -368,7 +368,7 @@ def test_grounding_documents_are_managed_in_the_admin(client: Client, vera: Agen
     )
 
     assert response.status_code == 302
-    document = GroundingDocument.objects.get(title="Parking")
+    document = GroundingDocument.across_tenants.get(title="Parking")
     assert (document.tenant_id, document.agent_id) == (vera.tenant_id, vera.pk)
     assert client.get("/admin/a2a_gateway/groundingdocument/").status_code == 200
     assert client.get("/admin/a2a_gateway/intakerequest/").status_code == 200

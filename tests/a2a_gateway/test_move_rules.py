@@ -91,7 +91,7 @@ def test_an_agent_whose_representative_answers_takes_plain_text_and_its_card_say
     ]
     task = endpoint.send(question("When are you open?"), card=on_wire(card, wire))
     assert answer_of(task) == quoted("Opening hours", HOURS)
-    assert Negotiation.objects.count() == 0
+    assert Negotiation.across_tenants.count() == 0
 
 
 # --- The rules on the card -------------------------------------------------------------------
@@ -180,7 +180,7 @@ def test_a_first_move_outside_the_rules_is_refused_naming_what_is_wrong(
     if refusal is None:
         task = seller_endpoint.send(user_message(data), card=on_wire(seller_endpoint.card(), wire))
         assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-        assert Turn.objects.filter(side=Turn.Side.THEIRS).get().terms == data["terms"]
+        assert Turn.across_tenants.filter(side=Turn.Side.THEIRS).get().terms == data["terms"]
     else:
         assert refusal_of(seller_endpoint, data, wire) == refusal
         assert counts() == NOTHING

@@ -104,7 +104,7 @@ def test_a_cancel_mid_turn_leaves_the_task_canceled_without_the_reply(
         seller.save()
         sent = pool.submit(endpoint.send, opening, card=card)
         wait_until(hook.entered.is_set, what="the turn to reach the evaluation hook")
-        task_id = A2ATask.objects.get().task_id
+        task_id = A2ATask.across_tenants.get().task_id
 
         canceled = cancel(card, task_id)
 
@@ -116,7 +116,7 @@ def test_a_cancel_mid_turn_leaves_the_task_canceled_without_the_reply(
     for task in (canceled, answered, get(card, task_id)):
         assert [m.message_id for m in task.history] == [opening.message_id]
         assert not task.artifacts
-    stored = A2ATask.objects.get()
+    stored = A2ATask.across_tenants.get()
     assert stored.state == "TASK_STATE_CANCELED"
     assert [m["role"] for m in stored.data["history"]] == ["ROLE_USER"]
     assert_negotiation_canceled(turns=2)
@@ -124,13 +124,13 @@ def test_a_cancel_mid_turn_leaves_the_task_canceled_without_the_reply(
 
 def assert_negotiation_canceled(*, turns: int) -> None:
     """The seller's negotiation ended as the canceled Task does: declined, ended by their move."""
-    negotiation = Negotiation.objects.get()
+    negotiation = Negotiation.across_tenants.get()
     assert negotiation.task_state == "canceled"
     assert negotiation.status == Negotiation.Status.SETTLED
     assert negotiation.parked_question == ""
     # Our reply was decided and recorded, though it never reached the Task.
     assert negotiation.turns.count() == turns
-    settlement = Settlement.objects.get(negotiation=negotiation)
+    settlement = Settlement.across_tenants.get(negotiation=negotiation)
     assert (settlement.outcome, settlement.basis, settlement.ended_by) == ("declined", "state", "theirs")
     assert settlement.reason == "Task ended as canceled."
 
@@ -148,7 +148,7 @@ def test_a_cancel_on_another_process_mid_turn_keeps_the_reply_out_too(
         seller.save()
         sent = pool.submit(running.send, opening, card=card)
         wait_until(hook.entered.is_set, what="the turn to reach the evaluation hook")
-        task_id = A2ATask.objects.get().task_id
+        task_id = A2ATask.across_tenants.get().task_id
 
         canceled = other.rpc("CancelTask", {"id": task_id}).json()["result"]
 
@@ -160,7 +160,7 @@ def test_a_cancel_on_another_process_mid_turn_keeps_the_reply_out_too(
     assert answered.status.state == TaskState.TASK_STATE_CANCELED
     assert [m.role for m in answered.history] == [Role.ROLE_USER]
     assert not answered.artifacts
-    stored = A2ATask.objects.get()
+    stored = A2ATask.across_tenants.get()
     assert stored.state == "TASK_STATE_CANCELED"
     assert [m["role"] for m in stored.data["history"]] == ["ROLE_USER"]
     assert_negotiation_canceled(turns=2)
@@ -180,9 +180,9 @@ def test_cancelling_a_task_waiting_for_input_ends_it_and_its_negotiation(
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     assert [m.role for m in canceled.history] == [Role.ROLE_USER, Role.ROLE_AGENT]
     assert get(card, first.id).status.state == TaskState.TASK_STATE_CANCELED
-    negotiation = Negotiation.objects.get()
+    negotiation = Negotiation.across_tenants.get()
     assert (negotiation.task_state, negotiation.status) == ("canceled", Negotiation.Status.SETTLED)
-    settlement = Settlement.objects.get(negotiation=negotiation)
+    settlement = Settlement.across_tenants.get(negotiation=negotiation)
     # Our counter was the last move on the Task.
     assert (settlement.outcome, settlement.basis, settlement.ended_by) == ("declined", "state", "ours")
     # A canceled task takes no more messages.
@@ -210,8 +210,8 @@ def test_cancelling_a_finished_task_is_task_not_cancelable(
     error = error_of(endpoint.rpc(method, {"id": task.id}, version=version))
 
     assert (error["code"], error["message"]) == (-32002, "Task cannot be canceled")
-    assert A2ATask.objects.get().state == "TASK_STATE_COMPLETED"
-    assert Settlement.objects.get().outcome == "agreed"
+    assert A2ATask.across_tenants.get().state == "TASK_STATE_COMPLETED"
+    assert Settlement.across_tenants.get().outcome == "agreed"
     assert counts() == before
 
 
@@ -326,5 +326,5 @@ def test_a_follow_up_on_another_web_process_finds_its_task(
     assert (task.id, task.context_id) == (first.id, first.context_id)
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert [m.role for m in task.history] == [Role.ROLE_USER, Role.ROLE_AGENT] * 2
-    assert Negotiation.objects.get().turns.count() == 4
-    assert Settlement.objects.get().outcome == "agreed"
+    assert Negotiation.across_tenants.get().turns.count() == 4
+    assert Settlement.across_tenants.get().outcome == "agreed"

@@ -60,7 +60,7 @@ def test_the_counterparty_is_held_while_the_party_is_consulted_then_answered_wit
     first = seller_endpoint.send(user_message(proposal(800)), card=card)
 
     assert holds(first)
-    negotiation = Negotiation.objects.get(agent=asking_seller, task_id=first.id)
+    negotiation = Negotiation.across_tenants.get(agent=asking_seller, task_id=first.id)
     assert (negotiation.status, negotiation.parked_question) == (Negotiation.Status.WAITING, QUESTION)
 
     # Another move while the party is consulted: held again, with no second question.
@@ -113,6 +113,6 @@ def test_a_counterparty_that_walks_away_while_held_leaves_it_with_the_party_unan
     gone = seller_endpoint.send(user_message(move("reject", "Never mind."), task=held))
 
     assert holds(gone)
-    negotiation = Negotiation.objects.get(agent=asking_seller, task_id=held.id)
+    negotiation = Negotiation.across_tenants.get(agent=asking_seller, task_id=held.id)
     assert negotiation.status == Negotiation.Status.WAITING
     assert (negotiation.settlement.outcome, negotiation.settlement.basis) == ("unanswered", "state")

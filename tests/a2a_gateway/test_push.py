@@ -178,7 +178,7 @@ def test_setting_a_private_push_url_is_invalid_params_on_both_wires(
     assert response.status_code == 200
     error = response.json()["error"]
     assert (error["code"], error["message"]) == (-32602, REFUSED)
-    assert not PushConfig.objects.exists()
+    assert not PushConfig.across_tenants.exists()
 
 
 def test_a_message_with_a_private_push_url_is_refused_before_anything_is_written(
@@ -194,7 +194,7 @@ def test_a_message_with_a_private_push_url_is_refused_before_anything_is_written
     error = response.json()["error"]
     assert (error["code"], error["message"]) == (-32602, REFUSED)
     assert counts() == {"Negotiation": 0, "Turn": 0, "Settlement": 0, "A2ATask": 0}
-    assert not PushConfig.objects.exists()
+    assert not PushConfig.across_tenants.exists()
 
 
 # Delivered, and managed, where private addresses are allowed
@@ -248,7 +248,7 @@ def test_every_event_of_a_turn_is_pushed_in_order_with_the_callers_token(
         assert headers["x-a2a-notification-token"] == "tok-1"
         assert headers["authorization"] == "Bearer cred-1"
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-    [config] = PushConfig.objects.all()
+    [config] = PushConfig.across_tenants.all()
     assert (config.task_id, config.config_id, config.agent_id) == (task.id, task.id, seller.pk)
 
 
@@ -297,7 +297,7 @@ def test_push_configs_are_created_listed_read_and_deleted_on_both_wires(
     assert seen["read"] == created
     assert seen["left"] == ["c2"]
     assert isinstance(seen["read deleted"], TaskNotFoundError)
-    assert list(PushConfig.objects.values_list("config_id", flat=True)) == ["c2"]
+    assert list(PushConfig.across_tenants.values_list("config_id", flat=True)) == ["c2"]
 
 
 @pytest.mark.parametrize(
@@ -342,7 +342,7 @@ def test_another_agents_task_has_no_push_configs_for_the_caller(
 
     error = response.json()["error"]
     assert (error["code"], error["message"]) == (-32001, "Task not found")
-    assert list(PushConfig.objects.values_list("config_id", flat=True)) == ["c1"]
+    assert list(PushConfig.across_tenants.values_list("config_id", flat=True)) == ["c1"]
 
 
 # Which configs an event goes to
@@ -435,7 +435,7 @@ def test_the_reply_to_an_inbound_ask_is_pushed_as_soon_as_the_party_answers(
     assert held.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert get_message_text(held.history[-1]) == services.HOLDING_TEXT
     wait_until(lambda: len(receiver.received) == 5, what="the pushes of the holding reply's turn")
-    negotiation = Negotiation.objects.get(agent=asking_seller, task_id=held.id)
+    negotiation = Negotiation.across_tenants.get(agent=asking_seller, task_id=held.id)
 
     services.negotiation_guidance_give(negotiation=negotiation, answer="At least €1,000 a day.", user=None)
 
@@ -471,11 +471,11 @@ def test_without_a_push_config_the_answer_waits_for_their_next_message(
     seller_endpoint: Endpoint, asking_seller: Agent, tasks_here: None
 ) -> None:
     held = seller_endpoint.send(user_message(proposal(800)))
-    negotiation = Negotiation.objects.get(agent=asking_seller, task_id=held.id)
+    negotiation = Negotiation.across_tenants.get(agent=asking_seller, task_id=held.id)
 
     services.negotiation_guidance_give(negotiation=negotiation, answer="At least €1,000 a day.", user=None)
 
     assert negotiation.turns.count() == 2
-    assert A2ATask.objects.get(task_id=held.id).data["history"][-1]["parts"] == [
+    assert A2ATask.across_tenants.get(task_id=held.id).data["history"][-1]["parts"] == [
         {"text": services.HOLDING_TEXT}
     ]

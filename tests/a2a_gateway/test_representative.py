@@ -210,8 +210,8 @@ def test_a_question_over_a2a_gets_the_quoted_passage(vera_endpoint: Endpoint) ->
 
     assert answer_of(task) == quoted("Opening hours", HOURS)
     assert [m.role for m in task.history] == [Role.ROLE_USER, Role.ROLE_AGENT]
-    assert Negotiation.objects.count() == 0
-    assert IntakeRequest.objects.count() == 0
+    assert Negotiation.across_tenants.count() == 0
+    assert IntakeRequest.across_tenants.count() == 0
 
 
 @pytest.mark.django_db(transaction=True)
@@ -270,8 +270,8 @@ def test_a_negotiation_move_still_negotiates_where_the_face_is_on(
     task = vera_endpoint.send(user_message(proposal(800)))
 
     assert task.status.state in {TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_COMPLETED}
-    assert Negotiation.objects.filter(agent=vera_endpoint.agent, task_id=task.id).count() == 1
-    assert IntakeRequest.objects.count() == 0
+    assert Negotiation.across_tenants.filter(agent=vera_endpoint.agent, task_id=task.id).count() == 1
+    assert IntakeRequest.across_tenants.count() == 0
 
 
 @pytest.mark.django_db(transaction=True)
@@ -313,7 +313,7 @@ def test_a_slow_model_gets_the_try_again_text_in_time(
 
 @pytest.mark.django_db(transaction=True)
 def test_each_question_gives_its_concurrency_slot_back(vera_endpoint: Endpoint) -> None:
-    Agent.objects.filter(pk=vera_endpoint.agent.pk).update(max_concurrency=1)
+    Agent.across_tenants.filter(pk=vera_endpoint.agent.pk).update(max_concurrency=1)
 
     answers = [answer_of(vera_endpoint.send(question("When are you open?"))) for _ in range(3)]
 
@@ -349,7 +349,7 @@ def test_a_cancel_mid_answer_leaves_the_task_canceled_without_the_answer(
         endpoint = Endpoint(agent=chat_vera, url=f"{gateway.origin}/a2a/acme/vera")
         sent = pool.submit(endpoint.send, asked)
         wait_until(lambda: chat.requests, what="the model to be asked")
-        task_id = A2ATask.objects.get().task_id
+        task_id = A2ATask.across_tenants.get().task_id
 
         canceled = endpoint.rpc("CancelTask", {"id": task_id}).json()["result"]
 
@@ -357,7 +357,7 @@ def test_a_cancel_mid_answer_leaves_the_task_canceled_without_the_answer(
 
     assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
     assert answered.status.state == TaskState.TASK_STATE_CANCELED
-    stored = A2ATask.objects.get()
+    stored = A2ATask.across_tenants.get()
     assert stored.state == "TASK_STATE_CANCELED"
     assert [m["role"] for m in stored.data["history"]] == ["ROLE_USER"]
     assert "artifacts" not in stored.data

@@ -87,7 +87,7 @@ def test_a_closing_move_sent_again_gets_the_finished_task_and_is_applied_once(
 
     assert MessageToDict(again) == MessageToDict(settled)
     assert counts() == before == {"Negotiation": 1, "Turn": 4, "Settlement": 1, "A2ATask": 1}
-    assert Settlement.objects.get().outcome == "agreed"
+    assert Settlement.across_tenants.get().outcome == "agreed"
 
 
 @pytest.mark.parametrize("wire", WIRES)
@@ -111,7 +111,7 @@ def test_a_follow_up_sent_again_by_task_id_alone_gets_its_task(seller_endpoint: 
     again.ClearField("context_id")
 
     assert MessageToDict(seller_endpoint.send(again)) == MessageToDict(answered)
-    assert Turn.objects.count() == 4
+    assert Turn.across_tenants.count() == 4
 
 
 def test_a_used_message_id_with_another_move_or_an_older_one_is_still_refused(
@@ -142,5 +142,5 @@ def test_another_caller_sending_the_same_first_message_gets_a_task_of_its_own(
     theirs = task_of(call(seller_endpoint.url, "SendMessage", {"message": first}, address="127.0.0.2"))
 
     assert theirs["id"] != mine["id"]
-    assert A2ATask.objects.filter(agent=seller).count() == 2
-    assert Negotiation.objects.filter(agent=seller).count() == 2
+    assert A2ATask.across_tenants.filter(agent=seller).count() == 2
+    assert Negotiation.across_tenants.filter(agent=seller).count() == 2

@@ -62,7 +62,7 @@ def test_a_new_key_retires_the_tenants_earlier_keys(tenant: Tenant, other_tenant
 
     second = signing_key_create(tenant=tenant)
 
-    assert list(SigningKey.objects.filter(active=True).order_by("kid")) == sorted(
+    assert list(SigningKey.across_tenants.filter(active=True).order_by("kid")) == sorted(
         [theirs, second], key=lambda k: k.kid
     )
     assert first.kid != second.kid

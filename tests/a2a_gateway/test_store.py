@@ -55,7 +55,7 @@ def test_status_timestamps_are_stored_and_filtered_as_utc(seller: Agent) -> None
 
     since_before, since_after = asyncio.run(scenario())
 
-    assert A2ATask.objects.get(task_id="task-utc").status_timestamp == STAMP
+    assert A2ATask.across_tenants.get(task_id="task-utc").status_timestamp == STAMP
     assert since_before == ["task-utc"]
     assert since_after == []
 
@@ -73,7 +73,7 @@ def test_a_saved_task_is_replaced_whole_in_its_partition(seller: Agent) -> None:
 
     asyncio.run(scenario())
 
-    [row] = A2ATask.objects.all()
+    [row] = A2ATask.across_tenants.all()
     assert (row.task_id, row.owner, row.agent_id, row.tenant_id) == (
         "task-1",
         f"{seller.pk}|",
@@ -98,7 +98,7 @@ def test_a_task_id_another_partition_holds_is_refused_and_left_as_it_was(seller:
 
     asyncio.run(scenario())
 
-    [row] = A2ATask.objects.all()
+    [row] = A2ATask.across_tenants.all()
     assert (row.owner, row.tenant_id, row.context_id, row.state) == (
         f"{seller.pk}|",
         seller.tenant_id,

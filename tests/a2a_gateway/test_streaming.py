@@ -129,7 +129,7 @@ def test_a_follow_up_streams_from_the_task_to_its_final_state(seller_endpoint: E
     reply = final.history[-1]
     assert list(final.artifacts[0].parts) == list(reply.parts)
     assert decode_move(data_of(reply)) is not None
-    assert Negotiation.objects.get().settlement.outcome == "agreed"
+    assert Negotiation.across_tenants.get().settlement.outcome == "agreed"
 
 
 @pytest.mark.parametrize("wire", WIRES)
@@ -142,7 +142,7 @@ def test_a_subscriber_mid_turn_gets_the_task_then_the_rest(
         seller.save()
         sent = pool.submit(seller_endpoint.send, user_message(proposal(800)))
         wait_until(hook.entered.is_set, what="the turn to reach the evaluation hook")
-        task_id = A2ATask.objects.get().task_id
+        task_id = A2ATask.across_tenants.get().task_id
 
         async def subscribe(http: httpx.AsyncClient) -> list[StreamResponse]:
             client = ClientFactory(ClientConfig(httpx_client=http, streaming=True)).create(card)

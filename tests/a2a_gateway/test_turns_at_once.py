@@ -118,7 +118,7 @@ def test_moves_of_counterparties_at_once_all_wait_on_the_model_together(
     assert {m["action"] for m in moves} <= {"counter", "propose"}
     assert all(m["terms"]["amount"] >= 950 for m in moves)
     assert len({a["id"] for a in answers}) == AT_ONCE
-    assert Negotiation.objects.filter(agent=seller).count() == AT_ONCE
+    assert Negotiation.across_tenants.filter(agent=seller).count() == AT_ONCE
 
 
 def test_a_turn_waiting_for_a_thread_is_answered_try_again_and_runs_later(

@@ -109,7 +109,7 @@ def url(name: str, tenant: Tenant | str = "acme", **kwargs: Any) -> str:
 
 def snapshot(row: Agent | Tool | ModelEndpoint) -> dict[str, Any]:
     """Everything stored of ``row`` (an agent's tools by id), to tell that nothing changed."""
-    fresh = type(row).objects.get(pk=row.pk)
+    fresh = type(row).across_tenants.get(pk=row.pk)
     stored = {f.attname: getattr(fresh, f.attname) for f in fresh._meta.concrete_fields}
     if isinstance(fresh, Agent):
         stored["tools"] = sorted(fresh.tools.values_list("pk", flat=True))
@@ -226,9 +226,9 @@ def test_principals_and_viewers_are_refused_and_nothing_changes(
         assert client.post(page, {"name": "x", "slug": "x"}).status_code == 403, page
 
     assert [snapshot(agent), snapshot(lookup), snapshot(house)] == before
-    assert Agent.objects.count() == 1
-    assert Tool.objects.count() == 1
-    assert ModelEndpoint.objects.count() == 1
+    assert Agent.across_tenants.count() == 1
+    assert Tool.across_tenants.count() == 1
+    assert ModelEndpoint.across_tenants.count() == 1
 
 
 def test_another_tenants_rows_are_not_found_and_unchanged(
@@ -392,7 +392,7 @@ def test_an_agent_is_created_with_every_field_group_and_round_trips_through_its_
 
     response = ops.post(url("agent-create"), data)
 
-    vera = Agent.objects.get(tenant=tenant, slug="vera")
+    vera = Agent.across_tenants.get(tenant=tenant, slug="vera")
     assert response.status_code == 302, response.context and response.context["form"].errors
     assert response["Location"] == url("agent", pk=vera.pk)
     assert {
@@ -744,7 +744,7 @@ def test_a_rows_error_is_shown_at_its_row_when_rows_above_it_are_deleted_or_blan
         {"value": ["Value: needs a number or a date for '<='"]},
     )
     assert (guardrails[0].errors, guardrails[1].errors) == ({}, {"name": ['Name: "no-email" is used twice.']})
-    assert agent.term_guards == Agent.objects.get(pk=agent.pk).term_guards
+    assert agent.term_guards == Agent.across_tenants.get(pk=agent.pk).term_guards
 
 
 def test_the_actions_need_distinct_names_and_at_least_one_action(ops: Client, agent: Agent) -> None:
@@ -806,7 +806,7 @@ def test_a_slug_another_agent_of_the_tenant_has_is_refused(ops: Client, tenant: 
     response = ops.post(url("agent-create"), data)
 
     assert errors_of(response, "slug") == ["Slug: this tenant already has one named 'tomas'."]
-    assert Agent.objects.filter(tenant=tenant).count() == 1
+    assert Agent.across_tenants.filter(tenant=tenant).count() == 1
 
 
 def test_forged_ids_of_another_tenants_tool_or_user_are_refused_at_their_fields(
@@ -890,7 +890,7 @@ def test_a_new_agent_with_a_forged_tool_is_not_created(
     response = ops.post(url("agent-create"), data)
 
     assert errors_of(response, "tools")
-    assert not Agent.objects.filter(slug="vera").exists()
+    assert not Agent.across_tenants.filter(slug="vera").exists()
 
 
 # --- The page and the API refuse in the same words ---------------------------------------------------
@@ -1057,7 +1057,7 @@ def test_a_url_on_a_private_address_is_refused_on_the_page_and_by_the_api_and_no
 
     assert shown == api_refusal(changed, field) == api_refusal(created, field) == [refusal]
     assert snapshot(row) == before
-    assert type(row).objects.count() == 1
+    assert type(row).across_tenants.count() == 1
 
 
 @pytest.mark.parametrize(
@@ -1321,7 +1321,7 @@ def test_a_host_operation_is_created_and_its_new_secret_is_shown_once(ops: Clien
 
     assert response.status_code == 200
     assert response["Cache-Control"] == "no-store"
-    tool = Tool.objects.get(tenant=tenant, name="lookup")
+    tool = Tool.across_tenants.get(tenant=tenant, name="lookup")
     shown = response.context["secret"]
     assert len(shown) >= 40
     assert tool.secret == shown
@@ -1399,7 +1399,7 @@ def test_a_tool_that_cannot_run_is_refused_at_its_field(
     assert errors, response.context["form"].errors
     assert errors[0].startswith(message), errors
     assert "secret" not in response.context or not response.context.get("secret")
-    assert not Tool.objects.filter(tenant=tenant).exists()
+    assert not Tool.across_tenants.filter(tenant=tenant).exists()
 
 
 def test_a_tool_refuses_another_tenants_agent_and_a_taken_name(
@@ -1415,8 +1415,8 @@ def test_a_tool_refuses_another_tenants_agent_and_a_taken_name(
 
     mine = ops.post(url("tool-create"), tool_data(name="delegate", kind="agent", target_agent=str(agent.pk)))
     assert mine.status_code == 302
-    assert Tool.objects.get(tenant=tenant, name="delegate").target_agent == agent
-    assert Tool.objects.filter(tenant=tenant).count() == 2
+    assert Tool.across_tenants.get(tenant=tenant, name="delegate").target_agent == agent
+    assert Tool.across_tenants.filter(tenant=tenant).count() == 2
 
 
 # --- Model endpoints ---------------------------------------------------------------------------------
@@ -1440,7 +1440,7 @@ def test_a_model_endpoint_keeps_its_api_key_write_only(ops: Client, tenant: Tena
     created = ops.post(url("model-create"), endpoint_data(api_key="sk-live-123456"))
 
     assert created.status_code == 302
-    endpoint = ModelEndpoint.objects.get(tenant=tenant, name="house")
+    endpoint = ModelEndpoint.across_tenants.get(tenant=tenant, name="house")
     assert (endpoint.api_key, endpoint.input_price, endpoint.attempts) == ("sk-live-123456", Decimal(2), 2)
     page = ops.get(url("model-edit", pk=endpoint.pk)).content.decode()
     assert "sk-live-123456" not in page
@@ -1482,7 +1482,7 @@ def test_a_model_endpoint_an_agent_uses_cannot_be_renamed(
     bad = ops.post(url("model-create"), endpoint_data(name="other", base_url="not a url", attempts="0"))
     assert errors_of(bad, "base_url") == ["Enter a valid URL."]
     assert errors_of(bad, "attempts") == ["Ensure this value is greater than or equal to 1."]
-    assert ModelEndpoint.objects.filter(tenant=tenant).count() == 1
+    assert ModelEndpoint.across_tenants.filter(tenant=tenant).count() == 1
 
 
 @pytest.mark.parametrize(
@@ -1517,13 +1517,13 @@ def test_a_model_endpoint_that_cannot_work_is_refused_at_its_field(
     response = ops.post(url("model-create"), endpoint_data(**fields))
 
     assert errors_of(response, field) == [message]
-    assert not ModelEndpoint.objects.filter(tenant=tenant).exists()
+    assert not ModelEndpoint.across_tenants.filter(tenant=tenant).exists()
 
 
 def test_a_currency_is_taken_in_capitals(ops: Client, tenant: Tenant) -> None:
     assert ops.post(url("model-create"), endpoint_data(currency=" eur ")).status_code == 302
 
-    assert ModelEndpoint.objects.get(tenant=tenant, name="house").currency == "EUR"
+    assert ModelEndpoint.across_tenants.get(tenant=tenant, name="house").currency == "EUR"
 
 
 def test_the_currency_of_an_endpoint_an_agent_uses_with_another_cannot_change(

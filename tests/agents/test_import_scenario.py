@@ -106,7 +106,7 @@ def test_a_real_file_imports_one_agent_per_user_and_one_intent_per_intent(tenant
     assert Intent.objects.for_tenant(tenant).count() == intent_count
     for u in users:
         # The bundled ids are already valid slugs, so they are kept as they are.
-        agent = Agent.objects.get(tenant=tenant, slug=u["id"])
+        agent = Agent.across_tenants.get(tenant=tenant, slug=u["id"])
         assert agent.name == u["name"]
         assert agent.party_id == f"acme:user:{u['id']}"
         assert agent.system_prompt == u.get("instructions", "")
@@ -201,7 +201,7 @@ def test_timezone_is_kept_when_zoneinfo_knows_it_else_utc(
 ) -> None:
     result = scenario_import(tenant=tenant, data=scenario(user("alice", **given), user("bob")))
 
-    assert Agent.objects.get(tenant=tenant, slug="alice").timezone == stored
+    assert Agent.across_tenants.get(tenant=tenant, slug="alice").timezone == stored
     assert result.timezone_fallbacks == fallbacks
 
 
@@ -248,11 +248,11 @@ def test_reimport_updates_in_place_and_keeps_what_the_file_no_longer_lists(tenan
 
 def test_fields_the_file_does_not_define_survive_a_reimport(tenant: Tenant) -> None:
     scenario_import(tenant=tenant, data=scenario())
-    Agent.objects.filter(tenant=tenant, slug="alice").update(max_turns=3, model="openai:gpt-5")
+    Agent.across_tenants.filter(tenant=tenant, slug="alice").update(max_turns=3, model="openai:gpt-5")
 
     scenario_import(tenant=tenant, data=scenario())
 
-    alice = Agent.objects.get(tenant=tenant, slug="alice")
+    alice = Agent.across_tenants.get(tenant=tenant, slug="alice")
     assert (alice.max_turns, alice.model) == (3, "openai:gpt-5")
 
 
@@ -277,8 +277,8 @@ def test_an_import_never_touches_another_tenants_agents(tenant: Tenant, other_te
     scenario_import(tenant=tenant, data=scenario())
 
     assert rows(other_tenant) == before
-    assert Agent.objects.get(pk=theirs.pk).updated_at == theirs.updated_at
-    ours = Agent.objects.get(tenant=tenant, slug="alice")
+    assert Agent.across_tenants.get(pk=theirs.pk).updated_at == theirs.updated_at
+    ours = Agent.across_tenants.get(tenant=tenant, slug="alice")
     assert ours.pk != theirs.pk
     assert ours.party_id == "acme:user:alice"
     assert Intent.objects.for_tenant(tenant).filter(agent=ours).count() == 1
@@ -318,7 +318,7 @@ def test_each_user_becomes_a_principal_member_who_answers_for_its_agent(tenant: 
 
     assert accounts_of(tenant) == {"acme.alice": "principal", "acme.bob-okafor": "principal"}
     for slug, username in (("alice", "acme.alice"), ("bob-okafor", "acme.bob-okafor")):
-        agent = Agent.objects.get(tenant=tenant, slug=slug)
+        agent = Agent.across_tenants.get(tenant=tenant, slug=slug)
         account = User.objects.get(username=username)
         assert agent.principal == account
         assert (account.email, account.has_usable_password(), account.is_active) == (
@@ -331,12 +331,12 @@ def test_each_user_becomes_a_principal_member_who_answers_for_its_agent(tenant: 
 
 def test_a_principal_the_agent_has_is_kept(tenant: Tenant, operator: User) -> None:
     scenario_import(tenant=tenant, data=scenario())
-    Agent.objects.filter(tenant=tenant, slug="alice").update(principal=operator)
+    Agent.across_tenants.filter(tenant=tenant, slug="alice").update(principal=operator)
 
     result = scenario_import(tenant=tenant, data=scenario())
 
     assert (result.principals_created, result.principals_matched, result.principals_kept) == ((), (), 2)
-    assert Agent.objects.get(tenant=tenant, slug="alice").principal == operator
+    assert Agent.across_tenants.get(tenant=tenant, slug="alice").principal == operator
 
 
 def test_a_member_of_that_name_is_made_the_principal_and_no_account_is_created(tenant: Tenant) -> None:
@@ -346,7 +346,7 @@ def test_a_member_of_that_name_is_made_the_principal_and_no_account_is_created(t
     result = scenario_import(tenant=tenant, data=scenario())
 
     assert (result.principals_created, result.principals_matched) == (("acme.bob",), ("ACME.Alice",))
-    assert Agent.objects.get(tenant=tenant, slug="alice").principal == member
+    assert Agent.across_tenants.get(tenant=tenant, slug="alice").principal == member
     assert accounts_of(tenant) == {"ACME.Alice": "operator", "acme.bob": "principal"}
 
 
@@ -383,7 +383,7 @@ def test_an_account_that_cannot_answer_is_not_made_principal_and_the_command_say
         f"No principal for alice: {reason}. Until it has one, its agent declines where it would ask; "
         "set one on the agent's page.\n"
     )
-    assert Agent.objects.get(tenant=tenant, slug="alice").principal is None
+    assert Agent.across_tenants.get(tenant=tenant, slug="alice").principal is None
     assert accounts_of(tenant) == {**before, "acme.bob": "principal"}
 
 
@@ -564,7 +564,7 @@ def test_the_command_creates_the_tenant_when_asked(db: None, tmp_path: Path) -> 
     )
     newco = Tenant.objects.get(slug="newco")
     assert newco.name == "New Co"
-    assert Agent.objects.get(tenant=newco, slug="alice").party_id == "newco:user:alice"
+    assert Agent.across_tenants.get(tenant=newco, slug="alice").party_id == "newco:user:alice"
 
 
 def test_create_tenant_reuses_an_existing_tenant(tenant: Tenant, tmp_path: Path) -> None:
@@ -594,7 +594,7 @@ def test_the_command_refuses_an_invalid_scenario_and_creates_no_tenant(db: None,
 
     assert str(refused.value) == f'{path}: users[1].id "alice" duplicates users[0].id'
     assert not Tenant.objects.filter(slug="newco").exists()
-    assert not Agent.objects.exists()
+    assert not Agent.across_tenants.exists()
 
 
 @pytest.mark.parametrize(
@@ -652,4 +652,4 @@ def test_the_command_errors(
 
     assert str(refused.value) == message.format(path=path)
     assert list(Tenant.objects.values_list("slug", flat=True)) == ["acme"]
-    assert not Agent.objects.exists()
+    assert not Agent.across_tenants.exists()

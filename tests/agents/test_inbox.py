@@ -61,7 +61,7 @@ def asked(agent: Agent, statement: str = "Bring in a fractional CFO.") -> Questi
     intent = Intent.objects.create(tenant=agent.tenant, agent=agent, statement=statement)
     run = step(services.run_start(agent=agent, intent=intent, task=TASK))
     assert run.status == Run.Status.NEEDS_INPUT
-    return Question.objects.select_related("run__intent").get(run=run)
+    return Question.across_tenants.select_related("run__intent").get(run=run)
 
 
 def approval_asked(agent: Agent, statement: str = "Book a room.") -> Question:
@@ -310,7 +310,9 @@ class TestAnsweringByHtmx:
         ) in html
         answered.refresh_from_db()
         assert (answered.answer, answered.answered_by_id) == (ANSWER, principal.pk)
-        assert Event.objects.filter(kind="question.answered", payload__question=str(answered.pk)).exists()
+        assert Event.across_tenants.filter(
+            kind="question.answered", payload__question=str(answered.pk)
+        ).exists()
         # The message was shown here: the next page does not show it again.
         assert "Answer sent" not in logged_in.get(inbox_url()).content.decode()
 
@@ -352,11 +354,11 @@ class TestAnsweringByHtmx:
         question = asked(agent)
         # Tomas's tab still shows the question; meanwhile an operator answers it from another tab.
         assert f'id="item-{question.pk}"' in logged_in.get(inbox_url()).content.decode()
-        Agent.objects.filter(pk=agent.pk).update(timezone="Europe/Berlin")
+        Agent.across_tenants.filter(pk=agent.pk).update(timezone="Europe/Berlin")
         services.question_answer(question=question, answer="https://noor.example/a2a", user=operator)
         question.refresh_from_db()
         first = (question.answer, question.answered_by_id, question.answered_at)
-        messages_before = Message.objects.filter(run=question.run).count()
+        messages_before = Message.across_tenants.filter(run=question.run).count()
 
         response = logged_in.post(answer_url(question), {"answer": ANSWER}, **htmx("questions"))
 
@@ -370,7 +372,7 @@ class TestAnsweringByHtmx:
         assert "No open questions." in html
         question.refresh_from_db()
         assert (question.answer, question.answered_by_id, question.answered_at) == first
-        assert Message.objects.filter(run=question.run).count() == messages_before
+        assert Message.across_tenants.filter(run=question.run).count() == messages_before
 
     def test_from_the_run_page_it_swaps_the_run_region(self, logged_in: Client, agent: Agent) -> None:
         question = asked(agent)
@@ -394,7 +396,7 @@ class TestAnsweringByHtmx:
         assert response.status_code == 403
         question.refresh_from_db()
         assert (question.answer, question.answered_at) == ("", None)
-        assert not Event.objects.filter(kind="question.answered").exists()
+        assert not Event.across_tenants.filter(kind="question.answered").exists()
 
 
 class TestLive:
@@ -407,7 +409,9 @@ class TestLive:
 
         question = asked(agent)
 
-        assert Event.objects.filter(kind="question.opened", payload__question=str(question.pk)).exists()
+        assert Event.across_tenants.filter(
+            kind="question.opened", payload__question=str(question.pk)
+        ).exists()
         fragment = logged_in.get(inbox_url(), {"fragment": "1"}).content.decode()
         assert ASK_FOR_COUNTERPARTIES in fragment
         # Only the form is kept across a live refresh (with what is typed in it): the rest re-renders.
@@ -421,7 +425,9 @@ class TestLive:
 
         services.question_answer(question=question, answer=ANSWER, user=operator)
 
-        assert Event.objects.filter(kind="question.answered", payload__question=str(question.pk)).exists()
+        assert Event.across_tenants.filter(
+            kind="question.answered", payload__question=str(question.pk)
+        ).exists()
         fragment = logged_in.get(inbox_url(), {"fragment": "1"}).content.decode()
         assert ASK_FOR_COUNTERPARTIES not in fragment
         assert 'data-announce="No open questions"' in fragment
@@ -437,7 +443,7 @@ def parked(agent: Agent, task_id: str = "task-1", amount: int = 800) -> Negotiat
         "offerId": f"offer-{task_id}",
     }
     inbound(agent, move, task_id)
-    n = Negotiation.objects.get(agent=agent, task_id=task_id)
+    n = Negotiation.across_tenants.get(agent=agent, task_id=task_id)
     assert n.status == Negotiation.Status.WAITING
     return n
 
@@ -521,7 +527,9 @@ class TestParkedNegotiations:
             "",
             ["At least €1,000 a day."],
         )
-        assert Event.objects.filter(kind="negotiation.answered", payload__negotiation=str(n.pk)).exists()
+        assert Event.across_tenants.filter(
+            kind="negotiation.answered", payload__negotiation=str(n.pk)
+        ).exists()
 
     def test_without_javascript_the_answer_redirects_to_the_negotiation_which_says_so(
         self, logged_in: Client, agent: Agent
@@ -601,18 +609,18 @@ class TestParkedNegotiations:
         n = parked(agent)
         if answer == "Twice.":
             negotiation_services.negotiation_guidance_give(negotiation=n, answer="Once.", user=None)
-        before = Negotiation.objects.filter(pk=n.pk).values().get()
+        before = Negotiation.across_tenants.filter(pk=n.pk).values().get()
 
         html = logged_in.post(guidance_url(n), {"answer": answer}, **htmx("questions")).content.decode()
 
         assert f'<li class="error">{refusal}</li>' in html
-        assert Negotiation.objects.filter(pk=n.pk).values().get() == before
+        assert Negotiation.across_tenants.filter(pk=n.pk).values().get() == before
 
     def test_a_viewer_gets_403_and_another_party_or_tenant_404_and_nothing_changes(
         self, client: Client, tenant: Tenant, other_tenant: Tenant, agent: Agent
     ) -> None:
         n = parked(agent)
-        before = Negotiation.objects.filter(pk=n.pk).values().get()
+        before = Negotiation.across_tenants.filter(pk=n.pk).values().get()
         viewer = member(tenant, "vera", Membership.Role.VIEWER)
         ines = member(tenant, "ines", Membership.Role.PRINCIPAL)
         stranger = member(other_tenant, "gus", Membership.Role.OWNER)
@@ -626,15 +634,17 @@ class TestParkedNegotiations:
             client.force_login(user)
             assert client.post(url, {"answer": "Mine now."}, **htmx("questions")).status_code == status
 
-        assert Negotiation.objects.filter(pk=n.pk).values().get() == before
-        assert not Event.objects.filter(kind="negotiation.answered").exists()
+        assert Negotiation.across_tenants.filter(pk=n.pk).values().get() == before
+        assert not Event.across_tenants.filter(kind="negotiation.answered").exists()
 
     def test_parked_and_answered_elsewhere_the_live_fragment_follows(
         self, logged_in: Client, operator: AbstractUser, agent: Agent
     ) -> None:
         n = parked(agent)
 
-        assert Event.objects.filter(kind="negotiation.waiting", payload__negotiation=str(n.pk)).exists()
+        assert Event.across_tenants.filter(
+            kind="negotiation.waiting", payload__negotiation=str(n.pk)
+        ).exists()
         fragment = logged_in.get(inbox_url(), {"fragment": "1"}).content.decode()
         assert 'data-announce="1 open question"' in fragment
         assert f'id="form-{n.pk}" data-key="{n.pk}" hx-preserve="true"' in fragment
@@ -709,7 +719,7 @@ class TestWhatTheAnswerToARunsQuestionTellsItsNegotiations:
         question = asked(agent)
         negotiation(agent, question.run.intent, "Idris Haddad")
         noor = negotiation(agent, question.run.intent, "Noor Lindqvist")
-        Negotiation.objects.filter(pk=noor.pk).update(guidance=["Up to €1,100 a day."])
+        Negotiation.across_tenants.filter(pk=noor.pk).update(guidance=["Up to €1,100 a day."])
 
         response = logged_in.post(answer_url(question), {"answer": "At least €900"}, **htmx("questions"))
 

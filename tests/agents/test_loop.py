@@ -28,7 +28,7 @@ def test_suspend_answer_resume_in_a_worker(
 ) -> None:
     run = services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
 
-    question = wait_until(lambda: Question.objects.filter(run=run).first(), what="the question")
+    question = wait_until(lambda: Question.across_tenants.filter(run=run).first(), what="the question")
     run.refresh_from_db()
     assert run.status == Run.Status.NEEDS_INPUT
     assert question.question == ASK_FOR_COUNTERPARTIES
@@ -36,13 +36,16 @@ def test_suspend_answer_resume_in_a_worker(
     services.question_answer(question=question, answer="Nobody yet.", user=principal)
 
     wait_until(
-        lambda: Run.objects.get(pk=run.pk).status == Run.Status.DONE, what="the run to resume and finish"
+        lambda: Run.across_tenants.get(pk=run.pk).status == Run.Status.DONE,
+        what="the run to resume and finish",
     )
     run.refresh_from_db()
     assert run.output == NO_COUNTERPARTIES
     assert run.step_count == 2
     history = list(
-        Message.objects.filter(intent=intent).order_by("seq").values_list("role", "tool_call_id", "content")
+        Message.across_tenants.filter(intent=intent)
+        .order_by("seq")
+        .values_list("role", "tool_call_id", "content")
     )
     assert history == [
         ("user", "", "Find me a fractional CFO."),
@@ -59,21 +62,21 @@ def test_the_answer_is_the_suspended_calls_result_not_a_user_message(
     agent: Agent, intent: Intent, principal: AbstractUser
 ) -> None:
     run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
-    question = Question.objects.get(run=run)
-    call = Message.objects.get(run=run, role=Message.Role.ASSISTANT).tool_calls[0]
+    question = Question.across_tenants.get(run=run)
+    call = Message.across_tenants.get(run=run, role=Message.Role.ASSISTANT).tool_calls[0]
     assert (call["id"], call["name"]) == (question.tool_call_id, "ask_user")
 
     services.question_answer(question=question, answer="Nobody yet.", user=principal)
 
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING
-    result = Message.objects.get(run=run, role=Message.Role.TOOL)
+    result = Message.across_tenants.get(run=run, role=Message.Role.TOOL)
     assert (result.tool_call_id, result.name, result.content) == (
         question.tool_call_id,
         "ask_user",
         "Nobody yet.",
     )
-    assert Message.objects.filter(run=run, role=Message.Role.USER).count() == 1
+    assert Message.across_tenants.filter(run=run, role=Message.Role.USER).count() == 1
 
 
 @pytest.mark.django_db
@@ -91,10 +94,10 @@ def test_without_a_principal_ask_user_is_refused_and_the_offline_model_finishes_
         "Error: ask_user cannot ask: this agent has no principal to ask, so nobody would answer. Go on "
         "without asking, or finish and say what you would need to know."
     )
-    assert not Question.objects.filter(run=run).exists()
-    assert list(Message.objects.filter(run=run, role=Message.Role.TOOL).values_list("name", "content")) == [
-        ("ask_user", refusal)
-    ]
+    assert not Question.across_tenants.filter(run=run).exists()
+    assert list(
+        Message.across_tenants.filter(run=run, role=Message.Role.TOOL).values_list("name", "content")
+    ) == [("ask_user", refusal)]
     assert (run.status, run.output) == (
         Run.Status.DONE,
         f"I could not ask: {refusal.removeprefix('Error: ')}\n{NO_COUNTERPARTIES}",
@@ -106,22 +109,22 @@ def test_answering_twice_is_refused_and_changes_nothing(
     agent: Agent, intent: Intent, principal: AbstractUser
 ) -> None:
     run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
-    question = Question.objects.get(run=run)
+    question = Question.across_tenants.get(run=run)
     services.question_answer(question=question, answer="First answer.", user=principal)
-    messages_before = list(Message.objects.filter(run=run).values_list("seq", "content"))
+    messages_before = list(Message.across_tenants.filter(run=run).values_list("seq", "content"))
 
     with pytest.raises(services.QuestionAlreadyAnswered, match="already answered"):
         services.question_answer(question=question, answer="Second answer.", user=principal)
 
     question.refresh_from_db()
     assert question.answer == "First answer."
-    assert list(Message.objects.filter(run=run).values_list("seq", "content")) == messages_before
+    assert list(Message.across_tenants.filter(run=run).values_list("seq", "content")) == messages_before
 
 
 @pytest.mark.django_db
 def test_an_empty_answer_is_refused(agent: Agent, intent: Intent, principal: AbstractUser) -> None:
     run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
-    question = Question.objects.get(run=run)
+    question = Question.across_tenants.get(run=run)
     with pytest.raises(services.RunError, match=r"^The answer is empty\.$"):
         services.question_answer(question=question, answer="   ", user=principal)
     question.refresh_from_db()
@@ -133,8 +136,8 @@ def test_a_second_run_on_a_busy_thread_is_refused(agent: Agent, intent: Intent) 
     first = services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
     with pytest.raises(services.RunError, match=f"Run {first.pk} of this intent is still queued"):
         services.run_start(agent=agent, intent=intent, task="And another thing.")
-    assert Run.objects.filter(intent=intent).count() == 1
-    assert Message.objects.filter(intent=intent).count() == 1
+    assert Run.across_tenants.filter(intent=intent).count() == 1
+    assert Message.across_tenants.filter(intent=intent).count() == 1
 
 
 @pytest.mark.django_db
@@ -142,7 +145,9 @@ def test_a_run_stops_at_its_step_cap(agent: Agent, intent: Intent, principal: Ab
     agent.max_steps = 1
     agent.save()
     run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
-    services.question_answer(question=Question.objects.get(run=run), answer="Nobody yet.", user=principal)
+    services.question_answer(
+        question=Question.across_tenants.get(run=run), answer="Nobody yet.", user=principal
+    )
 
     run = _step(run)
 
@@ -154,8 +159,8 @@ def test_a_step_taken_twice_is_applied_once(agent: Agent, intent: Intent) -> Non
     run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     run = _step(run)  # the same step delivered again: the run waits on its question, nothing is added
     assert run.step_count == 1
-    assert Question.objects.filter(run=run).count() == 1
-    assert Message.objects.filter(run=run).count() == 2
+    assert Question.across_tenants.filter(run=run).count() == 1
+    assert Message.across_tenants.filter(run=run).count() == 2
 
 
 @pytest.mark.django_db
@@ -176,7 +181,7 @@ def test_the_system_message_carries_prompt_identity_date_and_intent(agent: Agent
 def test_only_the_party_or_staff_may_answer(agent: Agent, intent: Intent, role: str | None) -> None:
     """A viewer, another party of the tenant, and a stranger are refused by the service itself."""
     run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
-    question = Question.objects.get(run=run)
+    question = Question.across_tenants.get(run=run)
     someone = make_user("someone")
     if role is not None:
         Membership.objects.create(user=someone, tenant=agent.tenant, role=role)
@@ -188,4 +193,4 @@ def test_only_the_party_or_staff_may_answer(agent: Agent, intent: Intent, role: 
     run.refresh_from_db()
     assert question.is_open
     assert run.status == Run.Status.NEEDS_INPUT
-    assert Message.objects.filter(run=run, role=Message.Role.TOOL).count() == 0
+    assert Message.across_tenants.filter(run=run, role=Message.Role.TOOL).count() == 0

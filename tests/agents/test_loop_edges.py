@@ -29,7 +29,7 @@ TWO_CURRENCIES = "the models house-model, yen are priced in JPY and USD; use one
 def results(run: Run) -> list[tuple[str, str]]:
     """The run's tool results as (tool call id, content), in order."""
     return list(
-        Message.objects.filter(run=run, role=Message.Role.TOOL)
+        Message.across_tenants.filter(run=run, role=Message.Role.TOOL)
         .order_by("seq")
         .values_list("tool_call_id", "content")
     )
@@ -51,7 +51,9 @@ def test_a_queued_runs_task_enters_the_thread_when_its_run_starts(
     assert first.status == Run.Status.NEEDS_INPUT
     services.run_start(agent=llm_agent, intent=intent, task="SECOND TASK: find a lawyer.")
 
-    services.question_answer(question=Question.objects.get(run=first), answer="1200 a day", user=principal)
+    services.question_answer(
+        question=Question.across_tenants.get(run=first), answer="1200 a day", user=principal
+    )
     step(first)
 
     sent = [(m["role"], m.get("content")) for m in chat.requests[1].body["messages"]][1:]
@@ -110,7 +112,7 @@ def test_two_ask_user_calls_with_one_id_resume_when_the_party_answers(
     run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
     assert run.status == Run.Status.NEEDS_INPUT
 
-    services.question_answer(question=Question.objects.get(run=run), answer="Yes.", user=principal)
+    services.question_answer(question=Question.across_tenants.get(run=run), answer="Yes.", user=principal)
 
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING
@@ -178,7 +180,7 @@ def test_approving_a_tool_that_asks_the_party_gives_the_call_an_error_result(
     llm_agent.tools.add(ask)
     chat.script(tool_calls(("c1", "ask_user", '{"question": "Budget?"}')))
     run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
-    approval = Question.objects.get(run=run)
+    approval = Question.across_tenants.get(run=run)
     services.approval_decide(question=approval, approve=True, user=principal)
 
     services.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)
@@ -207,7 +209,7 @@ def test_nan_in_a_final_answer_is_not_json_and_the_model_is_asked_again(
     assert run.status == Run.Status.RUNNING
     assert (
         "must be JSON"
-        in Message.objects.filter(run=run, role=Message.Role.USER).order_by("seq").last().content
+        in Message.across_tenants.filter(run=run, role=Message.Role.USER).order_by("seq").last().content
     )
 
 
@@ -261,7 +263,7 @@ def test_arguments_that_are_not_a_string_holding_an_object_are_each_an_error_res
     ]
     assert [b["arguments"] for b in host.received] == [{"order": "B-2"}]
     # The record keeps chat completions' shape: every call's arguments are a string.
-    stored = Message.objects.get(run=run, role=Message.Role.ASSISTANT).tool_calls
+    stored = Message.across_tenants.get(run=run, role=Message.Role.ASSISTANT).tool_calls
     assert [c["arguments"] for c in stored] == [
         '{"order": "A-17"}',
         '["A-17"]',
@@ -384,21 +386,21 @@ def test_a_token_budget_too_large_to_store_is_a_form_error(
 
     assert response.status_code == 200
     assert "Max tokens: at most" in response.content.decode()
-    assert not Run.objects.exists()
+    assert not Run.across_tenants.exists()
 
 
 @pytest.mark.django_db
 def test_a_deadline_at_the_end_of_time_is_refused(logged_in: Client, agent: Agent, intent: Intent) -> None:
     """A deadline past the last time the database can give back (9999-12-31 23:59 in New York is year
     10000 in UTC) is refused, and nothing is created."""
-    Agent.objects.filter(pk=agent.pk).update(timezone="America/New_York")
+    Agent.across_tenants.filter(pk=agent.pk).update(timezone="America/New_York")
     response = logged_in.post(
         start_url(agent), {"intent": str(intent.pk), "task": "Go.", "deadline": "9999-12-31T23:59"}
     )
 
     assert response.status_code == 200
     assert "The deadline must be within" in response.content.decode()
-    assert not Run.objects.exists()
+    assert not Run.across_tenants.exists()
 
 
 @pytest.mark.django_db
@@ -411,7 +413,7 @@ def test_the_preview_refuses_a_time_it_cannot_show(
 ) -> None:
     """A preview time that falls outside the representable range once moved to UTC is a form error,
     like any unreadable time, and no system message is shown."""
-    Agent.objects.filter(pk=agent.pk).update(timezone=tz)
+    Agent.across_tenants.filter(pk=agent.pk).update(timezone=tz)
     client.force_login(operator)
     url = reverse("agents:system-message", kwargs={"tenant": agent.tenant.slug, "pk": agent.pk})
 
@@ -435,7 +437,7 @@ def test_a_question_of_a_run_that_ended_is_not_in_the_inbox(
         )
     )
     assert run.status == Run.Status.NEEDS_INPUT
-    Run.objects.filter(pk=run.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    Run.across_tenants.filter(pk=run.pk).update(deadline=timezone.now() - timedelta(seconds=1))
     services.run_expire(run_id=run.pk, tenant_id=run.tenant_id)
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED

@@ -24,7 +24,7 @@ from tests.conftest import Listener, on_chat_model, wait_until
 
 def results(run: Run) -> list[tuple[str, str]]:
     return list(
-        Message.objects.filter(run=run, role=Message.Role.TOOL)
+        Message.across_tenants.filter(run=run, role=Message.Role.TOOL)
         .order_by("seq")
         .values_list("tool_call_id", "content")
     )
@@ -78,7 +78,7 @@ def test_usage_and_cost_are_stored_per_step_and_per_run(
     run = step(step(services.run_start(agent=llm_agent, intent=intent, task="Where is A-17?")))
 
     steps = list(
-        Message.objects.filter(run=run, role=Message.Role.ASSISTANT)
+        Message.across_tenants.filter(run=run, role=Message.Role.ASSISTANT)
         .order_by("step")
         .values_list("step", "model", "input_tokens", "output_tokens", "cost")
     )
@@ -97,7 +97,7 @@ def test_a_retry_is_an_event_of_the_run_and_the_run_goes_on(
     run = step(services.run_start(agent=llm_agent, intent=intent, task="Say done."))
 
     assert (run.status, run.output) == (Run.Status.DONE, "Done.")
-    retry = Event.objects.get(kind="run.retry")
+    retry = Event.across_tenants.get(kind="run.retry")
     assert retry.payload == {
         "run": str(run.pk),
         "step": 1,
@@ -127,7 +127,7 @@ def test_a_retry_after_past_the_runs_deadline_fails_the_step_naming_it(
         run.end_reason,
     )
     assert len(chat.requests) == 1
-    assert not Event.objects.filter(kind="run.retry").exists()
+    assert not Event.across_tenants.filter(kind="run.retry").exists()
 
 
 @pytest.mark.django_db
@@ -144,8 +144,8 @@ def test_a_fallback_model_takes_over_and_is_recorded(
     run = step(services.run_start(agent=llm_agent, intent=intent, task="Answer."))
 
     assert (run.status, run.output) == (Run.Status.DONE, "From the backup.")
-    assert Message.objects.get(run=run, role=Message.Role.ASSISTANT).model == "backup"
-    fallback = Event.objects.get(kind="run.fallback")
+    assert Message.across_tenants.get(run=run, role=Message.Role.ASSISTANT).model == "backup"
+    fallback = Event.across_tenants.get(kind="run.fallback")
     assert (fallback.payload["from"], fallback.payload["to"]) == ("house-model", "backup")
     assert [r.body["model"] for r in chat.requests] == ["house-model-1", "house-model-1", "backup-1"]
 
@@ -161,7 +161,7 @@ def test_a_non_retryable_model_error_fails_the_run_with_its_reason(
     assert run.status == Run.Status.FAILED
     assert "401" in run.end_reason
     assert len(chat.requests) == 1
-    assert not Message.objects.filter(run=run, role=Message.Role.ASSISTANT).exists()
+    assert not Message.across_tenants.filter(run=run, role=Message.Role.ASSISTANT).exists()
 
 
 @pytest.mark.django_db
@@ -180,8 +180,8 @@ def test_a_reply_cut_off_at_the_length_limit_never_runs_its_tools_and_fails_the_
         "",
     )
     assert host.received == []
-    assert not Message.objects.filter(run=run, role=Message.Role.ASSISTANT).exists()
-    assert not Question.objects.filter(run=run).exists()
+    assert not Message.across_tenants.filter(run=run, role=Message.Role.ASSISTANT).exists()
+    assert not Question.across_tenants.filter(run=run).exists()
 
 
 @pytest.mark.django_db
@@ -193,7 +193,7 @@ def test_a_reply_of_nothing_is_not_a_final_answer_and_is_asked_again(
     run = step(services.run_start(agent=llm_agent, intent=intent, task="When?"))
 
     assert (run.status, run.output) == (Run.Status.DONE, "Monday.")
-    assert Event.objects.get(kind="run.retry").payload["reason"] == "the model answered nothing"
+    assert Event.across_tenants.get(kind="run.retry").payload["reason"] == "the model answered nothing"
 
 
 @pytest.mark.django_db
@@ -208,7 +208,7 @@ def test_replies_of_nothing_on_every_try_fail_the_step_naming_it(
         Run.Status.FAILED,
         "house-model: the model answered nothing after 2 tries",
     )
-    assert not Message.objects.filter(run=run, role=Message.Role.ASSISTANT).exists()
+    assert not Message.across_tenants.filter(run=run, role=Message.Role.ASSISTANT).exists()
 
 
 @pytest.mark.django_db
@@ -232,7 +232,7 @@ def test_structured_output_is_asked_for_validated_and_stored(
     assert chat.requests[0].body["response_format"]["json_schema"]["schema"] == schema
     run = step(run)
     assert run.status == Run.Status.RUNNING
-    feedback = Message.objects.filter(run=run, role=Message.Role.USER).order_by("seq").last()
+    feedback = Message.across_tenants.filter(run=run, role=Message.Role.USER).order_by("seq").last()
     assert feedback is not None
     assert "'1000' is not of type 'number'" in feedback.content
     run = step(run)
@@ -245,7 +245,7 @@ def test_structured_output_is_asked_for_validated_and_stored(
 def test_an_output_schema_that_is_not_a_schema_is_refused(llm_agent: Agent, intent: Intent) -> None:
     with pytest.raises(services.RunError, match="The output schema is not usable: "):
         services.run_start(agent=llm_agent, intent=intent, task="Go.", output_schema={"type": "nonsense"})
-    assert not Run.objects.exists()
+    assert not Run.across_tenants.exists()
 
 
 @pytest.mark.django_db
@@ -260,7 +260,7 @@ def test_the_models_text_streams_live_and_the_stored_run_is_the_same(
     assert len(deltas) == 5
     assert {(d["run"], d["step"]) for d in deltas} == {(str(run.pk), 1)}
     assert "".join(d["delta"] for d in deltas) == run.output == "Here is a longer answer, streamed in pieces."
-    assert not Event.objects.filter(kind__in=["run.delta", "run.withdrawn"]).exists()
+    assert not Event.across_tenants.filter(kind__in=["run.delta", "run.withdrawn"]).exists()
 
 
 def live_text(listener: Listener) -> list[tuple[str, Any]]:
@@ -295,7 +295,7 @@ def test_text_streamed_by_a_try_that_failed_is_withdrawn_before_the_retry_stream
         ("withdrawn", 1),
         ("delta", "Whole."),
     ]
-    assert Event.objects.filter(kind="run.retry").count() == 1
+    assert Event.across_tenants.filter(kind="run.retry").count() == 1
 
 
 @pytest.mark.django_db
@@ -305,14 +305,14 @@ def test_text_streamed_before_the_fallback_takes_over_is_withdrawn(
     on_chat_model(llm_agent, chat, name="backup")
     llm_agent.model, llm_agent.fallback_models = "house-model", ["backup"]
     llm_agent.save()
-    ModelEndpoint.objects.filter(name="house-model").update(attempts=1)
+    ModelEndpoint.across_tenants.filter(name="house-model").update(attempts=1)
     chat.script(drop(after_chunks=2), text("From the backup.", pieces=1))
 
     run = step(services.run_start(agent=llm_agent, intent=intent, task="Answer."))
 
     assert (run.status, run.output) == (Run.Status.DONE, "From the backup.")
     assert live_text(listener) == [("delta", "cut of"), ("withdrawn", 1), ("delta", "From the backup.")]
-    assert Event.objects.filter(kind="run.fallback").count() == 1
+    assert Event.across_tenants.filter(kind="run.fallback").count() == 1
 
 
 @pytest.mark.django_db
@@ -370,7 +370,7 @@ def test_cancelling_stops_the_model_call_in_flight(
     run.refresh_from_db()
     assert (run.status, run.end_reason) == (Run.Status.CANCELLED, "Cancelled by tomas.")
     assert len(chat.requests) == 1
-    assert not Message.objects.filter(run=run, role=Message.Role.ASSISTANT).exists()
+    assert not Message.across_tenants.filter(run=run, role=Message.Role.ASSISTANT).exists()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -407,7 +407,7 @@ def test_text_streamed_before_a_cancel_is_withdrawn(
     seen.extend(live_text(listener))
     assert seen[-1] == ("withdrawn", 1)
     assert {kind for kind, _ in seen[:-1]} == {"delta"}
-    assert Run.objects.get(pk=run.pk).status == Run.Status.CANCELLED
+    assert Run.across_tenants.get(pk=run.pk).status == Run.Status.CANCELLED
 
 
 @pytest.mark.django_db
@@ -425,7 +425,10 @@ def test_input_guardrails_redact_what_the_model_sees_not_what_is_stored(
 
     sent = chat.requests[0].body["messages"][-1]["content"]
     assert sent == "Mail [email redacted] the terms."
-    assert Message.objects.get(run=run, role=Message.Role.USER).content == "Mail tomas@example.com the terms."
+    assert (
+        Message.across_tenants.get(run=run, role=Message.Role.USER).content
+        == "Mail tomas@example.com the terms."
+    )
     assert run.output == "Call me on [phone redacted]."
 
 
@@ -508,7 +511,7 @@ def test_a_deadline_ends_a_run_waiting_on_the_party(agent: Agent, intent: Intent
     run.refresh_from_db()
     assert run.status == Run.Status.NEEDS_INPUT  # not yet due
 
-    Run.objects.filter(pk=run.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    Run.across_tenants.filter(pk=run.pk).update(deadline=timezone.now() - timedelta(seconds=1))
     assert services.runs_expire_due() == 1
 
     run.refresh_from_db()
@@ -575,7 +578,7 @@ def test_an_approved_tool_runs_with_the_original_arguments(
     awaiting_approval: Run, host: HostServer, principal: AbstractUser
 ) -> None:
     run = awaiting_approval
-    approval = Question.objects.get(run=run)
+    approval = Question.across_tenants.get(run=run)
     assert (run.status, approval.kind, approval.tool_name, approval.arguments) == (
         Run.Status.NEEDS_INPUT,
         Question.Kind.APPROVAL,
@@ -604,7 +607,7 @@ def test_a_rejected_tool_gives_the_model_the_reason(
     run = awaiting_approval
 
     services.approval_decide(
-        question=Question.objects.get(run=run), approve=False, reason="Not now.", user=principal
+        question=Question.across_tenants.get(run=run), approve=False, reason="Not now.", user=principal
     )
 
     run.refresh_from_db()
@@ -631,7 +634,7 @@ def test_a_suspending_tool_hands_its_arguments_to_the_party(
     chat.script(tool_calls(("c1", "confirm_booking", '{"slot": "Tue 10:00"}')))
     run = step(services.run_start(agent=llm_agent, intent=intent, task="Book me in."))
 
-    question = Question.objects.get(run=run)
+    question = Question.across_tenants.get(run=run)
     assert (run.status, question.kind, question.arguments) == (
         Run.Status.NEEDS_INPUT,
         Question.Kind.QUESTION,
@@ -664,7 +667,7 @@ def test_without_a_principal_a_suspending_tool_is_answered_that_nobody_would_ans
     run = step(services.run_start(agent=llm_agent, intent=intent, task="Book me in."))
 
     assert run.status == Run.Status.RUNNING
-    assert not Question.objects.filter(run=run).exists()
+    assert not Question.across_tenants.filter(run=run).exists()
     assert results(run) == [
         (
             "c1",
@@ -680,7 +683,9 @@ def test_a_cancelled_run_takes_no_answer(agent: Agent, intent: Intent, principal
     services.run_cancel(run=run, user=principal)
 
     with pytest.raises(services.RunError, match="cancelled; it no longer takes answers"):
-        services.question_answer(question=Question.objects.get(run=run), answer="Later.", user=principal)
+        services.question_answer(
+            question=Question.across_tenants.get(run=run), answer="Later.", user=principal
+        )
     with pytest.raises(services.RunError, match=r"already ended \(cancelled\)"):
         services.run_cancel(run=run, user=None)
 
@@ -720,7 +725,7 @@ def test_an_agent_runs_another_as_a_tool_and_gets_its_final_text(
     )
     parent = step(services.run_start(agent=llm_agent, intent=intent, task="What should I budget?"))
     assert parent.status == Run.Status.WAITING
-    child = Run.objects.get(parent=parent)
+    child = Run.across_tenants.get(parent=parent)
     assert (child.agent_id, child.parent_tool_call_id) == (researcher.pk, "c1")
     assert child.intent.statement == "Asked by Tomas's agent: Typical CFO day rates in Berlin?"
 
@@ -745,7 +750,7 @@ def test_cancelling_the_caller_cancels_the_agent_it_called(
 
     services.run_cancel(run=parent, user=None)
 
-    child = Run.objects.get(parent=parent)
+    child = Run.across_tenants.get(parent=parent)
     assert (child.status, child.end_reason) == (
         Run.Status.CANCELLED,
         "Cancelled with the run that called it.",
@@ -774,7 +779,7 @@ def test_an_agent_cannot_call_itself_through_a_tool(
     assert results(run) == [
         ("c1", "Error: me would run Tomas's agent, which is already working on this call.")
     ]
-    assert not Run.objects.filter(parent=run).exists()
+    assert not Run.across_tenants.filter(parent=run).exists()
 
 
 # One active run per thread.

@@ -234,4 +234,4 @@ def test_the_admin_refuses_a_viewer_as_principal(client: Client, tenant: Tenant)
     assert response.context["adminform"].form.errors["principal"] == [
         "A viewer cannot answer for an agent; choose a member who can."
     ]
-    assert not Agent.objects.filter(tenant=tenant).exists()
+    assert not Agent.across_tenants.filter(tenant=tenant).exists()

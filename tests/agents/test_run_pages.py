@@ -40,16 +40,21 @@ def preview_url(agent: Agent, tenant: Tenant | None = None) -> str:
 
 def counts() -> tuple[int, int, int, int]:
     """Rows the dashboard could write: intents, runs, messages, events."""
-    return Intent.objects.count(), Run.objects.count(), Message.objects.count(), Event.objects.count()
+    return (
+        Intent.across_tenants.count(),
+        Run.across_tenants.count(),
+        Message.across_tenants.count(),
+        Event.across_tenants.count(),
+    )
 
 
 def waiting_approval(agent: Agent, intent: Intent, tool_name: str = "ask_designer") -> Question:
     """A run stopped on a ``requires_approval`` call, as the loop leaves it, and its approval."""
     question = waiting_question(agent, intent)
-    Message.objects.filter(run=question.run, role=Message.Role.ASSISTANT).update(
+    Message.across_tenants.filter(run=question.run, role=Message.Role.ASSISTANT).update(
         tool_calls=[{"id": "call-1", "name": tool_name, "arguments": json.dumps(ARGUMENTS)}]
     )
-    Question.objects.filter(pk=question.pk).update(
+    Question.across_tenants.filter(pk=question.pk).update(
         kind=Question.Kind.APPROVAL,
         tool_name=tool_name,
         arguments=ARGUMENTS,
@@ -113,7 +118,7 @@ class TestStartRun:
     def test_starts_a_run_on_an_intent_with_its_limits_and_task(
         self, logged_in: Client, agent: Agent, intent: Intent
     ) -> None:
-        Agent.objects.filter(pk=agent.pk).update(timezone="Europe/Berlin")
+        Agent.across_tenants.filter(pk=agent.pk).update(timezone="Europe/Berlin")
         schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 
         response = logged_in.post(
@@ -129,7 +134,7 @@ class TestStartRun:
             follow=True,
         )
 
-        run = Run.objects.get()
+        run = Run.across_tenants.get()
         assert response.redirect_chain == [(run_url(run), 302)]
         assert "Run started." in response.content.decode()
         assert (run.agent_id, run.intent_id, run.status) == (agent.pk, intent.pk, Run.Status.QUEUED)
@@ -137,13 +142,13 @@ class TestStartRun:
         assert (run.max_tokens, run.max_cost) == (5000, Decimal("0.25"))
         # 09:30 in Berlin in winter is 08:30 UTC: the deadline is read in the agent's timezone.
         assert run.deadline == datetime(2030, 1, 2, 8, 30, tzinfo=UTC)
-        first = Message.objects.get(run=run)
+        first = Message.across_tenants.get(run=run)
         assert (first.seq, first.step, first.role, first.content) == (1, 0, Message.Role.USER, TASK)
 
     def test_starts_a_run_on_a_new_intent(self, logged_in: Client, agent: Agent) -> None:
         response = logged_in.post(start_url(agent), {"statement": " Hire a designer. ", "task": TASK})
 
-        run = Run.objects.select_related("intent").get()
+        run = Run.across_tenants.select_related("intent").get()
         assert response.status_code == 302
         assert (run.intent.statement, run.intent.agent_id, run.intent.tenant_id) == (
             "Hire a designer.",
@@ -151,7 +156,7 @@ class TestStartRun:
             agent.tenant_id,
         )
         assert (run.output_schema, run.max_tokens, run.max_cost, run.deadline) == (None, None, None, None)
-        assert Message.objects.get(run=run).content == TASK
+        assert Message.across_tenants.get(run=run).content == TASK
 
     @pytest.mark.parametrize(
         ("data", "field", "error"),
@@ -227,7 +232,7 @@ class TestStartRun:
         for intent in (theirs, foreign):
             html = logged_in.post(start_url(agent), {"intent": str(intent.pk), "task": TASK}).content.decode()
             assert "Intent: choose one of this agent&#x27;s intents." in html
-        assert Run.objects.count() == 0
+        assert Run.across_tenants.count() == 0
 
     @pytest.mark.parametrize(
         ("data", "message"),
@@ -268,14 +273,14 @@ class TestStartRun:
     def test_an_agent_that_queues_starts_the_run_pending(
         self, logged_in: Client, agent: Agent, intent: Intent
     ) -> None:
-        Agent.objects.filter(pk=agent.pk).update(on_busy=Agent.OnBusy.QUEUE)
+        Agent.across_tenants.filter(pk=agent.pk).update(on_busy=Agent.OnBusy.QUEUE)
         active = Run.objects.create(
             tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.RUNNING
         )
 
         response = logged_in.post(start_url(agent), {"intent": str(intent.pk), "task": TASK}, follow=True)
 
-        run = Run.objects.exclude(pk=active.pk).get()
+        run = Run.across_tenants.exclude(pk=active.pk).get()
         assert run.status == Run.Status.PENDING
         html = response.content.decode()
         assert 'data-status="pending">pending (behind another run of the thread)</strong>' in html
@@ -302,7 +307,7 @@ class TestStartRun:
 
         # Another party's agent is not theirs to see at all.
         assert client.post(start_url(agent), {"statement": "Hire.", "task": TASK}).status_code == 404
-        assert Run.objects.count() == 0
+        assert Run.across_tenants.count() == 0
 
     def test_an_operator_may_start_for_the_party(
         self, client: Client, operator: AbstractUser, agent: Agent, intent: Intent
@@ -310,7 +315,7 @@ class TestStartRun:
         client.force_login(operator)
 
         assert client.post(start_url(agent), {"intent": str(intent.pk), "task": TASK}).status_code == 302
-        assert Run.objects.get().intent_id == intent.pk
+        assert Run.across_tenants.get().intent_id == intent.pk
 
     def test_another_tenants_agent_is_404_and_nothing_is_created(
         self, logged_in: Client, tenant: Tenant, seller: Agent
@@ -433,7 +438,7 @@ class TestApprovals:
             "Too expensive.",
             principal.pk,
         )
-        result = Message.objects.get(run=approval.run, role=Message.Role.TOOL)
+        result = Message.across_tenants.get(run=approval.run, role=Message.Role.TOOL)
         assert (result.tool_call_id, result.name, result.content) == (
             "call-1",
             "ask_designer",
@@ -456,7 +461,7 @@ class TestApprovals:
         logged_in.post(decide_url(approval), {"decision": "reject"})
 
         assert (
-            Message.objects.get(run=approval.run, role=Message.Role.TOOL).content
+            Message.across_tenants.get(run=approval.run, role=Message.Role.TOOL).content
             == "rejected: no reason given"
         )
 
@@ -475,9 +480,9 @@ class TestApprovals:
         assert run.status == Run.Status.WAITING
         # What the worker does next: the tool runs with the arguments the party approved.
         services.approved_tool_run(question_id=approval.pk, tenant_id=approval.tenant_id)
-        child = Run.objects.get(parent=run)
+        child = Run.across_tenants.get(parent=run)
         assert (child.agent_id, child.parent_tool_call_id) == (designer_tool.target_agent_id, "call-1")
-        assert Message.objects.get(run=child).content == ARGUMENTS["task"]
+        assert Message.across_tenants.get(run=child).content == ARGUMENTS["task"]
 
     @pytest.mark.parametrize("decision", ["approve", "reject"])
     def test_deciding_twice_says_so_and_changes_nothing(
@@ -494,7 +499,7 @@ class TestApprovals:
         assert f'<li class="error">{refusal}</li>' in response.content.decode()
         approval.refresh_from_db()
         assert (approval.approved, approval.answer, approval.answered_at) == first
-        assert Message.objects.filter(run=approval.run, role=Message.Role.TOOL).count() == 1
+        assert Message.across_tenants.filter(run=approval.run, role=Message.Role.TOOL).count() == 1
 
     def test_a_question_is_answered_not_decided(
         self, logged_in: Client, agent: Agent, intent: Intent
@@ -537,7 +542,7 @@ class TestApprovals:
             assert logged_in.post(url, {"decision": "approve"}).status_code == 404
         approval.refresh_from_db()
         assert (approval.approved, approval.answered_at) == (None, None)
-        assert Run.objects.get(pk=approval.run_id).status == Run.Status.NEEDS_INPUT
+        assert Run.across_tenants.get(pk=approval.run_id).status == Run.Status.NEEDS_INPUT
 
 
 class TestRunPage:
@@ -551,7 +556,7 @@ class TestRunPage:
             upstream_model="fast-1",
             currency="EUR",
         )
-        Agent.objects.filter(pk=agent.pk).update(
+        Agent.across_tenants.filter(pk=agent.pk).update(
             model="fast", fallback_models=["steady"], timezone="Europe/Berlin"
         )
         run = Run.objects.create(
@@ -758,7 +763,7 @@ class TestTimeline:
         self, logged_in: Client, agent: Agent, intent: Intent
     ) -> None:
         run = step(services.run_start(agent=agent, intent=intent, task=TASK))
-        question = Question.objects.get(run=run)
+        question = Question.across_tenants.get(run=run)
 
         waiting = logged_in.get(run_url(run)).content.decode()
         assert "<h2>Waiting on the party</h2>" in waiting
@@ -801,7 +806,7 @@ class TestTimeline:
     def test_a_pending_run_shows_its_task_before_it_starts(
         self, logged_in: Client, agent: Agent, intent: Intent
     ) -> None:
-        Agent.objects.filter(pk=agent.pk).update(on_busy=Agent.OnBusy.QUEUE)
+        Agent.across_tenants.filter(pk=agent.pk).update(on_busy=Agent.OnBusy.QUEUE)
         Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.RUNNING)
         agent.refresh_from_db()
         pending = services.run_start(agent=agent, intent=intent, task=TASK)
@@ -865,7 +870,7 @@ class TestSystemMessagePreview:
     def test_shows_the_exact_message_for_the_latest_intent_at_the_time_given(
         self, operator_client: Client, agent: Agent, intent: Intent
     ) -> None:
-        Agent.objects.filter(pk=agent.pk).update(timezone="Asia/Tokyo")
+        Agent.across_tenants.filter(pk=agent.pk).update(timezone="Asia/Tokyo")
         agent.refresh_from_db()
         latest = Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Hire a designer.")
         before = counts()
@@ -887,7 +892,7 @@ class TestSystemMessagePreview:
     def test_a_chosen_intent_at_a_time_in_the_agents_timezone(
         self, operator_client: Client, agent: Agent, intent: Intent
     ) -> None:
-        Agent.objects.filter(pk=agent.pk).update(timezone="America/New_York")
+        Agent.across_tenants.filter(pk=agent.pk).update(timezone="America/New_York")
         agent.refresh_from_db()
         Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Hire a designer.")
 

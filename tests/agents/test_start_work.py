@@ -19,7 +19,12 @@ START = reverse("agents:start", kwargs={"tenant": "acme"})
 
 def counts() -> tuple[int, int, int, int]:
     """Rows starting work could write: intents, runs, messages, events."""
-    return Intent.objects.count(), Run.objects.count(), Message.objects.count(), Event.objects.count()
+    return (
+        Intent.across_tenants.count(),
+        Run.across_tenants.count(),
+        Message.across_tenants.count(),
+        Event.across_tenants.count(),
+    )
 
 
 @pytest.fixture
@@ -136,7 +141,7 @@ class TestStarting:
     def test_on_an_existing_intent_creates_exactly_one_run(
         self, logged_in: Client, agent: Agent, intent: Intent, second_agent: Agent
     ) -> None:
-        intents = Intent.objects.count()
+        intents = Intent.across_tenants.count()
 
         response = logged_in.post(
             START,
@@ -144,7 +149,7 @@ class TestStarting:
             follow=True,
         )
 
-        run = Run.objects.get()
+        run = Run.across_tenants.get()
         assert response.redirect_chain == [(run_url(run), 302)]
         assert "Run started." in response.content.decode()
         assert (run.agent_id, run.intent_id, run.status, run.max_tokens) == (
@@ -153,22 +158,22 @@ class TestStarting:
             Run.Status.QUEUED,
             5000,
         )
-        assert Intent.objects.count() == intents
-        assert Message.objects.get(run=run).content == TASK
+        assert Intent.across_tenants.count() == intents
+        assert Message.across_tenants.get(run=run).content == TASK
 
     def test_on_a_new_intent_creates_exactly_one_run_and_one_intent(
         self, logged_in: Client, agent: Agent, second_agent: Agent
     ) -> None:
-        before = Intent.objects.count()
+        before = Intent.across_tenants.count()
 
         response = logged_in.post(
             START, {"agent": str(second_agent.pk), "statement": " Hire a copywriter. ", "task": TASK}
         )
 
-        run = Run.objects.select_related("intent").get()
+        run = Run.across_tenants.select_related("intent").get()
         assert response.status_code == 302
         assert response["Location"] == run_url(run)
-        assert Intent.objects.count() == before + 1
+        assert Intent.across_tenants.count() == before + 1
         assert (run.agent_id, run.intent.agent_id, run.intent.statement) == (
             second_agent.pk,
             second_agent.pk,
@@ -267,7 +272,7 @@ class TestStarting:
     def test_an_intent_of_another_agent_is_refused(
         self, logged_in: Client, agent: Agent, second_agent: Agent
     ) -> None:
-        theirs = Intent.objects.get(agent=second_agent)
+        theirs = Intent.across_tenants.get(agent=second_agent)
         before = counts()
 
         html = logged_in.post(
@@ -285,7 +290,7 @@ class TestStarting:
         response = client.post(START, {"agent": str(ines_agent.pk), "statement": "Hire.", "task": TASK})
 
         assert response.status_code == 302
-        assert Run.objects.get().agent_id == ines_agent.pk
+        assert Run.across_tenants.get().agent_id == ines_agent.pk
 
 
 DEEP_OBJECT = '{"a": ' * 50_000 + "1" + "}" * 50_000
@@ -306,4 +311,4 @@ def test_a_principals_output_schema_with_nan_or_deep_nesting_is_refused_not_a_50
 
     assert response.status_code == 200
     assert response.context["form"].errors["output_schema"]
-    assert not Run.objects.filter(agent=agent).exists()
+    assert not Run.across_tenants.filter(agent=agent).exists()

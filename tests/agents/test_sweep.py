@@ -29,7 +29,7 @@ def stalled() -> services.Stalled:
 def age(*rows: Run | Question, by: timedelta = BOUND + timedelta(minutes=1)) -> None:
     """Make each row last written ``by`` ago, as if nothing had touched it since."""
     for row in rows:
-        type(row).objects.filter(pk=row.pk).update(updated_at=timezone.now() - by)
+        type(row).across_tenants.filter(pk=row.pk).update(updated_at=timezone.now() - by)
 
 
 def run_in(agent: Agent, status: str, *, task: str = "Go.") -> Run:
@@ -42,7 +42,7 @@ def test_the_sweep_picks_a_stepping_run_left_past_the_bound_and_leaves_every_oth
     """A queued or running run untouched past the bound lost its step's message; the same within the
     bound has a step in flight; a run waiting on its party or a tool, or ended, wants no step."""
     lost_queued, lost_running = run_in(agent, Run.Status.QUEUED), run_in(agent, Run.Status.RUNNING)
-    Run.objects.filter(pk=lost_running.pk).update(step_count=3)
+    Run.across_tenants.filter(pk=lost_running.pk).update(step_count=3)
     in_flight = run_in(agent, Run.Status.RUNNING)
     asking, waiting = run_in(agent, Run.Status.NEEDS_INPUT), run_in(agent, Run.Status.WAITING)
     ended = [run_in(agent, status) for status in Run.ENDED]
@@ -74,7 +74,7 @@ def delegating(agent: Agent) -> Tool:
 def waiting_on_call(agent: Agent, call_id: str = "c1", name: str = "delegate") -> Run:
     """A run waiting on its one tool call ``call_id``, made at step 1."""
     run = run_in(agent, Run.Status.WAITING)
-    Run.objects.filter(pk=run.pk).update(step_count=1)
+    Run.across_tenants.filter(pk=run.pk).update(step_count=1)
     calls = [{"id": call_id, "name": name, "arguments": '{"task": "Look."}'}]
     Message.objects.create(
         tenant=agent.tenant, intent=run.intent, run=run, seq=1, role=Message.Role.USER, content="Go."
@@ -127,7 +127,7 @@ def test_the_sweep_picks_an_approved_tool_that_never_ran_and_leaves_the_rest(age
     undecided = approval_of(waiting_on_call(agent), approved=None)
     rejected = approval_of(waiting_on_call(agent), approved=False)
     ran = approval_of(waiting_on_call(agent), approved=True)
-    Question.objects.filter(pk=ran.pk).update(tool_run_at=timezone.now())
+    Question.across_tenants.filter(pk=ran.pk).update(tool_run_at=timezone.now())
     answered = approval_of(waiting_on_call(agent), approved=True)
     result_for(answered.run)
     recent = approval_of(waiting_on_call(agent), approved=True)
@@ -145,7 +145,7 @@ def test_the_sweep_picks_a_delegate_that_ended_while_its_caller_still_waits(agen
     returned = waiting_on_call(agent)
     result_for(returned)
     stopped = waiting_on_call(agent)
-    Run.objects.filter(pk=stopped.pk).update(status=Run.Status.CANCELLED)
+    Run.across_tenants.filter(pk=stopped.pk).update(status=Run.Status.CANCELLED)
     children = {}
     for name, parent, status in [
         ("lost", waiting, Run.Status.DONE),
@@ -153,7 +153,7 @@ def test_the_sweep_picks_a_delegate_that_ended_while_its_caller_still_waits(agen
         ("stopped", stopped, Run.Status.FAILED),
     ]:
         child = run_in(agent, status, task=name)
-        Run.objects.filter(pk=child.pk).update(parent=parent, parent_tool_call_id="c1")
+        Run.across_tenants.filter(pk=child.pk).update(parent=parent, parent_tool_call_id="c1")
         children[name] = child
     age(*children.values())
 
@@ -230,13 +230,13 @@ def test_an_approved_delegation_sent_twice_starts_one_delegate(
     llm_agent.tools.add(delegating)
     chat.script(tool_calls(("c1", "delegate", '{"task": "Look."}')))
     run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
-    approval = Question.objects.get(run=run)
+    approval = Question.across_tenants.get(run=run)
     services.approval_decide(question=approval, approve=True, user=principal)
 
     services.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)
     services.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)
 
-    assert Run.objects.filter(parent=run).count() == 1
+    assert Run.across_tenants.filter(parent=run).count() == 1
     run.refresh_from_db()
     assert run.status == Run.Status.WAITING
     age(approval)
@@ -250,11 +250,11 @@ def test_a_delegates_result_sent_twice_is_recorded_once(
     llm_agent.tools.add(delegating)
     chat.script(tool_calls(("c1", "delegate", '{"task": "Look."}')))
     run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
-    child = services.run_cancel(run=Run.objects.get(parent=run), user=None)
+    child = services.run_cancel(run=Run.across_tenants.get(parent=run), user=None)
 
     services.delegate_return(run_id=child.pk, tenant_id=child.tenant_id)
     services.delegate_return(run_id=child.pk, tenant_id=child.tenant_id)
 
-    assert Message.objects.filter(run=run, role=Message.Role.TOOL, tool_call_id="c1").count() == 1
+    assert Message.across_tenants.filter(run=run, role=Message.Role.TOOL, tool_call_id="c1").count() == 1
     run.refresh_from_db()
     assert (run.status, run.step_count) == (Run.Status.RUNNING, 1)

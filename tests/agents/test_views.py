@@ -63,7 +63,7 @@ class TestInbox:
     ) -> None:
         other_intent = Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Book a room.")
         approval = waiting_question(agent, other_intent, text="May your agent call book_room?")
-        Question.objects.filter(pk=approval.pk).update(
+        Question.across_tenants.filter(pk=approval.pk).update(
             kind=Question.Kind.APPROVAL, tool_name="book_room", arguments={"room": "A", "nights": 2}
         )
 
@@ -104,7 +104,7 @@ class TestInbox:
         )
         other_intent = Intent.objects.create(tenant=tenant, agent=other_agent, statement="Hire.")
         waiting_question(other_agent, other_intent, text="Ines only?")
-        Question.objects.filter(pk=question.pk).update(answer="x", answered_at=question.created_at)
+        Question.across_tenants.filter(pk=question.pk).update(answer="x", answered_at=question.created_at)
 
         html = logged_in.get(reverse("agents:inbox", kwargs={"tenant": "acme"})).content.decode()
 
@@ -172,7 +172,7 @@ class TestAnswer:
         assert_unchanged(question)
 
     def test_a_stopped_run_takes_no_answer(self, logged_in: Client, question: Question) -> None:
-        Run.objects.filter(pk=question.run_id).update(status=Run.Status.CANCELLED)
+        Run.across_tenants.filter(pk=question.run_id).update(status=Run.Status.CANCELLED)
 
         response = logged_in.post(answer_url(question), {"answer": ANSWER}, follow=True)
 
@@ -329,7 +329,7 @@ class TestAgentPage:
             output_price=Decimal("0.60"),
             currency="EUR",
         )
-        Agent.objects.filter(pk=agent.pk).update(
+        Agent.across_tenants.filter(pk=agent.pk).update(
             model="fast",
             fallback_models=["offline", "missing"],
             guardrails=[
@@ -431,7 +431,7 @@ def test_answering_an_approval_says_to_approve_or_reject_it(
     logged_in: Client, agent: Agent, intent: Intent
 ) -> None:
     approval = waiting_question(agent, intent, text="Book room A?")
-    Question.objects.filter(pk=approval.pk).update(kind=Question.Kind.APPROVAL, tool_name="book_room")
+    Question.across_tenants.filter(pk=approval.pk).update(kind=Question.Kind.APPROVAL, tool_name="book_room")
     url = reverse("agents:question-answer", kwargs={"tenant": "acme", "pk": approval.pk})
 
     html = logged_in.post(url, {"answer": "yes"}, follow=True).content.decode()

@@ -77,12 +77,12 @@ def test_a_step_in_flight_on_a_killed_worker_runs_again_and_is_applied_once(
         start_worker("survivor")
 
         wait_until(
-            lambda: Run.objects.get(pk=run.pk).status == Run.Status.DONE,
+            lambda: Run.across_tenants.get(pk=run.pk).status == Run.Status.DONE,
             timeout=60,
             what="the step to run again on the surviving worker",
         )
 
     run.refresh_from_db()
     assert (run.output, run.step_count) == ("Recovered.", 1)
-    assert Message.objects.filter(run=run, role=Message.Role.ASSISTANT).count() == 1
+    assert Message.across_tenants.filter(run=run, role=Message.Role.ASSISTANT).count() == 1
     assert len(chat.requests) == 2

@@ -87,7 +87,7 @@ def foreign_member(other_tenant: Tenant) -> AbstractUser:
 def stored() -> dict[str, list[dict[str, Any]]]:
     """Every configuration row of every tenant, as stored: what a refused write must leave alone."""
     models = [Agent, Agent.tools.through, Intent, Tool, ModelEndpoint, GroundingDocument]
-    return {m.__name__: list(m.objects.order_by("pk").values()) for m in models}
+    return {m.__name__: list(m._default_manager.order_by("pk").values()) for m in models}
 
 
 def invalid(response: Any) -> dict[str, list[str]]:
@@ -165,7 +165,7 @@ def test_an_agent_with_every_setting_round_trips(
     assert created.status_code == 201, created.content
     body = created.json()
     assert {k: body[k] for k in sent} == sent
-    agent = Agent.objects.get(pk=body["id"])
+    agent = Agent.across_tenants.get(pk=body["id"])
     assert body["url"] == f"{settings.PUBLIC_BASE_URL}/a2a/acme/vera"
     assert body["card_url"] == f"{body['url']}/.well-known/agent-card.json"
     assert (agent.tenant, agent.principal, agent.intake_owner) == (tenant, principal, operator)
@@ -200,8 +200,8 @@ def test_an_agent_with_every_setting_round_trips(
     deleted = api.delete(f"/api/v1/agents/{agent.pk}")
 
     assert deleted.status_code == 204
-    assert not Agent.objects.filter(pk=agent.pk).exists()
-    assert Tool.objects.filter(pk=lookup.pk).exists()
+    assert not Agent.across_tenants.filter(pk=agent.pk).exists()
+    assert Tool.across_tenants.filter(pk=lookup.pk).exists()
     assert api.get(f"/api/v1/agents/{agent.pk}").status_code == 404
 
 
@@ -371,7 +371,7 @@ def test_the_same_slug_in_another_tenant_is_fine(other_api: APIClient, agent: Ag
     response = other_api.post("/api/v1/agents", {"slug": agent.slug, "name": "Namesake"}, format="json")
 
     assert response.status_code == 201
-    assert Agent.objects.get(pk=response.json()["id"]).tenant.slug == "globex"
+    assert Agent.across_tenants.get(pk=response.json()["id"]).tenant.slug == "globex"
 
 
 def test_a_viewer_cannot_be_the_principal(api: APIClient, tenant: Tenant, agent: Agent) -> None:
@@ -416,8 +416,8 @@ def test_an_agent_with_a_run_that_has_not_ended_is_not_deleted(
 
     services.run_cancel(run=run, user=None)
     assert api.delete(f"/api/v1/agents/{agent.pk}").status_code == 204
-    assert not Run.objects.filter(pk=run.pk).exists()
-    assert not Intent.objects.filter(pk=intent.pk).exists()
+    assert not Run.across_tenants.filter(pk=run.pk).exists()
+    assert not Intent.across_tenants.filter(pk=intent.pk).exists()
 
 
 def test_an_agent_a_tool_runs_is_not_deleted(api: APIClient, tenant: Tenant, agent: Agent) -> None:
@@ -503,7 +503,7 @@ def test_an_intent_round_trips(api: APIClient, agent: Agent) -> None:
     assert created.status_code == 201, created.content
     body = created.json()
     assert {k: body[k] for k in sent} == sent
-    intent = Intent.objects.get(pk=body["id"])
+    intent = Intent.across_tenants.get(pk=body["id"])
     assert (intent.agent, intent.tenant, intent.external_id) == (agent, agent.tenant, "crm-42")
     assert api.get(f"/api/v1/intents/{intent.pk}").json() == body
     assert [i["id"] for i in api.get("/api/v1/intents", {"agent": str(agent.pk)}).json()["results"]] == [
@@ -602,7 +602,7 @@ def test_a_tool_round_trips_and_its_secret_is_write_only(api: APIClient, agent: 
     assert {k: body[k] for k in sent} == sent
     assert (body["has_secret"], body["agents"], body["target_agent"]) == (True, [], None)
     assert "secret" not in body
-    tool = Tool.objects.get(pk=body["id"])
+    tool = Tool.across_tenants.get(pk=body["id"])
     assert (tool.secret, tool.tenant) == (SECRET, agent.tenant)
     assert api.get(f"/api/v1/tools/{tool.pk}").json() == body
 
@@ -622,7 +622,7 @@ def test_a_tool_round_trips_and_its_secret_is_write_only(api: APIClient, agent: 
     api.patch(f"/api/v1/agents/{agent.pk}", {"tools": []}, format="json")
 
     assert api.delete(f"/api/v1/tools/{tool.pk}").status_code == 204
-    assert not Tool.objects.filter(pk=tool.pk).exists()
+    assert not Tool.across_tenants.filter(pk=tool.pk).exists()
 
 
 @pytest.mark.parametrize(
@@ -721,7 +721,7 @@ def test_a_model_endpoint_round_trips_and_its_api_key_is_write_only(api: APIClie
     body = created.json()
     assert {k: body[k] for k in sent} == sent
     assert (body["currency"], body["has_api_key"]) == ("EUR", True)
-    endpoint = ModelEndpoint.objects.get(pk=body["id"])
+    endpoint = ModelEndpoint.across_tenants.get(pk=body["id"])
     assert endpoint.api_key == API_KEY
     assert api.get(f"/api/v1/model-endpoints/{endpoint.pk}").json() == body
 
@@ -748,7 +748,7 @@ def test_a_model_endpoint_round_trips_and_its_api_key_is_write_only(api: APIClie
 
     api.patch(f"/api/v1/agents/{agent.pk}", {"model": "offline"}, format="json")
     assert api.delete(f"/api/v1/model-endpoints/{endpoint.pk}").status_code == 204
-    assert not ModelEndpoint.objects.filter(pk=endpoint.pk).exists()
+    assert not ModelEndpoint.across_tenants.filter(pk=endpoint.pk).exists()
 
 
 @pytest.mark.parametrize(
@@ -823,7 +823,7 @@ def test_a_grounding_document_round_trips(api: APIClient, agent: Agent, intent: 
     assert created.status_code == 201, created.content
     body = created.json()
     assert (body["agent"], body["title"]) == (str(agent.pk), "Rates")
-    document = GroundingDocument.objects.get(pk=body["id"])
+    document = GroundingDocument.across_tenants.get(pk=body["id"])
     assert (document.agent, document.tenant) == (agent, agent.tenant)
     assert api.get(f"/api/v1/grounding-documents/{document.pk}").json() == body
     listed = api.get("/api/v1/grounding-documents", {"agent": str(agent.pk)}).json()["results"]
@@ -839,7 +839,7 @@ def test_a_grounding_document_round_trips(api: APIClient, agent: Agent, intent: 
     assert document.text == "Up to 1,200 EUR."
 
     assert api.delete(f"/api/v1/grounding-documents/{document.pk}").status_code == 204
-    assert not GroundingDocument.objects.filter(pk=document.pk).exists()
+    assert not GroundingDocument.across_tenants.filter(pk=document.pk).exists()
 
 
 @pytest.mark.parametrize(
@@ -953,7 +953,7 @@ def test_the_instructions_preview_defaults_to_the_latest_intent_or_a_stand_in(
     stand_in = api.get(url, {"statement": "Sell ten days."}).json()
     assert stand_in["intent"] is None
     assert "Current intent: Sell ten days." in stand_in["system_message"]
-    assert not Intent.objects.exists()  # the preview writes nothing
+    assert not Intent.across_tenants.exists()  # the preview writes nothing
 
     latest = Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Hire a CFO.")
     assert api.get(url).json()["intent"] == str(latest.pk)
@@ -1043,7 +1043,7 @@ def test_an_admin_key_alone_configures(
     response = client.patch(f"/api/v1/agents/{rows['agents']}", {"max_steps": 3}, format="json")
 
     assert response.status_code == 200
-    assert Agent.objects.get(pk=rows["agents"]).max_steps == 3
+    assert Agent.across_tenants.get(pk=rows["agents"]).max_steps == 3
 
 
 def test_secrets_never_appear_in_a_response(
@@ -1197,4 +1197,4 @@ def test_a_post_with_an_idempotency_key_is_answered_once(api: APIClient, agent: 
     assert again.json() == first.json()
     assert again.headers["Idempotent-Replayed"] == "true"
     assert "Idempotent-Replayed" not in first.headers
-    assert Intent.objects.filter(agent=agent).count() == 1
+    assert Intent.across_tenants.filter(agent=agent).count() == 1

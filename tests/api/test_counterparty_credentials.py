@@ -53,7 +53,7 @@ def test_a_credential_is_changed_and_deleted(api: APIClient, agent: Agent) -> No
     assert changed.status_code == 200, changed.content
     assert credential_headers(agent=agent, url=PEER) == {"Authorization": "Bearer t0ken"}
     assert api.delete(f"{URL}/{created['id']}").status_code == 204
-    assert not CounterpartyCredential.objects.exists()
+    assert not CounterpartyCredential.across_tenants.exists()
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_a_credential_that_cannot_be_sent_is_refused_at_its_field(
 
     assert refused.status_code == 400, refused.content
     assert said in " ".join(refused.json()["error"]["fields"][field])
-    assert not CounterpartyCredential.objects.exists()
+    assert not CounterpartyCredential.across_tenants.exists()
 
 
 def test_another_tenants_credential_and_agent_are_not_this_tenants(
@@ -90,4 +90,4 @@ def test_another_tenants_credential_and_agent_are_not_this_tenants(
     refused = api.post(URL, body(seller), format="json")
     assert refused.status_code == 400
     assert "This tenant has no agent" in refused.json()["error"]["fields"]["agent"][0]
-    assert CounterpartyCredential.objects.get().secret == "abc123.s3cret-value"
+    assert CounterpartyCredential.across_tenants.get().secret == "abc123.s3cret-value"

@@ -109,7 +109,7 @@ def test_a_put_replaces_the_whole_profile(api: APIClient, agent: Agent, issuer: 
     )
 
     assert put.status_code == 200, put.content
-    profile = ExchangeProfile.objects.get(agent=agent)
+    profile = ExchangeProfile.across_tenants.get(agent=agent)
     assert (profile.mode, profile.issuer, profile.audience, profile.scope) == (
         "optional",
         "https://other.example",
@@ -148,7 +148,7 @@ def test_a_profile_that_cannot_work_is_refused_at_its_field(
     fields = fields_of(api.put(profile_path(agent), given, format="json"))
 
     assert list(fields) == [field]
-    assert not ExchangeProfile.objects.exists()
+    assert not ExchangeProfile.across_tenants.exists()
 
 
 def test_a_profile_is_deleted(api: APIClient, agent: Agent, issuer: Issuer) -> None:
@@ -156,7 +156,7 @@ def test_a_profile_is_deleted(api: APIClient, agent: Agent, issuer: Issuer) -> N
 
     assert api.delete(profile_path(agent)).status_code == 204
 
-    assert not ExchangeProfile.objects.exists()
+    assert not ExchangeProfile.across_tenants.exists()
     missing = api.get(profile_path(agent))
     assert missing.status_code == 404
     assert "no Agent Exchange profile" in missing.json()["error"]["message"]
@@ -177,7 +177,7 @@ def test_changing_a_profile_needs_the_admin_scope(
 
     assert put.status_code == 403
     assert "'admin'" in put.json()["error"]["message"]
-    assert not ExchangeProfile.objects.exists()
+    assert not ExchangeProfile.across_tenants.exists()
 
 
 # --- Sending ----------------------------------------------------------------------------------------
@@ -199,7 +199,7 @@ def test_a_request_is_taken_and_never_shown_again(
         "",
         None,
     )
-    row = OutboundExchange.objects.get()
+    row = OutboundExchange.across_tenants.get()
     assert row.request == request_  # kept for the worker, until it is sent
     listed = api.get(exchanges_path(agent))
     one = api.get(f"{exchanges_path(agent)}/{row.pk}")
@@ -218,7 +218,7 @@ def test_prepared_by_host_is_recorded(api: APIClient, agent: Agent, request_: di
 
     assert posted.status_code == 202, posted.content
     assert posted.json()["prepared_by_host"] is True
-    assert OutboundExchange.objects.get().prepared_by_host is True
+    assert OutboundExchange.across_tenants.get().prepared_by_host is True
 
 
 @pytest.mark.parametrize(
@@ -246,7 +246,7 @@ def test_what_is_not_valid_is_refused_naming_the_field(
 
     assert list(fields) == [field]
     assert any(says in message for message in fields[field]), fields
-    assert not OutboundExchange.objects.exists()
+    assert not OutboundExchange.across_tenants.exists()
 
 
 @pytest.mark.parametrize(
@@ -269,7 +269,7 @@ def test_a_recipient_on_a_private_address_is_refused_at_url_and_nothing_is_queue
     )
 
     assert fields == {"url": [f"The host '{host}' {PRIVATE}."]}
-    assert not OutboundExchange.objects.exists()
+    assert not OutboundExchange.across_tenants.exists()
 
 
 def test_an_exchange_id_sent_before_is_refused_at_request(
@@ -281,7 +281,7 @@ def test_an_exchange_id_sent_before_is_refused_at_request(
 
     assert list(fields) == ["request"]
     assert fields["request"][0].startswith("request.exchangeId: this agent already sent an exchange")
-    assert OutboundExchange.objects.count() == 1
+    assert OutboundExchange.across_tenants.count() == 1
 
 
 def test_a_retry_with_the_same_idempotency_key_sends_nothing_more(
@@ -295,7 +295,7 @@ def test_a_retry_with_the_same_idempotency_key_sends_nothing_more(
     assert again.status_code == 202
     assert again.json() == first.json()
     assert again.headers["Idempotent-Replayed"] == "true"
-    assert OutboundExchange.objects.count() == 1
+    assert OutboundExchange.across_tenants.count() == 1
 
 
 def test_sending_needs_the_write_scope(
@@ -310,7 +310,7 @@ def test_sending_needs_the_write_scope(
     posted = reader.post(exchanges_path(agent), {"url": URL, "request": request_}, format="json")
 
     assert posted.status_code == 403
-    assert not OutboundExchange.objects.exists()
+    assert not OutboundExchange.across_tenants.exists()
 
 
 def test_lists_are_per_agent_newest_first_and_filtered(
@@ -322,7 +322,7 @@ def test_lists_are_per_agent_newest_first_and_filtered(
         for _ in range(3)
     ]
     outbound.exchange_send_start(agent=colleague, url=URL, request=request_for(URL, issuer.token(URL)))
-    OutboundExchange.objects.filter(pk=sent[0].pk).update(status=OutboundExchange.Status.FAILED)
+    OutboundExchange.across_tenants.filter(pk=sent[0].pk).update(status=OutboundExchange.Status.FAILED)
 
     listed = api.get(exchanges_path(agent), {"page_size": 2})
     failed = api.get(exchanges_path(agent), {"status": "failed"})
@@ -341,8 +341,8 @@ def test_lists_are_per_agent_newest_first_and_filtered(
 
 def state() -> list[Any]:
     return [
-        sorted(ExchangeProfile.objects.values_list("pk", "agent_id", "issuer", "updated_at")),
-        sorted(OutboundExchange.objects.values_list("pk", "agent_id", "status", "updated_at")),
+        sorted(ExchangeProfile.across_tenants.values_list("pk", "agent_id", "issuer", "updated_at")),
+        sorted(OutboundExchange.across_tenants.values_list("pk", "agent_id", "status", "updated_at")),
     ]
 
 

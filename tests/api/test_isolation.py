@@ -187,7 +187,7 @@ def snapshot() -> dict[str, set[tuple[Any, ...]]]:
     rows: dict[str, set[tuple[Any, ...]]] = {}
     for model in apps.get_models():
         if issubclass(model, TenantOwnedModel) and model._meta.label != "api.IdempotencyKey":
-            rows[model._meta.label] = set(model.objects.values_list("tenant_id", "pk", "updated_at"))
+            rows[model._meta.label] = set(model.across_tenants.values_list("tenant_id", "pk", "updated_at"))
     return rows
 
 

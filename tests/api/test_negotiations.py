@@ -59,7 +59,7 @@ def error(response: Any, status: int) -> dict[str, Any]:
 
 
 def test_a_negotiation_reads_with_every_turn_and_its_settlement(api: APIClient, deal: Negotiation) -> None:
-    counter, confirmation = Turn.objects.filter(negotiation=deal, seq__in=(2, 4)).order_by("seq")
+    counter, confirmation = Turn.across_tenants.filter(negotiation=deal, seq__in=(2, 4)).order_by("seq")
 
     body = ok(api.get(f"/api/v1/negotiations/{deal.pk}"))
 
@@ -106,10 +106,10 @@ def test_a_negotiation_and_its_turns_say_what_deciding_our_moves_cost(
     agent.term_guards = FLOOR
     agent.save()
     on_chat_model(agent, chat)
-    ModelEndpoint.objects.filter(name="house-model").update(currency="EUR")
+    ModelEndpoint.across_tenants.filter(name="house-model").update(currency="EUR")
     chat.responder = NegotiatingPolicy()
     inbound(agent, {"action": "propose", "message": "€800?", "terms": {"amount": 800, "currency": "EUR"}})
-    n = Negotiation.objects.get(agent=agent)
+    n = Negotiation.across_tenants.get(agent=agent)
 
     body = ok(api.get(f"/api/v1/negotiations/{n.pk}"))
     (row,) = ok(api.get("/api/v1/negotiations"))["results"]
@@ -148,7 +148,7 @@ def test_what_a_counterparty_wrote_comes_back_as_the_string_it_was(api: APIClien
     agent.term_guards = FLOOR
     agent.save()
     inbound(agent, {"action": "propose", "message": HOSTILE, "terms": {"amount": 800, "note": HOSTILE}})
-    n = Negotiation.objects.get(agent=agent)
+    n = Negotiation.across_tenants.get(agent=agent)
 
     turn = ok(api.get(f"/api/v1/negotiations/{n.pk}"))["turns"][0]
 
@@ -348,7 +348,7 @@ def test_on_offline_the_prompt_is_not_sent(api: APIClient, deal: Negotiation) ->
 def test_a_prompt_the_negotiator_cannot_build_is_409_naming_why(
     api: APIClient, agent: Agent, intent: Intent
 ) -> None:
-    Intent.objects.filter(pk=intent.pk).update(term_guards=[{"term": "amount", "op": "<", "value": 1}])
+    Intent.across_tenants.filter(pk=intent.pk).update(term_guards=[{"term": "amount", "op": "<", "value": 1}])
     n = outbound(agent, "Idris Haddad", intent=intent)
 
     assert error(api.get(f"/api/v1/negotiations/{n.pk}/prompt"), 409) == {
@@ -385,7 +385,7 @@ ANSWER = "At least €1,000 a day."
 def parked(agent: Agent, intent: Intent) -> Negotiation:
     """Tomas's agent, which knows no limit, was offered €800 a day and asked Tomas (the real service)."""
     inbound(agent, {"action": "propose", "message": "€800?", "terms": {"amount": 800, "currency": "EUR"}})
-    negotiation = Negotiation.objects.get(agent=agent)
+    negotiation = Negotiation.across_tenants.get(agent=agent)
     assert negotiation.status == Negotiation.Status.WAITING
     return negotiation
 

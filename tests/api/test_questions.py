@@ -36,13 +36,13 @@ def asked(agent: Agent, statement: str = "Bring in a fractional CFO.") -> Questi
     agents to negotiate with, and the run waits on that question."""
     run = step(services.run_start(agent=agent, statement=statement, task=TASK))
     assert run.status == Run.Status.NEEDS_INPUT
-    return Question.objects.get(run=run)
+    return Question.across_tenants.get(run=run)
 
 
 def results(run: Run) -> list[tuple[str, str]]:
     """The tool results of ``run``, in order, as (tool call id, content)."""
     return list(
-        Message.objects.filter(run=run, role=Message.Role.TOOL)
+        Message.across_tenants.filter(run=run, role=Message.Role.TOOL)
         .order_by("seq")
         .values_list("tool_call_id", "content")
     )
@@ -76,7 +76,7 @@ def approval(tenant: Tenant, principal: AbstractUser, chat: ChatServer, host: Ho
     chat.script(tool_calls(("c1", "lookup", '{"order": "A-17"}')), text("Done."))
     run = step(services.run_start(agent=agent, statement="Orders.", task="Look up A-17."))
     assert run.status == Run.Status.NEEDS_INPUT
-    return Question.objects.get(run=run)
+    return Question.across_tenants.get(run=run)
 
 
 def error(response: Any, status: int) -> dict[str, Any]:
@@ -362,7 +362,7 @@ def test_another_tenants_question_and_approval_are_404_and_stay_open(
     assert question.is_open
     assert approval.is_open
     assert approval.approved is None
-    assert Run.objects.get(pk=question.run_id).status == Run.Status.NEEDS_INPUT
+    assert Run.across_tenants.get(pk=question.run_id).status == Run.Status.NEEDS_INPUT
 
 
 @pytest.mark.django_db

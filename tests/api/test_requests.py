@@ -90,7 +90,7 @@ def test_after_a_server_error_a_retry_with_the_same_idempotency_key_runs_again(a
     client = unraised(api)
     first = client.post("/api/v1/fails", {}, format="json", HTTP_IDEMPOTENCY_KEY="after-500")
     assert first.status_code == 500
-    assert not IdempotencyKey.objects.filter(key="after-500").exists()
+    assert not IdempotencyKey.across_tenants.filter(key="after-500").exists()
 
     retry = client.post("/api/v1/fails", {}, format="json", HTTP_IDEMPOTENCY_KEY="after-500")
     assert (retry.status_code, retry.json()) == (201, {"call": 2})
@@ -110,8 +110,8 @@ def test_a_body_over_the_upload_limit_is_413_with_the_error_body(api: APIClient,
         )
         assert response.status_code == 413
         assert error_of(response)["code"] == "request_too_large"
-    assert not GroundingDocument.objects.exists()
-    assert not IdempotencyKey.objects.exists()
+    assert not GroundingDocument.across_tenants.exists()
+    assert not IdempotencyKey.across_tenants.exists()
 
 
 def test_a_settlement_that_no_side_ended_matches_the_documented_schema(api: APIClient, agent: Agent) -> None:

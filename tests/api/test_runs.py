@@ -39,8 +39,8 @@ def test_a_run_started_on_a_new_intent_is_read_back_with_its_steps(api: APIClien
 
     assert response.status_code == 201
     body = response.json()
-    run = Run.objects.get(pk=body["id"])
-    intent = Intent.objects.get(pk=body["intent"])
+    run = Run.across_tenants.get(pk=body["id"])
+    intent = Intent.across_tenants.get(pk=body["intent"])
     assert (intent.agent_id, intent.statement) == (agent.pk, "Bring in a fractional CFO.")
     assert (body["agent"], body["status"], body["task"], body["parent"]) == (
         str(agent.pk),
@@ -56,7 +56,7 @@ def test_a_run_started_on_a_new_intent_is_read_back_with_its_steps(api: APIClien
     step(run)  # the worker's first step: the offline model asks its party whom to negotiate with
     body = api.get(f"/api/v1/runs/{run.pk}").json()
 
-    question = Question.objects.get(run=run)
+    question = Question.across_tenants.get(run=run)
     assert (body["status"], body["step_count"], body["end_reason"]) == ("needs_input", 1, "")
     first = body["steps"][1]
     assert (first["number"], first["model_call"]["model"], first["attempts"]) == (1, "offline", [])
@@ -101,7 +101,7 @@ def test_a_run_on_an_existing_intent_keeps_its_limits(api: APIClient, agent: Age
         "max_cost": "1.500000",
         "deadline": deadline.astimezone(timezone.get_current_timezone()).isoformat().replace("+00:00", "Z"),
     }
-    run = Run.objects.get(pk=body["id"])
+    run = Run.across_tenants.get(pk=body["id"])
     assert (run.intent_id, run.max_tokens, run.deadline) == (intent.pk, 5000, deadline)
 
 
@@ -132,7 +132,7 @@ def test_a_start_that_cannot_be_made_is_400_naming_the_field_and_creates_nothing
     body = {"agent": str(agent.pk), "intent": str(intent.pk), "task": TASK, **change}
 
     assert sorted(fields(start(api, **body))) == named
-    assert (Run.objects.count(), Intent.objects.count()) == (0, 1)
+    assert (Run.across_tenants.count(), Intent.across_tenants.count()) == (0, 1)
 
 
 def test_an_intent_of_another_agent_is_400_at_intent(api: APIClient, agent: Agent, tenant: Tenant) -> None:
@@ -142,7 +142,7 @@ def test_an_intent_of_another_agent_is_400_at_intent(api: APIClient, agent: Agen
     response = start(api, agent=str(agent.pk), intent=str(hers.pk), task=TASK)
 
     assert fields(response) == {"intent": ["That intent belongs to another agent."]}
-    assert not Run.objects.exists()
+    assert not Run.across_tenants.exists()
 
 
 def test_another_tenants_agent_or_intent_is_400_at_its_field_never_a_run(
@@ -155,8 +155,8 @@ def test_another_tenants_agent_or_intent_is_400_at_its_field_never_a_run(
 
     assert fields(by_agent) == {"agent": ["This tenant has no agent with this id."]}
     assert fields(by_intent) == {"intent": ["This tenant has no intent with this id."]}
-    assert not Run.objects.exists()
-    assert list(Intent.objects.values_list("statement", flat=True)) == ["Sell."]
+    assert not Run.across_tenants.exists()
+    assert list(Intent.across_tenants.values_list("statement", flat=True)) == ["Sell."]
 
 
 def test_a_busy_thread_is_a_409(api: APIClient, agent: Agent, intent: Intent) -> None:
@@ -169,7 +169,7 @@ def test_a_busy_thread_is_a_409(api: APIClient, agent: Agent, intent: Intent) ->
         "code": "conflict",
         "message": f"Run {first.pk} of this intent is still queued; wait for it or cancel it.",
     }
-    assert Run.objects.count() == 1
+    assert Run.across_tenants.count() == 1
 
 
 def test_a_retried_start_with_the_same_idempotency_key_makes_one_run(
@@ -189,7 +189,7 @@ def test_a_retried_start_with_the_same_idempotency_key_makes_one_run(
     assert "Idempotent-Replayed" not in first.headers
     assert other.status_code == 422
     assert other.json()["error"]["code"] == "idempotency_key_reused"
-    assert [str(pk) for pk in Run.objects.values_list("pk", flat=True)] == [first.json()["id"]]
+    assert [str(pk) for pk in Run.across_tenants.values_list("pk", flat=True)] == [first.json()["id"]]
 
 
 def test_cancel_ends_an_active_run_once(api: APIClient, agent: Agent, intent: Intent) -> None:
@@ -250,7 +250,7 @@ def test_a_read_only_key_reads_runs_but_cannot_start_or_cancel_one(
     assert reader.post(f"/api/v1/runs/{run.pk}/cancel").status_code == 403
     run.refresh_from_db()
     assert run.status == Run.Status.QUEUED
-    assert Run.objects.count() == 1
+    assert Run.across_tenants.count() == 1
 
 
 def test_the_list_is_newest_first_and_filters_by_agent_intent_and_status(

@@ -138,7 +138,7 @@ def real(tenant: Tenant, agent: Agent, intent: Intent, principal: AbstractUser) 
 
     # A run the offline model stepped once: it asks its party a question.
     asking = step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
-    question = Question.objects.get(run=asking)
+    question = Question.across_tenants.get(run=asking)
 
     # An agent with nothing of its own, and an intent no run works on: free to delete, free to run.
     spare_agent = Agent.objects.create(tenant=tenant, slug="spare", name="Spare", principal=principal)
@@ -218,7 +218,7 @@ def real(tenant: Tenant, agent: Agent, intent: Intent, principal: AbstractUser) 
     live.publish_on_commit(
         event="run.finished", tenant_id=tenant.pk, party_id=None, payload={"run": str(asking.pk)}
     )
-    delivery = WebhookDelivery.objects.get(endpoint=hook)
+    delivery = WebhookDelivery.across_tenants.get(endpoint=hook)
     delivery.status, delivery.attempts, delivery.last_attempt_at = (
         WebhookDelivery.Status.FAILED,
         3,

@@ -30,7 +30,7 @@ def create(api: APIClient, **body: Any) -> Any:
 def delivery_of(tenant: Tenant, endpoint: WebhookEndpoint, kind: str = "run.finished") -> WebhookDelivery:
     """A delivery to ``endpoint``, made by publishing ``kind`` for ``tenant`` (it must subscribe)."""
     live.publish_on_commit(event=kind, tenant_id=tenant.pk, party_id=None, payload={"run": "r-1"})
-    return WebhookDelivery.objects.filter(endpoint=endpoint).latest("created_at")
+    return WebhookDelivery.across_tenants.filter(endpoint=endpoint).latest("created_at")
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_create_answers_the_secret_once(api: APIClient, tenant: Tenant) -> None:
 
     assert response.status_code == 201
     body = response.json()
-    stored = WebhookEndpoint.objects.get(tenant=tenant)
+    stored = WebhookEndpoint.across_tenants.get(tenant=tenant)
     assert body == {
         "id": str(stored.pk),
         "url": URL,
@@ -91,7 +91,7 @@ def test_a_bad_field_is_400_naming_it(api: APIClient, body: dict[str, Any], fiel
 
     assert response.status_code == 400
     assert response.json()["error"]["fields"] == {field: [message]}
-    assert not WebhookEndpoint.objects.exists()
+    assert not WebhookEndpoint.across_tenants.exists()
 
 
 def test_a_private_or_plain_http_url_is_refused_in_production_settings(settings: Any, api: APIClient) -> None:
@@ -111,7 +111,7 @@ def test_a_private_or_plain_http_url_is_refused_in_production_settings(settings:
     assert plain.json()["error"]["fields"] == {
         "url": ["Webhooks are not sent to this URL: it must use https."]
     }
-    assert not WebhookEndpoint.objects.exists()
+    assert not WebhookEndpoint.across_tenants.exists()
     assert create(api, url="https://8.8.8.8/hooks").status_code == 201
 
 
@@ -143,7 +143,7 @@ def test_an_endpoint_disabled_for_a_410_shows_why_until_the_host_activates_it(
     api: APIClient, endpoint: WebhookEndpoint
 ) -> None:
     reason = "Answered 410 Gone at 2026-01-01T00:00:00Z (webhook-id msg_1): the receiver wants no more."
-    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(active=False, disabled_reason=reason)
+    WebhookEndpoint.across_tenants.filter(pk=endpoint.pk).update(active=False, disabled_reason=reason)
     at = f"/api/v1/webhook-endpoints/{endpoint.pk}"
 
     shown = api.get(at).json()
@@ -204,8 +204,8 @@ def test_delete_removes_the_endpoint_and_its_deliveries(
     response = api.delete(f"/api/v1/webhook-endpoints/{endpoint.pk}")
 
     assert response.status_code == 204
-    assert not WebhookEndpoint.objects.exists()
-    assert not WebhookDelivery.objects.exists()
+    assert not WebhookEndpoint.across_tenants.exists()
+    assert not WebhookDelivery.across_tenants.exists()
     assert api.get(f"/api/v1/webhook-endpoints/{endpoint.pk}").status_code == 404
 
 
@@ -225,7 +225,7 @@ def test_a_retried_create_with_its_idempotency_key_makes_one_endpoint(api: APICl
     # The replay says the endpoint was made, without showing its secret a second time.
     assert again.json() == {**first.json(), "secret": None}
     assert again.headers["Idempotent-Replayed"] == "true"
-    assert WebhookEndpoint.objects.count() == 1
+    assert WebhookEndpoint.across_tenants.count() == 1
 
 
 # Deliveries.
@@ -262,8 +262,8 @@ def test_deliveries_filter_by_endpoint_status_and_type(
     other = webhooks.webhook_endpoint_create(tenant=tenant, url=URL, events=["run.finished"])
     finished = delivery_of(tenant, endpoint)
     settled = delivery_of(tenant, endpoint, "negotiation.settled")
-    to_other = WebhookDelivery.objects.get(endpoint=other)
-    WebhookDelivery.objects.filter(pk=settled.pk).update(status=WebhookDelivery.Status.FAILED)
+    to_other = WebhookDelivery.across_tenants.get(endpoint=other)
+    WebhookDelivery.across_tenants.filter(pk=settled.pk).update(status=WebhookDelivery.Status.FAILED)
 
     def ids(query: str) -> list[str]:
         response = api.get(f"/api/v1/webhook-deliveries?{query}")
@@ -306,7 +306,9 @@ def test_resend_makes_the_delivery_pending_again_and_sends_it_after_commit(
     django_capture_on_commit_callbacks: Callable[..., Any],
 ) -> None:
     delivery = delivery_of(tenant, endpoint)
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.FAILED, attempts=7)
+    WebhookDelivery.across_tenants.filter(pk=delivery.pk).update(
+        status=WebhookDelivery.Status.FAILED, attempts=7
+    )
 
     with django_capture_on_commit_callbacks() as scheduled:
         response = api.post(f"/api/v1/webhook-deliveries/{delivery.pk}/resend")
@@ -408,7 +410,7 @@ def test_reads_need_read_and_every_write_admin(
             == "This API key lacks the 'admin' scope this operation needs."
         )
         endpoint.refresh_from_db()
-        assert (endpoint.description, WebhookEndpoint.objects.count()) == ("orders", 1)
+        assert (endpoint.description, WebhookEndpoint.across_tenants.count()) == ("orders", 1)
 
 
 def test_the_schema_says_the_secret_is_null_on_a_replay(api: APIClient) -> None:

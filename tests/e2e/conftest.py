@@ -87,7 +87,7 @@ def publish_run_updated(run: Run) -> None:
 
 def wait_finished(run: Run) -> Run:
     def finished() -> Run | None:
-        fresh = Run.objects.get(pk=run.pk)
+        fresh = Run.across_tenants.get(pk=run.pk)
         return fresh if fresh.status not in Run.ACTIVE else None
 
     return off_loop(lambda: wait_until(finished, timeout=120, what="the run to finish"))

@@ -62,14 +62,16 @@ class Scene:
 def wait_question(run: Run) -> Question:
     """The open question ``run`` asks (the offline model asks within seconds)."""
     question: Question = wait_until(
-        lambda: Question.objects.filter(run=run, answered_at=None).first(), timeout=60, what="the question"
+        lambda: Question.across_tenants.filter(run=run, answered_at=None).first(),
+        timeout=60,
+        what="the question",
     )
     return question
 
 
 def wait_ended(run: Run) -> Run:
     def ended() -> Run | None:
-        fresh = Run.objects.get(pk=run.pk)
+        fresh = Run.across_tenants.get(pk=run.pk)
         return fresh if fresh.status not in Run.ACTIVE else None
 
     finished: Run = wait_until(ended, timeout=120, what="the run to finish")
@@ -88,7 +90,7 @@ def dashboard_scene() -> Scene:
     question_answer(question=wait_question(settled_run), answer=DEMO_ANSWER, user=tomas)
     settled_run = wait_ended(settled_run)
     assert settled_run.status == Run.Status.DONE, settled_run.end_reason
-    agreed = Negotiation.objects.get(
+    agreed = Negotiation.across_tenants.get(
         agent=world.tomas_agent, intent=world.intent, settlement__outcome=Settlement.Outcome.AGREED
     )
 
@@ -149,7 +151,7 @@ def dashboard_scene() -> Scene:
     return Scene(
         world=world,
         settled_run=settled_run,
-        waiting_run=Run.objects.get(pk=waiting_run.pk),
+        waiting_run=Run.across_tenants.get(pk=waiting_run.pk),
         question=question,
         agreed=agreed,
         buyer=buyer,

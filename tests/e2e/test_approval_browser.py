@@ -112,7 +112,7 @@ def test_an_approval_arrives_live_and_approving_runs_the_tool_and_leaves_every_t
     expect(other.locator("pre.output")).to_have_text(DONE)
     assert order_desk.placed == [ORDER]
     assert wait_finished(run).status == Run.Status.DONE
-    decided = off_loop(lambda: Question.objects.select_related("answered_by").get(run=run))
+    decided = off_loop(lambda: Question.across_tenants.select_related("answered_by").get(run=run))
     assert (decided.kind, decided.approved, decided.answered_by.get_username()) == ("approval", True, "tomas")
     # The model's second call carried the tool's result.
     assert chat.requests[-1].body["messages"][-1] == {"role": "tool", "tool_call_id": "c1", "content": PLACED}

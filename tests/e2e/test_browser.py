@@ -79,7 +79,7 @@ def test_a_question_arrives_live_and_the_answer_finishes_the_run(
         expect(output).to_contain_text(name)
 
     assert wait_finished(run).status == Run.Status.DONE
-    question = off_loop(lambda: Question.objects.select_related("answered_by").get(run=run))
+    question = off_loop(lambda: Question.across_tenants.select_related("answered_by").get(run=run))
     assert (question.answer, question.answered_by.get_username()) == (ANSWER, "tomas")
 
 

@@ -92,7 +92,7 @@ def test_a_model_that_asks_on_an_outbound_turn_gets_the_partys_answer_from_the_i
     expect(waiting.locator("blockquote.said")).to_have_text("I can do 1330 EUR a day.")
     expect(waiting.locator("dl.terms")).to_contain_text("1330")
     assert not_reloaded(page)
-    parked = off_loop(lambda: Negotiation.objects.get(agent=agent))
+    parked = off_loop(lambda: Negotiation.across_tenants.get(agent=agent))
     assert (parked.status, parked.parked_question, parked.turn_count) == (
         Negotiation.Status.WAITING,
         ASKED,
@@ -117,13 +117,13 @@ def test_a_model_that_asks_on_an_outbound_turn_gets_the_partys_answer_from_the_i
     assert ended.status == Run.Status.DONE, ended.end_reason
 
     def recorded() -> tuple[Question, Negotiation, Settlement, Settlement, list[Message]]:
-        negotiation = Negotiation.objects.get(agent=agent)
+        negotiation = Negotiation.across_tenants.get(agent=agent)
         return (
-            Question.objects.select_related("answered_by").get(run=run),
+            Question.across_tenants.select_related("answered_by").get(run=run),
             negotiation,
-            Settlement.objects.get(negotiation=negotiation),
-            Settlement.objects.get(negotiation__agent=seller),
-            list(Message.objects.filter(run=run, role=Message.Role.ASSISTANT).order_by("seq")),
+            Settlement.across_tenants.get(negotiation=negotiation),
+            Settlement.across_tenants.get(negotiation__agent=seller),
+            list(Message.across_tenants.filter(run=run, role=Message.Role.ASSISTANT).order_by("seq")),
         )
 
     asked, negotiation, ours, theirs, said = off_loop(recorded)

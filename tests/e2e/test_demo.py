@@ -30,7 +30,9 @@ def test_fractional_cfo_scenario(live_stack: LiveStack, answer: str) -> None:
     run = run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
 
     question = wait_until(
-        lambda: Question.objects.filter(run=run, answered_at=None).first(), timeout=60, what="the question"
+        lambda: Question.across_tenants.filter(run=run, answered_at=None).first(),
+        timeout=60,
+        what="the question",
     )
     run.refresh_from_db()
     assert run.status == Run.Status.NEEDS_INPUT
@@ -68,7 +70,7 @@ def test_fractional_cfo_scenario(live_stack: LiveStack, answer: str) -> None:
     assert 950 <= agreed.terms["amount"] <= 1100
     assert agreed.terms["currency"] == "EUR"
     # Nothing above Tomas's ceiling was ever offered, nor agreed, in any of the three.
-    ours = Turn.objects.filter(negotiation__agent=world.tomas_agent, side=Turn.Side.OURS)
+    ours = Turn.across_tenants.filter(negotiation__agent=world.tomas_agent, side=Turn.Side.OURS)
     offered = [t.terms["amount"] for t in ours if t.terms] + [
         a for t in ours if not t.terms for a in prose_amounts(t.message)
     ]

@@ -24,7 +24,9 @@ def test_a_question_answered_by_keyboard_alone_with_the_focus_always_visible(
 ) -> None:
     run = off_loop(lambda: run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     off_loop(
-        lambda: wait_until(lambda: Question.objects.filter(run=run).exists(), timeout=60, what="the question")
+        lambda: wait_until(
+            lambda: Question.across_tenants.filter(run=run).exists(), timeout=60, what="the question"
+        )
     )
     page = browser.new_page()
     page.set_default_timeout(WAIT)
@@ -67,7 +69,7 @@ def test_a_question_answered_by_keyboard_alone_with_the_focus_always_visible(
     expect(page.get_by_text(ASK_FOR_COUNTERPARTIES, exact=True)).to_be_hidden()
     finished = wait_finished(run)
     assert (finished.status, finished.output) == (Run.Status.DONE, NO_COUNTERPARTIES)
-    answered = off_loop(lambda: Question.objects.get(run=run))
+    answered = off_loop(lambda: Question.across_tenants.get(run=run))
     assert answered.answer == ANSWER
 
 
@@ -78,7 +80,9 @@ def test_a_live_refresh_leaves_the_focus_where_it_was(
     element's fresh copy: a keyboard user is never sent back to the top of the page."""
     run = off_loop(lambda: run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     off_loop(
-        lambda: wait_until(lambda: Question.objects.filter(run=run).exists(), timeout=60, what="the question")
+        lambda: wait_until(
+            lambda: Question.across_tenants.filter(run=run).exists(), timeout=60, what="the question"
+        )
     )
     page = browser.new_page()
     page.set_default_timeout(WAIT)

@@ -105,7 +105,7 @@ def test_the_card_preview_follows_the_name_and_description_and_is_what_counterpa
 
 
 def stored(agent: Agent) -> Agent:
-    return off_loop(lambda: Agent.objects.get(pk=agent.pk))
+    return off_loop(lambda: Agent.across_tenants.get(pk=agent.pk))
 
 
 def test_term_guards_and_guardrails_are_edited_row_by_row_and_a_bad_pattern_is_shown_at_its_row(

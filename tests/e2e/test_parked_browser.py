@@ -63,7 +63,7 @@ def test_the_party_answers_an_inbound_ask_in_the_inbox_and_the_next_reply_carrie
     expect(item).to_be_hidden()
     expect(page.get_by_text("No open questions.")).to_be_visible()
     assert not_reloaded(page)
-    negotiation = off_loop(lambda: Negotiation.objects.get(agent=agent, task_id=held.id))
+    negotiation = off_loop(lambda: Negotiation.across_tenants.get(agent=agent, task_id=held.id))
     assert (negotiation.status, negotiation.guidance) == (Negotiation.Status.OPEN, [ANSWER])
 
     answered: Task = off_loop(lambda: endpoint.send(user_message(proposal(850), task=held)))

@@ -106,7 +106,8 @@ def test_a_dropped_socket_shows_reconnecting_and_the_page_catches_up_on_return(
     # The question is asked while the page cannot hear of it.
     off_loop(lambda: start_demo_run(world))
     wait_until(
-        lambda: off_loop(Question.objects.filter(run__agent=world.tomas_agent).exists), what="the question"
+        lambda: off_loop(Question.across_tenants.filter(run__agent=world.tomas_agent).exists),
+        what="the question",
     )
     expect(page.get_by_text(QUESTION)).to_be_hidden()
 

@@ -57,7 +57,9 @@ def test_a_viewer_sees_the_question_but_cannot_answer_it_even_by_a_forged_post(
 ) -> None:
     run = off_loop(lambda: run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     question = off_loop(
-        lambda: wait_until(lambda: Question.objects.filter(run=run).first(), timeout=60, what="the question")
+        lambda: wait_until(
+            lambda: Question.across_tenants.filter(run=run).first(), timeout=60, what="the question"
+        )
     )
     page = browser.new_page()
     page.set_default_timeout(WAIT)
@@ -77,9 +79,9 @@ def test_a_viewer_sees_the_question_but_cannot_answer_it_even_by_a_forged_post(
     assert refused["status"] == 403
     # Refused for the role, not for the token: the page says why.
     assert "Only the agent's party, an owner or an operator can answer its questions." in refused["text"]
-    fresh = off_loop(lambda: Question.objects.get(pk=question.pk))
+    fresh = off_loop(lambda: Question.across_tenants.get(pk=question.pk))
     assert (fresh.answered_at, fresh.answer, fresh.answered_by_id) == (None, "", None)
-    assert off_loop(lambda: Run.objects.get(pk=run.pk)).status == Run.Status.NEEDS_INPUT
+    assert off_loop(lambda: Run.across_tenants.get(pk=run.pk)).status == Run.Status.NEEDS_INPUT
     page.reload()
     expect(page.get_by_text(ASK_FOR_COUNTERPARTIES, exact=True)).to_be_visible()
 
@@ -147,5 +149,5 @@ def test_another_tenants_pages_are_not_found_and_show_nothing_of_theirs(
     page.goto(f"{live_stack.url}/t/acme/")
     refused = forge(page, f"/t/acme/agents/{agent.pk}/edit/", {"name": "Hijacked", "slug": "hijacked"})
     assert refused["status"] == 404
-    fresh = off_loop(lambda: Agent.objects.get(pk=agent.pk))
+    fresh = off_loop(lambda: Agent.across_tenants.get(pk=agent.pk))
     assert (fresh.name, fresh.slug, fresh.system_prompt) == ("Idris Haddad", "idris", agent.system_prompt)

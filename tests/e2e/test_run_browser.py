@@ -51,7 +51,7 @@ def test_a_run_started_from_the_agent_page_shows_its_question_and_stream_live(
     live_stack: LiveStack, agent: Agent, intent: Intent, principal: AbstractUser, browser: Browser
 ) -> None:
     # Another run holds the thread and the agent queues behind it, so the page opens before the run moves.
-    off_loop(lambda: Agent.objects.filter(pk=agent.pk).update(on_busy=Agent.OnBusy.QUEUE))
+    off_loop(lambda: Agent.across_tenants.filter(pk=agent.pk).update(on_busy=Agent.OnBusy.QUEUE))
     blocker = off_loop(
         lambda: Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.WAITING)
     )
@@ -73,7 +73,7 @@ def test_a_run_started_from_the_agent_page_shows_its_question_and_stream_live(
     status = page.locator("#main [data-status]")
     expect(status).to_have_text("pending (behind another run of the thread)")
     wait_live(page)
-    run = off_loop(lambda: Run.objects.exclude(pk=blocker.pk).get(intent=intent))
+    run = off_loop(lambda: Run.across_tenants.exclude(pk=blocker.pk).get(intent=intent))
 
     off_loop(lambda: services.run_cancel(run=blocker, user=None))
 
@@ -106,7 +106,7 @@ def test_a_run_started_from_the_agent_page_shows_its_question_and_stream_live(
     expect(stream.locator("pre")).to_have_text("Looking again…")
     expect(stream).to_be_visible()
 
-    question = off_loop(lambda: Question.objects.get(run=run))
+    question = off_loop(lambda: Question.across_tenants.get(run=run))
     off_loop(lambda: services.question_answer(question=question, answer="Nobody yet.", user=principal))
 
     # Once step 2 is stored the page shows it as a message, and the streamed copy goes.

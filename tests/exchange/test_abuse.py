@@ -100,7 +100,7 @@ def test_the_requester_refuses_a_request_addressed_to_another_agent_than_the_one
     [said] = refused.value.message_dict["request"]
     assert said.startswith("request.recipient: names 'https://bank.example/a2a/bank/payments'")
     assert elsewhere.preparations == []
-    assert not OutboundExchange.objects.exists()
+    assert not OutboundExchange.across_tenants.exists()
 
 
 @local
@@ -190,7 +190,7 @@ def test_the_api_does_not_echo_protected_values_in_its_errors_nor_keep_them(
 
     assert answer.status_code == 400
     assert SECRET not in answer.content.decode()
-    assert SECRET not in json.dumps([row.response for row in IdempotencyKey.objects.all()])
+    assert SECRET not in json.dumps([row.response for row in IdempotencyKey.across_tenants.all()])
 
 
 # --- The recipient: preparation ----------------------------------------------------------------------
@@ -210,7 +210,7 @@ def test_preparation_of_a_far_future_expires_at_is_a_clear_400(
     assert response.status_code == 400, response.text
     assert "request.expiresAt" in response.json()["error"]["message"]
     assert response.headers["cache-control"] == "no-store"
-    assert not PreparedExchange.objects.exists()
+    assert not PreparedExchange.across_tenants.exists()
 
 
 @live
@@ -227,7 +227,7 @@ def test_preparation_refuses_a_request_that_can_never_run(
 
     assert response.status_code == 400, response.text
     assert "request.instruction" in response.json()["error"]["message"]
-    assert not PreparedExchange.objects.exists()
+    assert not PreparedExchange.across_tenants.exists()
 
 
 @live
@@ -255,7 +255,7 @@ def test_a_request_the_host_name_card_describes_is_taken_with_a_token_for_that_u
 ) -> None:
     """On its host name the agent's card names ``http://<host>/`` as its A2A URL, and the request
     names it as ``recipient``: a token for that URL is one for this agent (docs/agent-exchange.md)."""
-    Agent.objects.filter(pk=recipient.agent.pk).update(host_name="helpdesk.globex.example")
+    Agent.across_tenants.filter(pk=recipient.agent.pk).update(host_name="helpdesk.globex.example")
     origin = recipient.url.split("/a2a/")[0]
     host = {"Host": "helpdesk.globex.example"}
 
@@ -302,7 +302,7 @@ def test_a_jwt_that_is_not_typed_as_an_access_token_is_refused_as_the_delegation
     response = prepare(recipient, {"request": request_for(recipient.url, token)}, key=key)
 
     assert response.status_code == 401, response.text
-    assert not PreparedExchange.objects.exists()
+    assert not PreparedExchange.across_tenants.exists()
 
 
 # --- The recipient: execution ------------------------------------------------------------------------
@@ -317,12 +317,12 @@ def test_an_expired_request_is_dropped_once_refused(
     """A request refused for good (expired) is deleted with its delegation token and mailbox
     password, as one that ran is."""
     _, reference = prepared(recipient, issuer, key)
-    PreparedExchange.objects.update(expires_at="2000-01-01T00:00:00Z")
+    PreparedExchange.across_tenants.update(expires_at="2000-01-01T00:00:00Z")
 
     answer = send_reference(recipient, reference, caller_key=key)
 
     assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_REJECTED"
-    assert PreparedExchange.objects.get().request is None
+    assert PreparedExchange.across_tenants.get().request is None
 
 
 @live
@@ -340,7 +340,7 @@ def test_a_mandate_with_more_uses_than_json_can_count_is_refused_at_preparation(
 
     assert response.status_code == 401
     assert "maxUses is not an integer from 1 to 9007199254740991" in response.json()["error"]["message"]
-    assert not PreparedExchange.objects.exists()
+    assert not PreparedExchange.across_tenants.exists()
 
 
 @live
@@ -362,7 +362,7 @@ def test_an_exchange_does_not_run_past_the_tenants_model_budget(
 
     send_reference(recipient, reference, caller_key=key)
 
-    assert Run.objects.filter(agent=agent).count() == 1
+    assert Run.across_tenants.filter(agent=agent).count() == 1
 
 
 @live
@@ -383,5 +383,5 @@ def test_an_exchange_message_cannot_take_over_an_open_negotiation_task(
 
     send_reference(recipient, reference, caller_key=key, task_id=opened["id"])
 
-    assert A2ATask.objects.get(task_id=opened["id"]).state == "TASK_STATE_INPUT_REQUIRED"
-    assert not Run.objects.filter(agent=recipient.agent).exists()
+    assert A2ATask.across_tenants.get(task_id=opened["id"]).state == "TASK_STATE_INPUT_REQUIRED"
+    assert not Run.across_tenants.filter(agent=recipient.agent).exists()

@@ -38,7 +38,7 @@ def assert_failed(exchange: OutboundExchange, *causes: str) -> None:
     assert exchange.finished_at is not None
     for cause in causes:
         assert cause in exchange.error, exchange.error
-    [event] = Event.objects.filter(kind="exchange.failed")
+    [event] = Event.across_tenants.filter(kind="exchange.failed")
     assert event.payload == {
         "exchange": str(exchange.pk),
         "agent": str(exchange.agent_id),
@@ -90,7 +90,7 @@ def test_the_request_is_prepared_then_only_its_reference_goes_over_a2a(
     assert isinstance(exchange.receipt["completedAt"], int)  # not the double protobuf made of it
     assert exchange.request is None
     assert exchange.error == ""
-    [event] = Event.objects.filter(kind="exchange.completed")
+    [event] = Event.across_tenants.filter(kind="exchange.completed")
     assert event.payload["status"] == "completed"
     assert "request" not in event.payload
 
@@ -241,7 +241,7 @@ def test_a_recipient_whose_host_resolves_to_a_private_address_is_not_called(
 
     outbound.exchange_send(exchange_id=queued.pk, tenant_id=queued.tenant_id)
 
-    exchange = OutboundExchange.objects.get(pk=queued.pk)
+    exchange = OutboundExchange.across_tenants.get(pk=queued.pk)
     assert_failed(exchange)
     assert exchange.error == f"{url} was not called: the host 'localhost' {PRIVATE}"
     assert recipient.received == []
@@ -392,7 +392,8 @@ def test_the_error_never_quotes_the_request(send: Send, recipient_for: Recipient
 
     assert_failed(exchange, "refused the preparation (HTTP 400).")
     stored = json.dumps(
-        list(OutboundExchange.objects.values()) + list(Event.objects.values("payload")), default=str
+        list(OutboundExchange.across_tenants.values()) + list(Event.across_tenants.values("payload")),
+        default=str,
     )
     for secret in (request["delegation"]["accessToken"], "hunter2-secret", request["instruction"]):
         assert secret not in stored

@@ -32,7 +32,7 @@ def test_a_request_is_queued_with_its_reference_and_sent_after_the_commit(
     with django_capture_on_commit_callbacks() as callbacks:
         exchange = outbound.exchange_send_start(agent=agent, url=URL, request=request_)
 
-    row = OutboundExchange.objects.get()
+    row = OutboundExchange.across_tenants.get()
     assert row.pk == exchange.pk
     assert (row.tenant_id, row.agent_id, row.url) == (agent.tenant_id, agent.pk, URL)
     assert (row.exchange_id, row.reference) == (request_["exchangeId"], wire.reference_of(request_))
@@ -61,7 +61,7 @@ def test_what_is_not_valid_is_refused_at_its_field_and_nothing_is_written(
     if "request" in errors:
         [message] = refused.value.message_dict["request"]
         assert message.startswith("request")
-    assert not OutboundExchange.objects.exists()
+    assert not OutboundExchange.across_tenants.exists()
 
 
 def test_a_number_storage_would_not_give_back_exactly_is_refused(
@@ -84,7 +84,7 @@ def test_a_request_is_kept_exactly_until_it_is_sent(agent: Agent, request_: dict
     request_["protected"] = {"limits": [9007199254740991, 1e15, 0.1, 1e-7, -2.5]}
     exchange = outbound.exchange_send_start(agent=agent, url=URL, request=request_)
 
-    stored = OutboundExchange.objects.get(pk=exchange.pk).request
+    stored = OutboundExchange.across_tenants.get(pk=exchange.pk).request
 
     assert stored == request_
     assert wire.reference_of(stored) == exchange.reference
@@ -110,10 +110,10 @@ def test_an_exchange_id_is_sent_once_per_agent(
     assert message.startswith(
         f"request.exchangeId: this agent already sent an exchange {request_['exchangeId']!r}"
     )
-    assert OutboundExchange.objects.count() == 1
+    assert OutboundExchange.across_tenants.count() == 1
     # Another agent has exchange ids of its own.
     outbound.exchange_send_start(agent=seller, url=URL, request=request_)
-    assert OutboundExchange.objects.count() == 2
+    assert OutboundExchange.across_tenants.count() == 2
 
 
 def test_sending_an_exchange_that_is_no_longer_queued_does_nothing(
@@ -121,14 +121,16 @@ def test_sending_an_exchange_that_is_no_longer_queued_does_nothing(
 ) -> None:
     url = f"{sink.origin}/agent"
     exchange = outbound.exchange_send_start(agent=agent, url=url, request=request_for(url, issuer.token(url)))
-    OutboundExchange.objects.filter(pk=exchange.pk).update(status=OutboundExchange.Status.FAILED, error="x")
+    OutboundExchange.across_tenants.filter(pk=exchange.pk).update(
+        status=OutboundExchange.Status.FAILED, error="x"
+    )
 
     outbound.exchange_send(exchange_id=exchange.pk, tenant_id=exchange.tenant_id)
 
     assert sink.received == []
-    row = OutboundExchange.objects.get()
+    row = OutboundExchange.across_tenants.get()
     assert (row.status, row.error, row.finished_at) == ("failed", "x", None)
-    assert not Event.objects.exists()
+    assert not Event.across_tenants.exists()
 
 
 def test_another_tenants_exchange_or_none_is_not_sent(agent: Agent, issuer: Issuer, sink: Sink) -> None:
@@ -139,7 +141,7 @@ def test_another_tenants_exchange_or_none_is_not_sent(agent: Agent, issuer: Issu
     outbound.exchange_send(exchange_id=exchange.pk + 1, tenant_id=exchange.tenant_id)
 
     assert sink.received == []
-    assert OutboundExchange.objects.get().status == OutboundExchange.Status.QUEUED
+    assert OutboundExchange.across_tenants.get().status == OutboundExchange.Status.QUEUED
 
 
 def test_an_unreachable_recipient_fails_the_exchange_and_lets_the_request_go(
@@ -150,7 +152,7 @@ def test_an_unreachable_recipient_fails_the_exchange_and_lets_the_request_go(
 
     outbound.exchange_send(exchange_id=exchange.pk, tenant_id=exchange.tenant_id)
 
-    row = OutboundExchange.objects.get()
+    row = OutboundExchange.across_tenants.get()
     assert (row.status, row.request, row.receipt) == ("failed", None, None)
     assert row.error.startswith(f"{url}: its agent card could not be read (ConnectError)")
-    assert Event.objects.get().kind == "exchange.failed"
+    assert Event.across_tenants.get().kind == "exchange.failed"

@@ -141,7 +141,7 @@ def test_preparation_stores_the_request_and_answers_the_reference_the_requester_
     assert response.headers["content-type"] == wire.PREPARATION_MEDIA_TYPE
     assert response.headers["cache-control"] == "no-store"
     assert response.json() == {"reference": wire.reference_of(request)}
-    row = PreparedExchange.objects.get()
+    row = PreparedExchange.across_tenants.get()
     assert (row.exchange_id, row.request, row.caller) == (
         request["exchangeId"],
         request,
@@ -181,7 +181,7 @@ def test_preparation_refuses_a_request_the_profile_does_not_allow(
     assert response.status_code == status, response.text
     assert said in response.json()["error"]["message"]
     assert response.headers["cache-control"] == "no-store"
-    assert not PreparedExchange.objects.exists()
+    assert not PreparedExchange.across_tenants.exists()
 
 
 @pytest.mark.parametrize(
@@ -204,7 +204,7 @@ def test_preparation_refuses_a_delegation_token_that_does_not_hold(
     assert said in response.json()["error"]["message"]
     assert "accessToken" not in response.text
     assert request["delegation"]["accessToken"] not in response.text
-    assert not PreparedExchange.objects.exists()
+    assert not PreparedExchange.across_tenants.exists()
 
 
 def test_a_token_signed_by_a_key_outside_the_configured_set_is_refused(recipient: Endpoint, key: str) -> None:
@@ -232,7 +232,7 @@ def test_preparation_refuses_a_replay_an_anonymous_caller_another_media_type_and
     assert plain.status_code == 415
     without = endpoint_of(LiveStack(url=recipient.url.split("/a2a/")[0], env={}), agent)
     assert prepare(without, {"request": request}, key=None).status_code == 404
-    assert PreparedExchange.objects.count() == 1
+    assert PreparedExchange.across_tenants.count() == 1
 
 
 # --- The A2A message --------------------------------------------------------------------------------
@@ -252,13 +252,13 @@ def test_a_prepared_request_runs_and_only_its_reference_is_in_the_task_history(
     assert receipt["exchangeId"] == request["exchangeId"]
     assert receipt["modelObservedSecret"] is False
     assert "usesRemaining" not in receipt
-    run_ = Run.objects.get(agent=recipient.agent)
+    run_ = Run.across_tenants.get(agent=recipient.agent)
     assert (run_.task, run_.intent.statement) == (request["instruction"], request["purpose"])
-    row = PreparedExchange.objects.get()
+    row = PreparedExchange.across_tenants.get()
     assert row.request is None
     assert row.run == run_
     assert row.receipt == receipt
-    stored = json.dumps(A2ATask.objects.get(task_id=task.id).data)
+    stored = json.dumps(A2ATask.across_tenants.get(task_id=task.id).data)
     assert reference in stored
     for secret in (request["delegation"]["accessToken"], "hunter2-secret", request["instruction"]):
         assert secret not in stored
@@ -272,7 +272,7 @@ def test_a_repeated_message_gets_the_same_receipt_and_runs_nothing_more(
     second = send(recipient, exchange_message(reference), key=key)
     assert second.status.state == TaskState.TASK_STATE_COMPLETED
     assert MessageToDict(first.artifacts[0]) == MessageToDict(second.artifacts[0])
-    assert Run.objects.filter(agent=recipient.agent).count() == 1
+    assert Run.across_tenants.filter(agent=recipient.agent).count() == 1
 
 
 def test_the_0_3_wire_carries_the_reference_without_media_types(
@@ -311,8 +311,8 @@ def test_a_message_that_does_not_activate_the_extension_gets_extension_support_r
     ).json()
     assert answer["error"]["code"] == -32008
     assert wire.EXTENSION_URI in answer["error"]["message"]
-    assert not Run.objects.exists()
-    assert PreparedExchange.objects.get().request is not None
+    assert not Run.across_tenants.exists()
+    assert PreparedExchange.across_tenants.get().request is not None
 
 
 def test_a_dedicated_agent_requires_the_extension_of_every_message(
@@ -333,7 +333,7 @@ def test_a_dedicated_agent_requires_the_extension_of_every_message(
     activated.parts.append(new_data_part(move))
     with pytest.raises(InvalidParamsError, match=re.escape("reference: 'reference' is a required property")):
         send(recipient, activated, key=key)
-    assert not A2ATask.objects.exists()
+    assert not A2ATask.across_tenants.exists()
 
 
 def test_another_callers_reference_is_unknown(recipient: Endpoint, issuer: Issuer, key: str) -> None:
@@ -345,18 +345,18 @@ def test_another_callers_reference_is_unknown(recipient: Endpoint, issuer: Issue
     anonymous = send(recipient, exchange_message(reference), key=None)
     assert anonymous.status.state == TaskState.TASK_STATE_REJECTED
     assert anonymous.status.message.parts[0].text == services.UNAUTHENTICATED
-    assert not Run.objects.exists()
+    assert not Run.across_tenants.exists()
 
 
 def test_an_expired_request_is_rejected_and_runs_nothing(
     recipient: Endpoint, issuer: Issuer, key: str
 ) -> None:
     _, reference = prepared(recipient, issuer, key)
-    PreparedExchange.objects.update(expires_at="2000-01-01T00:00:00Z")
+    PreparedExchange.across_tenants.update(expires_at="2000-01-01T00:00:00Z")
     task = send(recipient, exchange_message(reference), key=key)
     assert task.status.state == TaskState.TASK_STATE_REJECTED
     assert task.status.message.parts[0].text == "The request has expired."
-    assert not Run.objects.exists()
+    assert not Run.across_tenants.exists()
 
 
 # --- Standing mandates ------------------------------------------------------------------------------
@@ -370,13 +370,13 @@ def test_a_standing_mandate_is_verified_and_each_use_counted_until_spent(
     task = send(recipient, exchange_message(reference), key=key)
     receipt = _integers(MessageToDict(task.artifacts[0].parts[0])["data"])
     assert receipt["usesRemaining"] == 0
-    assert receipt["mandateId"] == MandateUse.objects.get().mandate_id
+    assert receipt["mandateId"] == MandateUse.across_tenants.get().mandate_id
     _, spent = prepared(recipient, issuer, key, mandate=mandate)
     refused = send(recipient, exchange_message(spent), key=key)
     assert refused.status.state == TaskState.TASK_STATE_REJECTED
     assert refused.status.message.parts[0].text == "The mandate's 1 uses are spent."
-    assert MandateUse.objects.get().uses == 1
-    assert Run.objects.count() == 1
+    assert MandateUse.across_tenants.get().uses == 1
+    assert Run.across_tenants.count() == 1
 
 
 def test_a_mandate_granted_by_someone_else_or_for_another_agent_is_refused(
@@ -391,7 +391,7 @@ def test_a_mandate_granted_by_someone_else_or_for_another_agent_is_refused(
         response = prepare(recipient, {"request": request}, key=key)
         assert response.status_code == 401
         assert said in response.json()["error"]["message"]
-    assert not PreparedExchange.objects.exists()
+    assert not PreparedExchange.across_tenants.exists()
 
 
 def _integers(receipt: dict[str, Any]) -> dict[str, Any]:
@@ -402,27 +402,27 @@ def _integers(receipt: dict[str, Any]) -> dict[str, Any]:
 def test_preparations_count_against_the_callers_rate_with_its_messages(
     recipient: Endpoint, issuer: Issuer, key: str
 ) -> None:
-    Agent.objects.filter(pk=recipient.agent.pk).update(rate_limit=1)
+    Agent.across_tenants.filter(pk=recipient.agent.pk).update(rate_limit=1)
     prepared(recipient, issuer, key)
     second = prepare(recipient, {"request": request_for(recipient.url, issuer.token(recipient.url))}, key=key)
     assert second.status_code == 429
     assert int(second.headers["retry-after"]) >= 1
     assert "Too many messages" in second.json()["error"]["message"]
-    assert PreparedExchange.objects.count() == 1
+    assert PreparedExchange.across_tenants.count() == 1
 
 
 def test_a_request_that_expires_unrun_is_deleted_and_refused_from_then_on(
     recipient: Endpoint, issuer: Issuer, key: str
 ) -> None:
     _, reference = prepared(recipient, issuer, key)
-    PreparedExchange.objects.update(expires_at="2000-01-01T00:00:00Z")
+    PreparedExchange.across_tenants.update(expires_at="2000-01-01T00:00:00Z")
 
     assert services.prepared_expire() == 1
 
-    row = PreparedExchange.objects.get()
+    row = PreparedExchange.across_tenants.get()
     assert (row.request, row.refusal) == (None, services.EXPIRED)
     task = send(recipient, exchange_message(reference), key=key)
     assert task.status.state == TaskState.TASK_STATE_REJECTED
     assert task.status.message.parts[0].text == services.EXPIRED
     assert services.prepared_expire() == 0
-    assert not Run.objects.exists()
+    assert not Run.across_tenants.exists()

@@ -150,18 +150,18 @@ def test_a_request_goes_from_one_parley_agent_to_another_and_only_its_reference_
         assert proxy.methods == ["message/send"]  # the 0.3 method: the client spoke 0.3
 
     # The requester keeps the reference and the receipt, not the request.
-    ours = OutboundExchange.objects.get(pk=queued["id"])
+    ours = OutboundExchange.across_tenants.get(pk=queued["id"])
     assert ours.request is None
     assert ours.receipt == receipt
     # The recipient ran the instruction, and then let the request go too.
-    prepared = PreparedExchange.objects.get(agent=helpdesk)
+    prepared = PreparedExchange.across_tenants.get(agent=helpdesk)
     assert (prepared.reference, prepared.request, prepared.receipt) == (queued["reference"], None, receipt)
     assert prepared.run is not None
-    run = Run.objects.get(pk=prepared.run.pk)
+    run = Run.across_tenants.get(pk=prepared.run.pk)
     assert (run.agent_id, run.task) == (helpdesk.pk, sent["instruction"])
     assert run.intent.statement == sent["purpose"]
     # Its A2A task history holds the reference, and nothing of the request.
-    [task] = A2ATask.objects.filter(agent=helpdesk)
+    [task] = A2ATask.across_tenants.filter(agent=helpdesk)
     history = json.dumps(task.data)
     assert queued["reference"] in history
     for secret in (token, "hunter2-secret", "tomas@example.com", sent["instruction"], sent["purpose"]):

@@ -27,7 +27,7 @@ def exchange(agent: Agent, name: str, *, age: timedelta, **fields: Any) -> Outbo
         reference="sha256:" + "A" * 43,
         **fields,
     )
-    OutboundExchange.objects.filter(pk=row.pk).update(updated_at=timezone.now() - age)
+    OutboundExchange.across_tenants.filter(pk=row.pk).update(updated_at=timezone.now() - age)
     return row
 
 

@@ -30,11 +30,13 @@ def seller_url(live_stack: LiveStack, seller: Agent) -> str:
 def negotiate(buyer: Agent, intent: Intent, url: str) -> tuple[Run, Negotiation]:
     """Give ``buyer`` a task naming ``url`` and wait for its run to end; returns it and the negotiation."""
     run = run_start(agent=buyer, intent=intent, task=f"Find me a fractional CFO. Talk to {url}")
-    wait_until(lambda: Run.objects.get(pk=run.pk).status not in Run.ACTIVE, timeout=60, what="the run to end")
+    wait_until(
+        lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, timeout=60, what="the run to end"
+    )
     run.refresh_from_db()
-    return run, Negotiation.objects.get(agent=buyer)
+    return run, Negotiation.across_tenants.get(agent=buyer)
 
 
 def counts() -> dict[str, int]:
     """Rows in every table an inbound message may write."""
-    return {m.__name__: m.objects.count() for m in (Negotiation, Turn, Settlement, A2ATask)}
+    return {m.__name__: m.across_tenants.count() for m in (Negotiation, Turn, Settlement, A2ATask)}

@@ -212,7 +212,7 @@ def test_an_outbound_negotiation_that_no_longer_binds_lets_a_first_message_in(
     turn = IndexClient().initiate(seller_url)
 
     assert turn.outcome == "input-required"
-    inbound = Negotiation.objects.get(agent=seller, direction=Negotiation.Direction.INBOUND)
+    inbound = Negotiation.across_tenants.get(agent=seller, direction=Negotiation.Direction.INBOUND)
     assert inbound.intent == seller_intent
 
 
@@ -273,4 +273,6 @@ def test_our_own_client_reports_the_refusal(
     assert negotiation.error == f"{seller_url} refused the move ({refusal}"
     assert not negotiation.turns.exists()
     assert run.status == Run.Status.DONE
-    assert not Negotiation.objects.filter(agent=seller, direction=Negotiation.Direction.INBOUND).exists()
+    assert not Negotiation.across_tenants.filter(
+        agent=seller, direction=Negotiation.Direction.INBOUND
+    ).exists()

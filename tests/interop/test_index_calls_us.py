@@ -57,8 +57,8 @@ def test_an_index_client_negotiates_with_our_endpoint_to_a_deal(seller_url: str,
         )
 
     theirs = settle(task_record_from_json(task), our_role="user", terminal_actions=TERMINAL_ACTIONS)
-    negotiation = Negotiation.objects.get(agent=seller, task_id=task["id"])
-    ours = Settlement.objects.get(negotiation=negotiation)
+    negotiation = Negotiation.across_tenants.get(agent=seller, task_id=task["id"])
+    ours = Settlement.across_tenants.get(negotiation=negotiation)
     assert theirs is not None
     assert (ours.outcome, ours.basis) == ("agreed", "reference")
     assert (theirs.outcome, theirs.basis, theirs.terms) == (ours.outcome, ours.basis, ours.terms)
@@ -139,7 +139,7 @@ def test_while_our_party_is_consulted_the_index_client_reads_the_holding_reply_t
     for turn in (first, again):
         assert (turn.outcome, turn.decision) == ("input-required", None)
         assert turn.task["history"][-1]["parts"] == [{"kind": "text", "text": services.HOLDING_TEXT}]
-    negotiation = Negotiation.objects.get(agent=seller, task_id=first.task["id"])
+    negotiation = Negotiation.across_tenants.get(agent=seller, task_id=first.task["id"])
     assert negotiation.status == Negotiation.Status.WAITING
 
     services.negotiation_guidance_give(negotiation=negotiation, answer="At least €700 a day.", user=None)
@@ -149,7 +149,7 @@ def test_while_our_party_is_consulted_the_index_client_reads_the_holding_reply_t
 
     assert turn.outcome == "completed"
     theirs = settle(task_record_from_json(turn.task), our_role="user", terminal_actions=TERMINAL_ACTIONS)
-    ours = Settlement.objects.get(negotiation=negotiation)
+    ours = Settlement.across_tenants.get(negotiation=negotiation)
     assert theirs is not None
     assert (ours.outcome, ours.basis) == ("agreed", "reference")
     assert (theirs.outcome, theirs.basis, theirs.terms) == (ours.outcome, ours.basis, ours.terms)

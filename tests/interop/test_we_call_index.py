@@ -46,7 +46,7 @@ def assert_index_wire(peer: IndexPeer, negotiation: Negotiation) -> None:
 
 def assert_same_verdict(peer: IndexPeer, negotiation: Negotiation) -> Settlement:
     """Our settlement is agreed by reference, and the peer's own Task gives it the same verdict."""
-    ours = Settlement.objects.get(negotiation=negotiation)
+    ours = Settlement.across_tenants.get(negotiation=negotiation)
     assert (ours.outcome, ours.basis) == ("agreed", "reference")
     theirs_task = peer.task(negotiation.task_id)
     assert theirs_task["status"]["state"] == "completed"
@@ -142,7 +142,7 @@ def test_a_task_the_peer_has_finished_fails_the_negotiation_with_its_refusal(
         (Turn.Side.THEIRS, "counter"),
     ]
     assert negotiation.turn_count == 1
-    assert not Settlement.objects.filter(negotiation=negotiation).exists()
+    assert not Settlement.across_tenants.filter(negotiation=negotiation).exists()
     assert run.status == Run.Status.DONE
     assert (
         f"Failed (1):\n- {negotiation.pk} with Idris Haddad ({peer.url}) — {peer.url} refused" in run.output

@@ -67,7 +67,7 @@ def test_a_move_gets_the_agents_counter_in_its_task(live_stack: LiveStack, selle
         "I can offer €1,330.",
         {"amount": 1330, "currency": "EUR"},
     )
-    negotiation = Negotiation.objects.get()
+    negotiation = Negotiation.across_tenants.get()
     assert (negotiation.agent_id, negotiation.direction, negotiation.task_id) == (
         seller.pk,
         Negotiation.Direction.INBOUND,
@@ -90,7 +90,7 @@ def test_a_follow_up_on_the_task_continues_it_to_a_deal(live_stack: LiveStack, s
     assert task["id"] == first["id"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert data_of(task["history"][-1])["action"] == "accept"
-    settlement = Settlement.objects.get()
+    settlement = Settlement.across_tenants.get()
     assert (settlement.outcome, settlement.terms) == ("agreed", {"amount": 1330, "currency": "EUR"})
 
 
@@ -151,7 +151,7 @@ def test_an_agent_requiring_a_key_answers_a_call_with_it(
     task = structured(ask(live_stack, seller, sent(proposal()), headers=credentials(scheme, shown)))["task"]
 
     assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
-    assert A2ATask.objects.get().owner == f"{seller.pk}|key:{key.prefix}"
+    assert A2ATask.across_tenants.get().owner == f"{seller.pk}|key:{key.prefix}"
 
 
 def test_a_key_that_is_not_the_agents_is_refused(live_stack: LiveStack, seller: Agent, agent: Agent) -> None:
@@ -175,7 +175,7 @@ def test_a_key_names_the_caller_on_an_anonymous_agent_and_no_key_is_added(
     keyed = structured(ask(live_stack, seller, sent(proposal(800)), headers={"X-API-Key": shown}))["task"]
     anonymous = structured(ask(live_stack, seller, sent(proposal(810))))["task"]
 
-    owners = dict(A2ATask.objects.values_list("task_id", "owner"))
+    owners = dict(A2ATask.across_tenants.values_list("task_id", "owner"))
     assert owners[keyed["id"]] == f"{seller.pk}|key:{key.prefix}"
     assert owners[anonymous["id"]].startswith(f"{seller.pk}|anon:")
 
@@ -204,7 +204,7 @@ def test_the_caller_is_to_the_agent_who_it_is_calling_directly(behind_a_proxy: s
         headers={TRUSTED_HEADER: "10.9.9.9"},
     )
 
-    owners = dict(A2ATask.objects.values_list("task_id", "owner"))
+    owners = dict(A2ATask.across_tenants.values_list("task_id", "owner"))
     assert owners[elsewhere["id"]] != owners[here["id"]]
     assert owners[structured(result)["task"]["id"]] == owners[elsewhere["id"]]
 

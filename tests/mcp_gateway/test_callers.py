@@ -116,7 +116,7 @@ def test_another_anonymous_caller_cannot_continue_a_task_started_through_the_gat
 
     assert result.is_error, result.structured_content
     assert f"A2A error {TASK_NOT_FOUND}" in tool_error(result)
-    assert not Settlement.objects.exists()  # Alice's negotiation was not closed by Bob
+    assert not Settlement.across_tenants.exists()  # Alice's negotiation was not closed by Bob
 
 
 def test_one_anonymous_callers_messages_do_not_spend_anothers_rate_limit(
@@ -130,7 +130,7 @@ def test_one_anonymous_callers_messages_do_not_spend_anothers_rate_limit(
     result = ask_from(live_stack, seller, sent(proposal(810)), address=BOB)
 
     task = structured(result)["task"]
-    assert A2ATask.objects.filter(task_id=task["id"]).exists()
+    assert A2ATask.across_tenants.filter(task_id=task["id"]).exists()
 
 
 # --- Credentials passed on as sent ------------------------------------------------------------

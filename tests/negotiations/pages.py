@@ -30,7 +30,7 @@ def detail_url(n: Negotiation, tenant: Tenant | None = None) -> str:
 def inbound(agent: Agent, move: dict[str, Any], task_id: str = "task-1") -> services.InboundReply:
     """Deliver the counterparty's ``move`` on ``task_id`` to ``agent`` as the gateway does, and answer it
     with the agent's (offline) negotiator: two turns written, a settlement if a side closed."""
-    negotiation = Negotiation.objects.filter(agent=agent, task_id=task_id).first()
+    negotiation = Negotiation.across_tenants.filter(agent=agent, task_id=task_id).first()
     prior = services.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
     incoming = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": move}]}
     services.inbound_check(agent=agent, task_id=task_id if negotiation else "", incoming=incoming)
@@ -66,7 +66,7 @@ def inbound_deal(
         },
         task_id,
     )
-    return Negotiation.objects.get(agent=agent, task_id=task_id)
+    return Negotiation.across_tenants.get(agent=agent, task_id=task_id)
 
 
 def outbound(

@@ -100,7 +100,7 @@ def negotiate(
 
 def finished(run: Run) -> Run:
     def ended() -> Run | None:
-        fresh = Run.objects.get(pk=run.pk)
+        fresh = Run.across_tenants.get(pk=run.pk)
         return fresh if fresh.status not in Run.ACTIVE else None
 
     ended_run: Run = wait_until(ended, timeout=120, what="the run to end")
@@ -153,8 +153,8 @@ def test_two_agents_on_chat_models_negotiate_to_the_same_settlement(
 
     assert run.status == Run.Status.DONE, run.end_reason
     assert run.output.startswith("Here is where things stand.\nSettled (1):\n")
-    ours = Negotiation.objects.get(agent=buyer)
-    theirs = Negotiation.objects.get(agent=seller)
+    ours = Negotiation.across_tenants.get(agent=buyer)
+    theirs = Negotiation.across_tenants.get(agent=seller)
     assert (ours.direction, theirs.direction) == (
         Negotiation.Direction.OUTBOUND,
         Negotiation.Direction.INBOUND,
@@ -164,7 +164,10 @@ def test_two_agents_on_chat_models_negotiate_to_the_same_settlement(
     assert ours.objective == run.task
 
     # Both sides reached the same verdict, within both parties' limits.
-    mine, yours = Settlement.objects.get(negotiation=ours), Settlement.objects.get(negotiation=theirs)
+    mine, yours = (
+        Settlement.across_tenants.get(negotiation=ours),
+        Settlement.across_tenants.get(negotiation=theirs),
+    )
     assert mine.outcome == yours.outcome == Settlement.Outcome.AGREED
     assert mine.basis == yours.basis
     assert mine.basis in (Settlement.Basis.REFERENCE, Settlement.Basis.TERMS)
@@ -211,7 +214,7 @@ def test_two_agents_on_chat_models_negotiate_to_the_same_settlement(
         5 * len(buyer_chat.requests),
         CALL_COST * len(buyer_chat.requests),
     )
-    first, last = Message.objects.filter(run=run, role=Message.Role.ASSISTANT).order_by("seq")
+    first, last = Message.across_tenants.filter(run=run, role=Message.Role.ASSISTANT).order_by("seq")
     [call] = first.tool_calls
     assert (call["name"], json.loads(call["arguments"])) == (
         "negotiate",
@@ -274,8 +277,8 @@ def test_one_bad_reply_is_handed_back_and_the_negotiation_goes_on(
 
     assert run.status == Run.Status.DONE, run.end_reason
     assert run.output.startswith("Here is where things stand.\nSettled (1):\n")
-    ours, theirs = Negotiation.objects.get(agent=buyer), Negotiation.objects.get(agent=seller)
-    assert Settlement.objects.get(negotiation=ours).outcome == Settlement.Outcome.AGREED
+    ours, theirs = Negotiation.across_tenants.get(agent=buyer), Negotiation.across_tenants.get(agent=seller)
+    assert Settlement.across_tenants.get(negotiation=ours).outcome == Settlement.Outcome.AGREED
     # The model was told why, once, and decided again; only that move went out.
     handed_back = decisions(buyer_chat)[2]["messages"]
     assert (
@@ -311,7 +314,7 @@ def test_a_second_bad_reply_fails_the_negotiation_and_the_run_gets_the_digest(
 
     run = finished(negotiate(buyer, intent, seller))
 
-    ours, theirs = Negotiation.objects.get(agent=buyer), Negotiation.objects.get(agent=seller)
+    ours, theirs = Negotiation.across_tenants.get(agent=buyer), Negotiation.across_tenants.get(agent=seller)
     error = f"the model answered no valid move twice: {reason}"
     assert (ours.status, ours.error) == (Negotiation.Status.FAILED, error)
     assert run.status == Run.Status.DONE, run.end_reason
@@ -346,8 +349,8 @@ def test_a_move_over_the_limit_is_handed_back_and_never_sent(
     run = finished(negotiate(buyer, intent, seller))
 
     assert run.status == Run.Status.DONE, run.end_reason
-    ours, theirs = Negotiation.objects.get(agent=buyer), Negotiation.objects.get(agent=seller)
-    assert Settlement.objects.get(negotiation=ours).outcome == Settlement.Outcome.AGREED
+    ours, theirs = Negotiation.across_tenants.get(agent=buyer), Negotiation.across_tenants.get(agent=seller)
+    assert Settlement.across_tenants.get(negotiation=ours).outcome == Settlement.Outcome.AGREED
     handed_back = decisions(buyer_chat)[2]["messages"][-1]
     assert handed_back["role"] == "tool"
     assert handed_back["content"].startswith(
@@ -372,8 +375,10 @@ def test_a_model_that_keeps_breaking_the_limit_parks_the_negotiation_with_the_pa
 
     run = negotiate(buyer, intent, seller)
 
-    question = wait_until(lambda: Question.objects.filter(run=run).first(), timeout=120, what="the question")
-    ours, theirs = Negotiation.objects.get(agent=buyer), Negotiation.objects.get(agent=seller)
+    question = wait_until(
+        lambda: Question.across_tenants.filter(run=run).first(), timeout=120, what="the question"
+    )
+    ours, theirs = Negotiation.across_tenants.get(agent=buyer), Negotiation.across_tenants.get(agent=seller)
     assert question.question == asked
     assert (ours.status, ours.parked_question) == (Negotiation.Status.WAITING, asked)
     assert theirs.turns.count() == 2
@@ -386,7 +391,7 @@ def test_a_model_that_keeps_breaking_the_limit_parks_the_negotiation_with_the_pa
     assert run.output.startswith("Here is where things stand.\nSettled (1):\n")
     ours.refresh_from_db()
     assert ours.guidance == ["Stay within it and meet them halfway."]
-    assert Settlement.objects.get(negotiation=ours).outcome == Settlement.Outcome.AGREED
+    assert Settlement.across_tenants.get(negotiation=ours).outcome == Settlement.Outcome.AGREED
     never_sent(theirs)
     assert [wire(t) for t in ours.turns.order_by("seq")] == [wire(t) for t in theirs.turns.order_by("seq")]
 
@@ -418,7 +423,7 @@ def test_the_run_budget_spent_by_its_negotiation_fails_both(
     # The loop's first step costs one call; each move costs one more: three moves spend it.
     run = finished(negotiate(buyer, intent, seller, max_tokens=max_tokens, max_cost=max_cost))
 
-    ours, theirs = Negotiation.objects.get(agent=buyer), Negotiation.objects.get(agent=seller)
+    ours, theirs = Negotiation.across_tenants.get(agent=buyer), Negotiation.across_tenants.get(agent=seller)
     assert (ours.status, ours.error) == (
         Negotiation.Status.FAILED,
         f"the run it serves can spend no more: {reason}",
@@ -431,7 +436,7 @@ def test_the_run_budget_spent_by_its_negotiation_fails_both(
     # The run holds the loop's step and the three decisions, and took no step after the digest.
     assert (run.input_tokens, run.output_tokens, run.cost) == (40, 20, 4 * CALL_COST)
     assert run.step_count == 1
-    [digest] = Message.objects.filter(run=run, role=Message.Role.TOOL)
+    [digest] = Message.across_tenants.filter(run=run, role=Message.Role.TOOL)
     assert digest.content.startswith(f"Failed (1):\n- {ours.pk} with Idris Haddad")
     assert f"the run it serves can spend no more: {reason}" in digest.content
 
@@ -480,8 +485,8 @@ def test_an_inbound_move_is_answered_by_the_agents_model(
     )
     outcome = next(a for a in task["artifacts"] if a["artifactId"] == "negotiator:negotiation-outcome")
     assert outcome["parts"][0]["data"]["status"] == "agreed"
-    negotiation = Negotiation.objects.get(agent=seller)
-    settlement = Settlement.objects.get(negotiation=negotiation)
+    negotiation = Negotiation.across_tenants.get(agent=seller)
+    settlement = Settlement.across_tenants.get(negotiation=negotiation)
     assert (settlement.outcome, settlement.basis, settlement.terms) == (
         Settlement.Outcome.AGREED,
         Settlement.Basis.REFERENCE,
@@ -515,13 +520,13 @@ def test_a_model_budget_spent_by_inbound_turns_refuses_the_next_message(
         f"This agent's organisation has used its model budget for {this_month:%B %Y}; "
         f"it takes no new messages until 1 {following:%B %Y} (UTC)."
     )
-    negotiation = Negotiation.objects.get(agent=seller)
+    negotiation = Negotiation.across_tenants.get(agent=seller)
     assert negotiation.cost == 2 * CALL_COST
     assert negotiation.turns.count() == 4
     assert len(seller_chat.requests) == 2
     # A new conversation is refused too: the budget is the tenant's.
     assert refusal(call(url, "SendMessage", message(proposal(900))), status=429, code=BUSY_CODE)
-    assert Negotiation.objects.filter(agent=seller).count() == 1
+    assert Negotiation.across_tenants.filter(agent=seller).count() == 1
 
 
 # --- A cancelled run stops the turn its model is deciding ------------------------------------
@@ -547,13 +552,13 @@ def test_a_cancelled_run_stops_its_negotiation_while_the_model_decides(
 ) -> None:
     seller_on_chat(seller, seller_chat)
     # The model takes longer over our second move than the test lasts; nothing else would stop it.
-    ModelEndpoint.objects.filter(tenant=buyer.tenant).update(timeout=300)
+    ModelEndpoint.across_tenants.filter(tenant=buyer.tenant).update(timeout=300)
     buyer.turn_timeout = 600
     buyer.save()
     policy.instead = {2: hang(300, then=move_call(counter(1000)))}
     run = negotiate(buyer, intent, seller)
     wait_until(lambda: len(decisions(buyer_chat)) == 2, timeout=60, what="the model to be deciding")
-    ours = Negotiation.objects.get(agent=buyer)
+    ours = Negotiation.across_tenants.get(agent=buyer)
     assert negotiation_pumps() == [str(ours.pk)]
 
     run_cancel(run=run, user=None)
@@ -564,7 +569,7 @@ def test_a_cancelled_run_stops_its_negotiation_while_the_model_decides(
     wait_until(lambda: negotiation_pumps() == [], timeout=60, what="the pump to stop")
     run.refresh_from_db()
     assert run.status == Run.Status.CANCELLED
-    theirs = Negotiation.objects.get(agent=seller)
+    theirs = Negotiation.across_tenants.get(agent=seller)
     assert ours.turns.count() == theirs.turns.count() == 2
     assert len(decisions(buyer_chat)) == 2
 
@@ -575,7 +580,7 @@ def test_a_cancelled_run_stops_its_negotiation_while_the_model_decides(
     assert again.status == Run.Status.DONE, again.end_reason
     assert again.output.startswith("Here is where things stand.\nSettled (1):\n")
     ours.refresh_from_db()
-    assert (ours.status, ours.turns.count(), Negotiation.objects.get(pk=theirs.pk).turns.count()) == (
+    assert (ours.status, ours.turns.count(), Negotiation.across_tenants.get(pk=theirs.pk).turns.count()) == (
         Negotiation.Status.FAILED,
         2,
         2,
@@ -609,11 +614,11 @@ def test_a_move_decided_as_the_run_is_cancelled_is_not_sent(
     run = finished(started[0])
 
     assert run.status == Run.Status.CANCELLED
-    ours = Negotiation.objects.get(agent=buyer)
+    ours = Negotiation.across_tenants.get(agent=buyer)
     wait_until(lambda: negotiation_pumps() == [], timeout=60, what="the pump to stop")
     assert len(decisions(buyer_chat)) == 2
     assert (ours.status, ours.error) == (Negotiation.Status.FAILED, "the run it served was cancelled")
-    assert ours.turns.count() == Negotiation.objects.get(agent=seller).turns.count() == 2
+    assert ours.turns.count() == Negotiation.across_tenants.get(agent=seller).turns.count() == 2
     # What the decision cost still counts.
     ours.refresh_from_db()
     assert ours.input_tokens == 20

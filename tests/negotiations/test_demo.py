@@ -175,7 +175,7 @@ def test_the_seed_puts_every_agent_on_the_model_or_leaves_them_offline() -> None
 
     agents = [world.tomas_agent, *world.cfo_agents]
     assert {a.model for a in agents} == {"house-model"}
-    endpoints = ModelEndpoint.objects.order_by("tenant__slug")
+    endpoints = ModelEndpoint.across_tenants.order_by("tenant__slug")
     assert [(e.tenant.slug, e.name, e.upstream_model, e.base_url, e.api_key) for e in endpoints] == [
         ("acme", "house-model", "house-model", "http://127.0.0.1:9/v1", "k"),
         ("cfo-guild", "house-model", "house-model", "http://127.0.0.1:9/v1", "k"),
@@ -183,8 +183,8 @@ def test_the_seed_puts_every_agent_on_the_model_or_leaves_them_offline() -> None
 
     demo.demo_seed()
 
-    assert set(Agent.objects.values_list("model", flat=True)) == {OFFLINE}
-    assert not ModelEndpoint.objects.exists()
+    assert set(Agent.across_tenants.values_list("model", flat=True)) == {OFFLINE}
+    assert not ModelEndpoint.across_tenants.exists()
 
 
 @pytest.mark.django_db

@@ -118,7 +118,9 @@ def buyer_of(agent: Agent) -> Agent:
 
 
 def _finished(run: Run) -> Run:
-    wait_until(lambda: Run.objects.get(pk=run.pk).status not in Run.ACTIVE, timeout=60, what="the run to end")
+    wait_until(
+        lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, timeout=60, what="the run to end"
+    )
     run.refresh_from_db()
     return run
 
@@ -126,7 +128,7 @@ def _finished(run: Run) -> Run:
 def _events(kind: str, negotiation: Negotiation) -> list[dict[str, Any]]:
     return [
         e.payload
-        for e in Event.objects.filter(tenant_id=negotiation.tenant_id, kind=kind)
+        for e in Event.across_tenants.filter(tenant_id=negotiation.tenant_id, kind=kind)
         if e.payload["negotiation"] == str(negotiation.pk)
     ]
 
@@ -151,7 +153,8 @@ def test_one_negotiate_call_reports_every_target_in_one_digest(
         )
 
     by_url = {
-        n.counterparty_url: n for n in Negotiation.objects.filter(agent=buyer).select_related("settlement")
+        n.counterparty_url: n
+        for n in Negotiation.across_tenants.filter(agent=buyer).select_related("settlement")
     }
     assert set(by_url) == {agree.url, haggle.url, stubborn.url, dead}
     agreed, unanswered, budget, failed = (by_url[u] for u in urls[:4])
@@ -181,7 +184,7 @@ def test_one_negotiate_call_reports_every_target_in_one_digest(
 def test_a_waiting_line_carries_the_question_and_their_last_move(agent: Agent, intent: Intent) -> None:
     run = agent_services.run_start(agent=agent, intent=intent, task=f"Talk to {URL}")
     agent_services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
-    negotiation = Negotiation.objects.get(agent=agent)
+    negotiation = Negotiation.across_tenants.get(agent=agent)
     negotiation.counterparty_name, negotiation.task_id, negotiation.task_state = NAME, "t-1", "input-required"
     negotiation.turn_count = 1
     negotiation.save()
@@ -207,7 +210,7 @@ def test_a_waiting_line_carries_the_question_and_their_last_move(agent: Agent, i
 
     negotiation.refresh_from_db()
     assert negotiation.status == Negotiation.Status.WAITING
-    result = Message.objects.get(run=run, role=Message.Role.TOOL).content
+    result = Message.across_tenants.get(run=run, role=Message.Role.TOOL).content
     assert result == "\n".join(
         [
             WAITING_HEADING,
@@ -282,8 +285,8 @@ def test_answering_an_unanswered_outbound_negotiation_continues_it_to_a_real_clo
     buyer = buyer_of(agent)
     with ScriptedPeer("haggle", "Haggling Seller") as peer:
         run = _finished(run_start(agent=buyer, intent=intent, task=f"Find me a CFO. Talk to {peer.url}"))
-        negotiation = Negotiation.objects.get(agent=buyer)
-        provisional = Settlement.objects.get(negotiation=negotiation)
+        negotiation = Negotiation.across_tenants.get(agent=buyer)
+        provisional = Settlement.across_tenants.get(negotiation=negotiation)
         assert (negotiation.status, provisional.outcome) == (Negotiation.Status.SETTLED, "unanswered")
         assert UNANSWERED_HINT in run.output
 
@@ -293,13 +296,13 @@ def test_answering_an_unanswered_outbound_negotiation_continues_it_to_a_real_clo
 
         assert outcome == Defer()
         wait_until(
-            lambda: Negotiation.objects.get(pk=negotiation.pk).status != Negotiation.Status.OPEN,
+            lambda: Negotiation.across_tenants.get(pk=negotiation.pk).status != Negotiation.Status.OPEN,
             timeout=60,
             what="the negotiation to move on",
         )
 
     negotiation.refresh_from_db()
-    final = Settlement.objects.get(negotiation=negotiation)
+    final = Settlement.across_tenants.get(negotiation=negotiation)
     assert negotiation.status == Negotiation.Status.SETTLED
     assert negotiation.guidance == ["Take their new price."]
     assert final.pk == provisional.pk  # one settlement per negotiation: the row was replaced in place
@@ -365,7 +368,7 @@ def _incoming(move: dict[str, Any]) -> dict[str, Any]:
 
 
 def _inbound(seller: Agent, move: dict[str, Any], task_id: str = "task-1") -> services.InboundReply:
-    negotiation = Negotiation.objects.filter(agent=seller, task_id=task_id).first()
+    negotiation = Negotiation.across_tenants.filter(agent=seller, task_id=task_id).first()
     prior = services.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
     return services.inbound_turn(
         agent=seller, task_id=task_id, context_id="ctx-1", prior=prior, incoming=_incoming(move)
@@ -387,7 +390,7 @@ def test_an_unanswered_inbound_negotiation_takes_their_next_moves_until_it_settl
     # They "accept" an offer that appears nowhere; we answer with a counter, so only they closed.
     bogus = {"action": "accept", "message": "Deal at €900.", "terms": {"amount": 900, "currency": "EUR"}}
     _inbound(seller, {**bogus, "acceptsOfferId": "nope"})
-    negotiation = Negotiation.objects.get(agent=seller)
+    negotiation = Negotiation.across_tenants.get(agent=seller)
     assert negotiation.status == Negotiation.Status.SETTLED
     assert negotiation.settlement.outcome == "unanswered"
 
@@ -401,7 +404,7 @@ def test_an_unanswered_inbound_negotiation_takes_their_next_moves_until_it_settl
     negotiation.refresh_from_db()
     assert negotiation.status == Negotiation.Status.OPEN
     assert negotiation.guidance == ["Hold at 950."]
-    assert not Settlement.objects.filter(negotiation=negotiation).exists()
+    assert not Settlement.across_tenants.filter(negotiation=negotiation).exists()
 
     # They accept our last counter by its id: we confirm, and it settles for good.
     counter = negotiation.turns.filter(side=Turn.Side.OURS).order_by("-seq").first()
@@ -553,7 +556,7 @@ def test_one_live_negotiation_per_counterparty_per_intent(
 
     result = services.batch_open(run=run, tool_call_id="call-1", targets=[{"url": URL}])
 
-    opened = Negotiation.objects.filter(batch__run=run, counterparty_url=URL)
+    opened = Negotiation.across_tenants.filter(batch__run=run, counterparty_url=URL)
     if refusal is None:
         assert result == Defer()
         assert opened.count() == 1
@@ -577,7 +580,7 @@ def test_two_targets_to_one_counterparty_in_one_batch_open_one(agent: Agent, int
 
     assert services.batch_open(run=run, tool_call_id="call-1", targets=targets) == Defer()
 
-    opened = Negotiation.objects.get(agent=agent)
+    opened = Negotiation.across_tenants.get(agent=agent)
     assert opened.batch is not None
     assert opened.batch.events == [
         {
@@ -628,7 +631,7 @@ def test_two_batches_at_once_cannot_both_claim_a_counterparty(
         assert other.is_alive(), "the second batch checked before the first one's claim committed"
     other.join(timeout=10)
 
-    first = Negotiation.objects.get(agent=agent)
+    first = Negotiation.across_tenants.get(agent=agent)
     assert results == [Result(f"Skipped (1):\n- {first.pk} ({URL}) — negotiation {first.pk} {STILL_BINDING}")]
     assert pumps.pumped == [str(first.pk)]
 

@@ -89,7 +89,9 @@ class HookServer(LoopbackServer):
 def _turn_committed(body: dict[str, Any]) -> bool:
     """Whether the turn the hook is asked about is visible to another connection."""
     try:
-        return Turn.objects.filter(negotiation_id=body["negotiation"], seq=body["turn"]["seq"]).exists()
+        return Turn.across_tenants.filter(
+            negotiation_id=body["negotiation"], seq=body["turn"]["seq"]
+        ).exists()
     finally:
         connection.close()
 
@@ -218,7 +220,7 @@ def test_an_anonymous_caller_gets_no_artifact_from_a_hook_on_a_private_address(
     back to the caller on the Task. The row was saved before the rule (or its name resolves to
     loopback since); the gateway is served from this process, so the setting applies to it."""
     with HookServer(INTERNAL) as internal, InProcessGateway() as gateway:
-        Agent.objects.filter(pk=seller.pk).update(
+        Agent.across_tenants.filter(pk=seller.pk).update(
             evaluation_url=f"http://localhost:{internal.port}/canned/prod-internal"
         )
         settings.OUTBOUND_ALLOW_PRIVATE = False
@@ -230,8 +232,8 @@ def test_an_anonymous_caller_gets_no_artifact_from_a_hook_on_a_private_address(
     assert [artifact["artifactId"] for artifact in task.get("artifacts", [])] == ["negotiator:reply"]
     assert "s3cr3t" not in json.dumps(task)
     assert internal.calls == []
-    assert list(Turn.objects.values_list("artifact", flat=True)) == [None, None]
-    negotiation = Negotiation.objects.get(agent=seller)
+    assert list(Turn.across_tenants.values_list("artifact", flat=True)) == [None, None]
+    negotiation = Negotiation.across_tenants.get(agent=seller)
     refused = f"was not called: the host 'localhost' {PRIVATE}"
     assert [r.getMessage() for r in caplog.records if r.name == "negotiations.services"] == [
         f"evaluating turn {seq} of negotiation {negotiation.pk}: http://localhost:{internal.port}"
@@ -248,7 +250,7 @@ def _incoming(move: dict[str, Any]) -> dict[str, Any]:
 
 
 def _inbound(seller: Agent, task_id: str, move: dict[str, Any]) -> services.InboundReply:
-    negotiation = Negotiation.objects.filter(agent=seller, task_id=task_id).first()
+    negotiation = Negotiation.across_tenants.filter(agent=seller, task_id=task_id).first()
     prior = services.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
     return services.inbound_turn(
         agent=seller, task_id=task_id, context_id="ctx-1", prior=prior, incoming=_incoming(move)
@@ -272,7 +274,7 @@ def test_an_inbound_exchange_is_evaluated_after_commit_and_its_artifacts_reach_t
         seller.save()
         reply = _inbound(seller, "task-1", PROPOSAL)
 
-    negotiation = Negotiation.objects.get(agent=seller)
+    negotiation = Negotiation.across_tenants.get(agent=seller)
     theirs, ours = negotiation.turns.order_by("seq")
     assert hook.committed == [True, True]
     assert hook.calls[0] == {
@@ -318,7 +320,7 @@ def test_a_failing_hook_costs_only_its_artifact(seller: Agent, caplog: pytest.Lo
         seller.save()
         second = _inbound(seller, "task-1", {**PROPOSAL, "offerId": "their-offer-2"})
 
-    negotiation = Negotiation.objects.get(agent=seller)
+    negotiation = Negotiation.across_tenants.get(agent=seller)
     assert (first.state, second.state) == ("input-required", "input-required")
     assert first.artifacts == second.artifacts == []
     assert list(negotiation.turns.values_list("side", "artifact")) == [("theirs", None), ("ours", None)] * 2
@@ -337,7 +339,7 @@ def test_an_agent_without_a_hook_calls_none(seller: Agent) -> None:
 
     assert hook.calls == []
     assert reply.artifacts == []
-    assert list(Turn.objects.values_list("artifact", flat=True)) == [None, None]
+    assert list(Turn.across_tenants.values_list("artifact", flat=True)) == [None, None]
 
 
 # Outbound, through the running platform: the worker asks the hook about our move and their reply.
@@ -354,9 +356,11 @@ def test_an_outbound_negotiation_is_evaluated_turn_by_turn(
         buyer.evaluation_url = hook.url
         buyer.save()
         run = run_start(agent=buyer, intent=intent, task=f"Find me a fractional CFO. Talk to {peer.url}")
-        wait_until(lambda: Run.objects.get(pk=run.pk).status not in Run.ACTIVE, timeout=60, what="the run")
+        wait_until(
+            lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, timeout=60, what="the run"
+        )
 
-    negotiation = Negotiation.objects.get(agent=buyer)
+    negotiation = Negotiation.across_tenants.get(agent=buyer)
     turns = list(negotiation.turns.order_by("seq"))
     assert [(t.side, t.action) for t in turns] == [("ours", "propose"), ("theirs", "accept")]
     assert [t.artifact for t in turns] == [{"seen": 1, "by": "hook"}, {"seen": 2, "by": "hook"}]

@@ -144,9 +144,11 @@ def buyer(agent: Agent) -> Agent:
 
 def _negotiate(buyer: Agent, intent: Intent, url: str) -> tuple[Run, Negotiation]:
     run = run_start(agent=buyer, intent=intent, task=f"Find me a fractional CFO. Talk to {url}")
-    wait_until(lambda: Run.objects.get(pk=run.pk).status not in Run.ACTIVE, timeout=60, what="the run to end")
+    wait_until(
+        lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, timeout=60, what="the run to end"
+    )
     run.refresh_from_db()
-    return run, Negotiation.objects.get(agent=buyer)
+    return run, Negotiation.across_tenants.get(agent=buyer)
 
 
 @pytest.mark.parametrize("mode", ["forge", "no-history"])
@@ -162,8 +164,8 @@ def test_a_task_that_does_not_carry_our_record_fails_the_negotiation(
         "its Task does not carry our record of this negotiation",
         "its Task carries no reply of its own to our move",
     )
-    assert not Turn.objects.filter(negotiation=negotiation).exists()
-    assert not Settlement.objects.filter(negotiation=negotiation).exists()
+    assert not Turn.across_tenants.filter(negotiation=negotiation).exists()
+    assert not Settlement.across_tenants.filter(negotiation=negotiation).exists()
     assert run.status == Run.Status.DONE
     assert f"Failed (1):\n- {negotiation.pk} (http://127.0.0.1:{peer.port}/peer) — its Task" in run.output
 
@@ -174,12 +176,12 @@ def test_an_offer_with_strings_attached_is_never_accepted(
     with HostileCounterparty("strings-attached") as peer:
         run, negotiation = _negotiate(buyer, intent, peer.url)
 
-    ours = Turn.objects.filter(negotiation=negotiation, side=Turn.Side.OURS).order_by("seq")
+    ours = Turn.across_tenants.filter(negotiation=negotiation, side=Turn.Side.OURS).order_by("seq")
     assert [t.action for t in ours] == ["propose", "counter", "counter", "counter"]
     assert all(set(t.terms or {}) == {"amount", "currency"} for t in ours)
     assert negotiation.status == Negotiation.Status.OUT_OF_TURNS
     assert (negotiation.turn_count, len(peer.received)) == (4, 4)
-    assert not Settlement.objects.filter(negotiation=negotiation).exists()
+    assert not Settlement.across_tenants.filter(negotiation=negotiation).exists()
     assert "Out of turns (1):" in run.output
 
 
@@ -203,7 +205,7 @@ def test_a_peer_that_offers_and_accepts_in_one_answer_gets_no_deal(
 
     assert negotiation.status == Negotiation.Status.FAILED
     assert negotiation.error == "its Task does not carry exactly one reply of its own to our move"
-    assert not Settlement.objects.filter(negotiation=negotiation).exists()
+    assert not Settlement.across_tenants.filter(negotiation=negotiation).exists()
     assert run.status == Run.Status.DONE
 
 

@@ -47,7 +47,7 @@ def kinds(negotiation: Negotiation, kind: str) -> int:
     """How many events of ``kind`` were stored about ``negotiation``."""
     return sum(
         1
-        for e in Event.objects.filter(tenant_id=negotiation.tenant_id, kind=kind)
+        for e in Event.across_tenants.filter(tenant_id=negotiation.tenant_id, kind=kind)
         if e.payload["negotiation"] == str(negotiation.pk)
     )
 
@@ -60,7 +60,7 @@ def turns(negotiation: Negotiation) -> list[tuple[str, str, str]]:
 def parked(agent: Agent, intent: Intent) -> Negotiation:
     """Tomas's agent was offered €800 a day and asked Tomas for his limit."""
     inbound(agent, propose(800))
-    return Negotiation.objects.get(agent=agent)
+    return Negotiation.across_tenants.get(agent=agent)
 
 
 def test_an_inbound_ask_parks_with_the_party_and_the_wire_gets_the_holding_reply(
@@ -72,7 +72,7 @@ def test_an_inbound_ask_parks_with_the_party_and_the_wire_gets_the_holding_reply
     assert reply.message["parts"] == [HOLDING]
     assert reply.message["role"] == "ROLE_AGENT"
     assert reply.settlement is None
-    negotiation = Negotiation.objects.get(agent=agent)
+    negotiation = Negotiation.across_tenants.get(agent=agent)
     assert (negotiation.status, negotiation.parked_question) == (Negotiation.Status.WAITING, QUESTION)
     assert (negotiation.task_state, negotiation.turn_count, negotiation.intent) == (
         "input-required",
@@ -164,21 +164,21 @@ def test_who_may_answer_is_who_may_answer_questions(parked: Negotiation, role: s
 
     if allowed:
         services.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=user)
-        assert Negotiation.objects.get(pk=parked.pk).guidance == [ANSWER]
+        assert Negotiation.across_tenants.get(pk=parked.pk).guidance == [ANSWER]
     else:
         with pytest.raises(NotAllowed, match=NOT_ALLOWED):
             services.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=user)
-        assert Negotiation.objects.get(pk=parked.pk).status == Negotiation.Status.WAITING
+        assert Negotiation.across_tenants.get(pk=parked.pk).status == Negotiation.Status.WAITING
 
 
 def test_an_answer_is_refused_by_name_and_changes_nothing(
     agent: Agent, intent: Intent, parked: Negotiation
 ) -> None:
     def refusal(negotiation: Negotiation, answer: str = ANSWER) -> str:
-        before = Negotiation.objects.filter(pk=negotiation.pk).values().get()
+        before = Negotiation.across_tenants.filter(pk=negotiation.pk).values().get()
         with pytest.raises(services.GuidanceRefused) as refused:
             services.negotiation_guidance_give(negotiation=negotiation, answer=answer, user=None)
-        assert Negotiation.objects.filter(pk=negotiation.pk).values().get() == before
+        assert Negotiation.across_tenants.filter(pk=negotiation.pk).values().get() == before
         return refused.value.code
 
     with pytest.raises(ValidationError) as empty:
@@ -255,7 +255,7 @@ def test_a_reply_the_task_moved_past_is_not_kept(agent: Agent, parked: Negotiati
 
     assert reply is None
     assert parked.turns.count() == 2
-    assert not Event.objects.filter(kind="negotiation.turn", payload__seq=3).exists()
+    assert not Event.across_tenants.filter(kind="negotiation.turn", payload__seq=3).exists()
     # Their next message then gets the decided reply, as without a push config.
     assert inbound(agent, propose(850, "o-2")).message["parts"][0]["data"]["action"] == "propose"
 
@@ -297,4 +297,4 @@ def test_nothing_is_decided_at_once_for_a_negotiation_not_answered_or_moved_on(
 
     assert put == []
     assert parked.turns.count() == (4 if answered else 2)
-    assert not Settlement.objects.filter(negotiation=parked).exists()
+    assert not Settlement.across_tenants.filter(negotiation=parked).exists()

@@ -321,7 +321,7 @@ def test_the_model_is_shown_its_answered_question_and_asking_it_again_as_it_was_
         move_call(action="ask", message=explained),
     )
     inbound(buyer, offered(800, "o-1"))
-    parked = Negotiation.objects.get(agent=buyer)
+    parked = Negotiation.across_tenants.get(agent=buyer)
     services.negotiation_guidance_give(negotiation=parked, answer=IN_WORDS, user=None)
 
     reply = inbound(buyer, offered(850, "o-2"))
@@ -368,5 +368,5 @@ def test_without_a_principal_the_model_is_never_offered_ask_and_an_ask_anyway_is
     assert reply.message["parts"] == [
         {"data": {"action": "reject", "message": "I cannot take this on without a budget."}}
     ]
-    negotiation = Negotiation.objects.get(agent=buyer)
+    negotiation = Negotiation.across_tenants.get(agent=buyer)
     assert (negotiation.status, negotiation.parked_question) == (Negotiation.Status.SETTLED, "")

@@ -135,14 +135,18 @@ def test_our_client_negotiates_with_a_plain_sdk_counterparty(
     principal: AbstractUser,
 ) -> None:
     run = run_start(agent=agent, intent=intent, task=f"Find me a fractional CFO. Talk to {counterparty.url}")
-    question = wait_until(lambda: Question.objects.filter(run=run).first(), timeout=60, what="the question")
+    question = wait_until(
+        lambda: Question.across_tenants.filter(run=run).first(), timeout=60, what="the question"
+    )
     question_answer(question=question, answer="Up to €1,100 a day.", user=principal)
     wait_until(
-        lambda: Run.objects.get(pk=run.pk).status == Run.Status.DONE, timeout=60, what="the run to finish"
+        lambda: Run.across_tenants.get(pk=run.pk).status == Run.Status.DONE,
+        timeout=60,
+        what="the run to finish",
     )
 
-    negotiation = Negotiation.objects.get(agent=agent)
-    settlement = Settlement.objects.get(negotiation=negotiation)
+    negotiation = Negotiation.across_tenants.get(agent=agent)
+    settlement = Settlement.across_tenants.get(negotiation=negotiation)
     turns = list(negotiation.turns.order_by("seq"))
     assert negotiation.counterparty_name == "Plain Seller"
     assert negotiation.status == Negotiation.Status.SETTLED

@@ -65,7 +65,7 @@ def test_a_run_told_to_sell_to_internal_addresses_reports_the_policy_and_nothing
         run = run_start(agent=buyer_of(agent), intent=intent, task=f"Sell to {probe}, {metadata} and {named}")
 
     run.refresh_from_db()
-    by_url = {n.counterparty_url: n for n in Negotiation.objects.filter(agent=agent)}
+    by_url = {n.counterparty_url: n for n in Negotiation.across_tenants.filter(agent=agent)}
     targets = ((probe, "127.0.0.1"), (metadata.rstrip("/"), "169.254.169.254"), (named, "localhost"))
     failed = [
         f"- {by_url[url].pk} ({url}) — {url} was not called: the host '{host}' {PRIVATE}"

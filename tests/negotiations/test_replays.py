@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _send(seller: Agent, move: dict[str, Any], message_id: str | None = None) -> services.InboundReply:
-    negotiation = Negotiation.objects.filter(agent=seller, task_id="task-1").first()
+    negotiation = Negotiation.across_tenants.filter(agent=seller, task_id="task-1").first()
     prior = services.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
     incoming = {"messageId": message_id or str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": move}]}
     services.inbound_check(agent=seller, task_id="task-1" if negotiation else "", incoming=incoming)
@@ -38,14 +38,14 @@ def test_a_replayed_message_id_is_refused_and_changes_nothing(seller: Agent) -> 
     _send(seller, _offer(800, "o1"), message_id="m1")
     with pytest.raises(MoveError, match=r"^message\.messageId 'm1' was already used in this task$"):
         _send(seller, _offer(900, "o2"), message_id="m1")
-    assert Turn.objects.filter(negotiation__agent=seller).count() == 2
+    assert Turn.across_tenants.filter(negotiation__agent=seller).count() == 2
 
 
 def test_an_offer_id_named_twice_is_refused_and_changes_nothing(seller: Agent) -> None:
     _send(seller, _offer(800, "q"))
     with pytest.raises(MoveError, match=r"^move\.offerId 'q' was already used in this task$"):
         _send(seller, _offer(5000, "q"))
-    assert Turn.objects.filter(negotiation__agent=seller).count() == 2
+    assert Turn.across_tenants.filter(negotiation__agent=seller).count() == 2
 
 
 def test_a_prose_only_agent_accepts_without_naming_an_offer(seller: Agent) -> None:
@@ -85,5 +85,5 @@ def test_a_first_message_racing_our_own_outbound_is_refused_under_lock(seller: A
             prior=TaskRecord(state="submitted", history=()),
             incoming={"messageId": "m1", "role": "ROLE_USER", "parts": [{"data": _offer(800, "o1")}]},
         )
-    assert not Negotiation.objects.filter(direction=Negotiation.Direction.INBOUND).exists()
-    assert not Turn.objects.exists()
+    assert not Negotiation.across_tenants.filter(direction=Negotiation.Direction.INBOUND).exists()
+    assert not Turn.across_tenants.exists()

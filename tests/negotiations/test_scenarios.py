@@ -93,12 +93,12 @@ def negotiate(buyer: Party, seller: Party, task: str) -> Outcome:
 
     wait_until(ended, timeout=120, what="the buyer's run to end")
     assert run.status == Run.Status.DONE, run.end_reason
-    assert not Question.objects.filter(run=run).exists()
-    outbound = Negotiation.objects.get(agent=buyer_agent)
-    inbound = Negotiation.objects.get(agent=seller_agent, task_id=outbound.task_id)
+    assert not Question.across_tenants.filter(run=run).exists()
+    outbound = Negotiation.across_tenants.get(agent=buyer_agent)
+    inbound = Negotiation.across_tenants.get(agent=seller_agent, task_id=outbound.task_id)
     assert (outbound.tenant_id, inbound.tenant_id) == (buyer_agent.tenant_id, seller_agent.tenant_id)
-    ours = Settlement.objects.get(negotiation=outbound, tenant_id=buyer_agent.tenant_id)
-    theirs = Settlement.objects.get(negotiation=inbound, tenant_id=seller_agent.tenant_id)
+    ours = Settlement.across_tenants.get(negotiation=outbound, tenant_id=buyer_agent.tenant_id)
+    theirs = Settlement.across_tenants.get(negotiation=inbound, tenant_id=seller_agent.tenant_id)
     # One pure function over the same Task: both sides reach the same verdict.
     assert (theirs.outcome, theirs.basis, theirs.terms) == (ours.outcome, ours.basis, ours.terms)
     assert run.output.startswith("Here is where things stand.\nSettled (1):")
@@ -175,7 +175,7 @@ def test_relative_date(live_stack: LiveStack) -> None:
     outcome = negotiate(ivy, hal, "Find a contractor who can start before the month is out.")
 
     # The web and worker processes run on the real clock, so the expectation does too.
-    hal_agent = Agent.objects.get(slug="hal")
+    hal_agent = Agent.across_tenants.get(slug="hal")
     start = negotiator.resolve_relative_date("next Tuesday", negotiator.local_today(hal_agent))
     assert outcome.verdict == ("agreed", "reference", {"amount": 651, "currency": "EUR", "start": start})
 
@@ -209,10 +209,11 @@ def test_a_seller_that_asks_its_party_holds_and_the_buyer_waits_until_told_to_go
     )
 
     question = wait_until(
-        lambda: Question.objects.filter(run=run, answered_at=None).first(), what="Tomas's agent to ask him"
+        lambda: Question.across_tenants.filter(run=run, answered_at=None).first(),
+        what="Tomas's agent to ask him",
     )
-    ours = Negotiation.objects.get(agent=buyer_agent)
-    theirs = Negotiation.objects.get(agent=seller_agent, task_id=ours.task_id)
+    ours = Negotiation.across_tenants.get(agent=buyer_agent)
+    theirs = Negotiation.across_tenants.get(agent=seller_agent, task_id=ours.task_id)
     assert question.question == services.HELD_QUESTION
     assert (ours.status, ours.parked_question) == (Negotiation.Status.WAITING, services.HELD_QUESTION)
     assert [(t.side, t.action, t.message) for t in ours.turns.order_by("seq")][1:] == [
@@ -230,8 +231,8 @@ def test_a_seller_that_asks_its_party_holds_and_the_buyer_waits_until_told_to_go
 
     wait_until(ended, timeout=120, what="the buyer's run to end")
     assert run.status == Run.Status.DONE, run.end_reason
-    mine = Settlement.objects.get(negotiation=ours)
-    yours = Settlement.objects.get(negotiation=theirs)
+    mine = Settlement.across_tenants.get(negotiation=ours)
+    yours = Settlement.across_tenants.get(negotiation=theirs)
     assert (mine.outcome, mine.basis) == ("agreed", "reference")
     assert (yours.outcome, yours.basis, yours.terms) == (mine.outcome, mine.basis, mine.terms)
     # The same record on both sides, holding reply included.
@@ -263,19 +264,19 @@ def imported(*, taken: tuple[str, ...] = ()) -> tuple[dict[str, Agent], str]:
         stdout=StringIO(),
         stderr=err,
     )
-    agents = Agent.objects.filter(tenant__slug="lisbon").select_related("principal")
+    agents = Agent.across_tenants.filter(tenant__slug="lisbon").select_related("principal")
     return {a.slug: a for a in agents}, err.getvalue()
 
 
 def open_question(run: Run) -> Question | None:
-    return Question.objects.filter(run=run, answered_at=None).first()
+    return Question.across_tenants.filter(run=run, answered_at=None).first()
 
 
 def heard_nothing(agent: Agent) -> bool:
     """Whether nothing of a negotiation ever reached ``agent``'s public endpoint."""
     return (
-        not A2ATask.objects.filter(agent=agent).exists()
-        and not Negotiation.objects.filter(agent=agent).exists()
+        not A2ATask.across_tenants.filter(agent=agent).exists()
+        and not Negotiation.across_tenants.filter(agent=agent).exists()
     )
 
 
@@ -294,18 +295,18 @@ def test_the_readme_scenario_asks_alice_in_her_inbox_and_says_what_her_answer_in
         reverse("agents:start", kwargs={"tenant": "lisbon"}),
         {
             "agent": str(alice.pk),
-            "intent": str(Intent.objects.get(agent=alice).pk),
+            "intent": str(Intent.across_tenants.get(agent=alice).pk),
             "task": f"Talk to {agent_url(bob)}",
         },
     )
-    run = Run.objects.get(agent=alice)
+    run = Run.across_tenants.get(agent=alice)
     assert started.status_code == 302
     question = wait_until(lambda: open_question(run), what="Alice's agent to ask her")
 
     assert question.question == LIMIT_QUESTION
     assert LIMIT_QUESTION in client.get(inbox).content.decode()
     assert heard_nothing(bob)
-    assert not Negotiation.objects.get(agent=alice).turns.exists()
+    assert not Negotiation.across_tenants.get(agent=alice).turns.exists()
 
     client.post(
         reverse("agents:question-answer", kwargs={"tenant": "lisbon", "pk": question.pk}),
@@ -320,7 +321,9 @@ def test_the_readme_scenario_asks_alice_in_her_inbox_and_says_what_her_answer_in
     assert again.question == explained
     assert html.escape(explained) in client.get(inbox).content.decode()
     assert heard_nothing(bob)
-    assert Negotiation.objects.get(agent=alice).answers == [{"question": LIMIT_QUESTION, "answer": IN_WORDS}]
+    assert Negotiation.across_tenants.get(agent=alice).answers == [
+        {"question": LIMIT_QUESTION, "answer": IN_WORDS}
+    ]
 
 
 def test_an_imported_agent_the_importer_found_no_principal_for_declines_on_the_wire_and_never_asks(
@@ -339,10 +342,12 @@ def test_an_imported_agent_the_importer_found_no_principal_for_declines_on_the_w
     alice.term_guards = [{"term": "amount", "op": "<=", "value": 500, "currency": "EUR"}]
     alice.save()
 
-    run = run_start(agent=alice, intent=Intent.objects.get(agent=alice), task=f"Talk to {agent_url(bob)}")
-    wait_until(lambda: Run.objects.get(pk=run.pk).status not in Run.ACTIVE, what="Alice's run to end")
+    run = run_start(
+        agent=alice, intent=Intent.across_tenants.get(agent=alice), task=f"Talk to {agent_url(bob)}"
+    )
+    wait_until(lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, what="Alice's run to end")
 
-    ours, theirs = Negotiation.objects.get(agent=alice), Negotiation.objects.get(agent=bob)
+    ours, theirs = Negotiation.across_tenants.get(agent=alice), Negotiation.across_tenants.get(agent=bob)
     # What Alice's agent received over the wire is Bob's agent's decline, and nothing else.
     received = ours.turns.filter(side=Turn.Side.THEIRS).get()
     assert received.raw["parts"] == [{"data": {"action": "reject", "message": DECLINE}}]
@@ -355,9 +360,9 @@ def test_an_imported_agent_the_importer_found_no_principal_for_declines_on_the_w
         "",
         "rejected",
     )
-    assert Settlement.objects.get(negotiation=theirs).outcome == Settlement.Outcome.DECLINED
-    assert Settlement.objects.get(negotiation=ours).outcome == Settlement.Outcome.DECLINED
-    assert not Question.objects.exists()
+    assert Settlement.across_tenants.get(negotiation=theirs).outcome == Settlement.Outcome.DECLINED
+    assert Settlement.across_tenants.get(negotiation=ours).outcome == Settlement.Outcome.DECLINED
+    assert not Question.across_tenants.exists()
 
 
 def test_an_imported_agent_without_a_principal_sends_nothing_when_it_would_ask(live_stack: LiveStack) -> None:
@@ -367,17 +372,19 @@ def test_an_imported_agent_without_a_principal_sends_nothing_when_it_would_ask(l
     alice, bob = agents["alice"], agents["bob"]
     assert alice.principal is None
 
-    run = run_start(agent=alice, intent=Intent.objects.get(agent=alice), task=f"Talk to {agent_url(bob)}")
-    wait_until(lambda: Run.objects.get(pk=run.pk).status not in Run.ACTIVE, what="Alice's run to end")
+    run = run_start(
+        agent=alice, intent=Intent.across_tenants.get(agent=alice), task=f"Talk to {agent_url(bob)}"
+    )
+    wait_until(lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, what="Alice's run to end")
 
     run.refresh_from_db()
-    negotiation = Negotiation.objects.get(agent=alice)
+    negotiation = Negotiation.across_tenants.get(agent=alice)
     assert (negotiation.status, negotiation.error) == (
         Negotiation.Status.FAILED,
         f"nothing was sent: {DECLINE}",
     )
     assert heard_nothing(bob)
-    assert not Question.objects.exists()
+    assert not Question.across_tenants.exists()
     assert (run.status, run.output) == (
         Run.Status.DONE,
         "Here is where things stand.\nFailed (1):\n"
@@ -395,10 +402,12 @@ def test_without_a_principal_a_holding_reply_ends_our_side_instead_of_asking_whe
     alice.term_guards = [{"term": "amount", "op": "<=", "value": 500, "currency": "EUR"}]
     alice.save()
 
-    run = run_start(agent=alice, intent=Intent.objects.get(agent=alice), task=f"Talk to {agent_url(bob)}")
-    wait_until(lambda: Run.objects.get(pk=run.pk).status not in Run.ACTIVE, what="Alice's run to end")
+    run = run_start(
+        agent=alice, intent=Intent.across_tenants.get(agent=alice), task=f"Talk to {agent_url(bob)}"
+    )
+    wait_until(lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, what="Alice's run to end")
 
-    ours, theirs = Negotiation.objects.get(agent=alice), Negotiation.objects.get(agent=bob)
+    ours, theirs = Negotiation.across_tenants.get(agent=alice), Negotiation.across_tenants.get(agent=bob)
     assert (ours.status, ours.error, ours.parked_question) == (
         Negotiation.Status.FAILED,
         services.HELD_WITHOUT_PRINCIPAL,
@@ -409,7 +418,7 @@ def test_without_a_principal_a_holding_reply_ends_our_side_instead_of_asking_whe
         (Turn.Side.THEIRS, "", services.HOLDING_TEXT),
     ]
     assert (theirs.status, theirs.parked_question) == (Negotiation.Status.WAITING, LIMIT_QUESTION)
-    assert not Question.objects.exists()
+    assert not Question.across_tenants.exists()
     run.refresh_from_db()
     assert run.status == Run.Status.DONE
     assert run.output.endswith(

@@ -97,7 +97,7 @@ def test_inbound_the_prompt_is_the_next_decisions_before_their_next_move(
     on_chat_model(agent, chat)
     chat.responder = NegotiatingPolicy()
     inbound(agent, {"action": "propose", "message": "€800?", "terms": {"amount": 800, "currency": "EUR"}})
-    negotiation = Negotiation.objects.get(agent=agent)
+    negotiation = Negotiation.across_tenants.get(agent=agent)
 
     prompt = selectors.decision_prompt(negotiation)
     inbound(agent, {"action": "counter", "message": "€850?", "terms": {"amount": 850, "currency": "EUR"}})
@@ -117,7 +117,7 @@ def test_on_offline_it_is_what_a_chat_model_would_be_shown(agent: Agent, intent:
     agent.strategy = "linear"
     agent.save()
     inbound(agent, {"action": "propose", "message": "€800?", "terms": {"amount": 800, "currency": "EUR"}})
-    negotiation = Negotiation.objects.get(agent=agent)
+    negotiation = Negotiation.across_tenants.get(agent=agent)
 
     prompt = selectors.decision_prompt(negotiation)
 
@@ -128,7 +128,7 @@ def test_on_offline_it_is_what_a_chat_model_would_be_shown(agent: Agent, intent:
 
 
 def test_a_malformed_guard_is_the_negotiators_error(waiting_buyer: Negotiation, intent: Intent) -> None:
-    Intent.objects.filter(pk=intent.pk).update(term_guards=[{"term": "amount", "op": "<", "value": 1}])
+    Intent.across_tenants.filter(pk=intent.pk).update(term_guards=[{"term": "amount", "op": "<", "value": 1}])
     waiting_buyer.refresh_from_db()
 
     with pytest.raises(negotiator.NegotiatorError, match="intent term guard 1 has op '<'"):

@@ -29,7 +29,7 @@ def _answer(run: Run, ids: list[str], guidance: str) -> str:
 
 def test_answering_a_negotiation_still_in_progress_is_skipped(agent: Agent, intent: Intent) -> None:
     run = _run_waiting_on(agent, intent)
-    negotiation = Negotiation.objects.get(agent=agent)
+    negotiation = Negotiation.across_tenants.get(agent=agent)
     assert negotiation.status == Negotiation.Status.OPEN  # its pump was enqueued, never run here
 
     text = _answer(run, [str(negotiation.pk)], "Up to 1,100.")
@@ -40,9 +40,9 @@ def test_answering_a_negotiation_still_in_progress_is_skipped(agent: Agent, inte
         "call that started it"
     )
     negotiation.refresh_from_db()
-    negotiate_call = Message.objects.get(run=run, role=Message.Role.ASSISTANT).tool_calls[0]
+    negotiate_call = Message.across_tenants.get(run=run, role=Message.Role.ASSISTANT).tool_calls[0]
     assert negotiation.guidance == []
-    assert negotiation.batch == Batch.objects.get(run=run, tool_call_id=negotiate_call["id"])
+    assert negotiation.batch == Batch.across_tenants.get(run=run, tool_call_id=negotiate_call["id"])
 
 
 def test_cancelling_the_run_stops_its_negotiations(agent: Agent, intent: Intent) -> None:
@@ -51,7 +51,7 @@ def test_cancelling_the_run_stops_its_negotiations(agent: Agent, intent: Intent)
 
     agent_services.run_cancel(run=run, user=None)
 
-    negotiation = Negotiation.objects.get(agent=agent)
+    negotiation = Negotiation.across_tenants.get(agent=agent)
     assert (negotiation.status, negotiation.error) == (
         Negotiation.Status.FAILED,
         "the run it served was cancelled",
@@ -65,7 +65,7 @@ def test_a_second_negotiation_with_the_same_counterparty_is_skipped(
     agent: Agent, intent: Intent, spelling: str
 ) -> None:
     run = _run_waiting_on(agent, intent)
-    first = Negotiation.objects.get(agent=agent)
+    first = Negotiation.across_tenants.get(agent=agent)
 
     outcome = batch_open(run=run, tool_call_id="call-again", targets=[{"url": spelling}])
 
@@ -74,7 +74,7 @@ def test_a_second_negotiation_with_the_same_counterparty_is_skipped(
         f"- {first.pk} (https://cfo.example/a2a/x) — negotiation {first.pk} with this counterparty is "
         "still binding (open); answer it instead of opening another"
     )
-    assert Negotiation.objects.filter(agent=agent).count() == 1
+    assert Negotiation.across_tenants.filter(agent=agent).count() == 1
 
 
 def test_answering_unknown_ids_is_skipped_with_the_reason(agent: Agent, intent: Intent) -> None:

@@ -150,7 +150,7 @@ def records(negotiation: Negotiation) -> list[tuple[str, str, Any, str]]:
 
 
 def verdict(negotiation: Negotiation) -> tuple[str, str, Any] | None:
-    s = Settlement.objects.filter(negotiation=negotiation).first()
+    s = Settlement.across_tenants.filter(negotiation=negotiation).first()
     return (s.outcome, s.basis, s.terms) if s else None
 
 
@@ -176,12 +176,12 @@ def test_a_pump_that_finds_its_move_stored_never_decides_another_and_both_record
     assert stored is not None
     lost = stored["message"]["messageId"]
     assert recording.sent_ids()[-1] == lost
-    inbound = Negotiation.objects.get(agent=seller)
+    inbound = Negotiation.across_tenants.get(agent=seller)
     assert lost in [t.raw["messageId"] for t in inbound.turns.all()]  # applied on their side
     before = len(recording.calls)
 
     # As a redelivered pump finds it: open, with the move stored and applied on their side.
-    Negotiation.objects.filter(pk=negotiation.pk).update(status=S.OPEN, error="")
+    Negotiation.across_tenants.filter(pk=negotiation.pk).update(status=S.OPEN, error="")
     negotiation = pump(negotiation)
 
     after = recording.calls[before:]
@@ -193,7 +193,7 @@ def test_a_pump_that_finds_its_move_stored_never_decides_another_and_both_record
         assert recording.sent_ids().count(lost) == 2
     assert negotiation.status in (S.SETTLED, S.OUT_OF_TURNS)
     assert negotiation.outbound_move is None
-    inbound = Negotiation.objects.get(agent=seller)
+    inbound = Negotiation.across_tenants.get(agent=seller)
     ours, theirs = records(negotiation), records(inbound)
     assert ours == theirs
     assert lost in [message_id for message_id, *_ in ours]
@@ -235,7 +235,7 @@ def test_a_second_pump_of_a_negotiation_being_pumped_does_nothing_and_sends_noth
     assert negotiation.status in (S.SETTLED, S.OUT_OF_TURNS)
     sent = recording.sent_ids()
     assert len(sent) == len(set(sent)) == negotiation.turns.filter(side=Turn.Side.OURS).count()
-    inbound = Negotiation.objects.get(agent=seller)
+    inbound = Negotiation.across_tenants.get(agent=seller)
     assert records(negotiation) == records(inbound)
     assert verdict(negotiation) == verdict(inbound)
 
@@ -281,7 +281,7 @@ def test_a_stored_move_wins_over_a_decision_made_on_the_same_record(buyer: Agent
         )
         for amount in (800, 850)
     )
-    other_pump = Negotiation.objects.get(pk=negotiation.pk)
+    other_pump = Negotiation.across_tenants.get(pk=negotiation.pk)
 
     assert services._move_store(negotiation, first) is True
     assert services._move_store(other_pump, second) is False
@@ -295,7 +295,7 @@ def test_a_stored_move_wins_over_a_decision_made_on_the_same_record(buyer: Agent
         "cost": "0.01",
     }
 
-    Negotiation.objects.filter(pk=negotiation.pk).update(outbound_move=None)
+    Negotiation.across_tenants.filter(pk=negotiation.pk).update(outbound_move=None)
     Turn.objects.create(
         tenant=buyer.tenant, negotiation=negotiation, seq=1, side=Turn.Side.OURS, action="propose"
     )
@@ -310,9 +310,9 @@ def test_a_pump_that_died_after_its_last_turn_but_before_reporting_reports_on_re
 ) -> None:
     run = agent_services.run_start(agent=buyer, intent=intent, task="Talk to https://seller.example/a2a/s")
     agent_services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
-    negotiation = Negotiation.objects.get(agent=buyer)
+    negotiation = Negotiation.across_tenants.get(agent=buyer)
     # Its last turn was recorded and settled; the worker died before the report.
-    Negotiation.objects.filter(pk=negotiation.pk).update(status=S.SETTLED, task_state="completed")
+    Negotiation.across_tenants.filter(pk=negotiation.pk).update(status=S.SETTLED, task_state="completed")
     Settlement.objects.create(
         tenant=buyer.tenant,
         negotiation=negotiation,

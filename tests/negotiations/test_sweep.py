@@ -39,7 +39,9 @@ def negotiation(agent: Agent, *, run_status: str = Run.Status.WAITING, **fields:
         batch=batch,
         **fields,
     )
-    Negotiation.objects.filter(pk=row.pk).update(updated_at=timezone.now() - BOUND - timedelta(minutes=1))
+    Negotiation.across_tenants.filter(pk=row.pk).update(
+        updated_at=timezone.now() - BOUND - timedelta(minutes=1)
+    )
     return row
 
 
@@ -53,7 +55,7 @@ def test_the_sweep_pumps_a_negotiation_with_nothing_reported_past_the_bound_and_
     reported, inbound, or serving a run that stopped: left."""
     lost = [negotiation(agent)]
     in_flight = negotiation(agent)
-    Negotiation.objects.filter(pk=in_flight.pk).update(updated_at=timezone.now())
+    Negotiation.across_tenants.filter(pk=in_flight.pk).update(updated_at=timezone.now())
     for status in (
         Negotiation.Status.WAITING,
         Negotiation.Status.SETTLED,

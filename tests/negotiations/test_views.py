@@ -126,7 +126,7 @@ class TestPage:
                 "disputed": {"mine": [900], "theirs": [1031]},
             },
         )
-        Turn.objects.filter(negotiation=n, seq=2).update(
+        Turn.across_tenants.filter(negotiation=n, seq=2).update(
             terms={"amount": "450", "remote": True, "start": None, "window": {"from": "2025-01-06"}}
         )
 
@@ -162,7 +162,7 @@ class TestPage:
         agent.term_guards = FLOOR
         agent.save()
         on_chat_model(agent, chat)
-        ModelEndpoint.objects.filter(name="house-model").update(currency="EUR")
+        ModelEndpoint.across_tenants.filter(name="house-model").update(currency="EUR")
         chat.responder = NegotiatingPolicy()
         for amount in (800, 850):
             inbound(
@@ -173,7 +173,7 @@ class TestPage:
                     "terms": {"amount": amount, "currency": "EUR"},
                 },
             )
-        n = Negotiation.objects.get(agent=agent)
+        n = Negotiation.across_tenants.get(agent=agent)
 
         html = page(logged_in, n)
 
@@ -205,8 +205,8 @@ class TestEscaping:
             },
             task_id="task-evil",
         )
-        evil = Negotiation.objects.get(task_id="task-evil")
-        Negotiation.objects.filter(pk=evil.pk).update(counterparty_name="<em>Mallory</em>")
+        evil = Negotiation.across_tenants.get(task_id="task-evil")
+        Negotiation.across_tenants.filter(pk=evil.pk).update(counterparty_name="<em>Mallory</em>")
 
         html = page(logged_in, evil)
 
@@ -235,7 +235,7 @@ class TestLive:
         agent.term_guards = FLOOR
         agent.save()
         inbound(agent, {"action": "propose", "message": "€800?", "terms": {"amount": 800, "currency": "EUR"}})
-        n = Negotiation.objects.get(agent=agent)
+        n = Negotiation.across_tenants.get(agent=agent)
         assert 'data-announce="Open, 2 turns"' in page(logged_in, n, fragment="1")
 
         inbound(agent, {"action": "propose", "message": "€850?", "terms": {"amount": 850, "currency": "EUR"}})
@@ -260,9 +260,9 @@ class TestDecisionPrompt:
     ) -> None:
         on_chat_model(agent, chat)
         n = outbound(agent, "Idris Haddad")
-        Negotiation.objects.filter(pk=n.pk).update(guidance=["Up to €1,100 a day."])
+        Negotiation.across_tenants.filter(pk=n.pk).update(guidance=["Up to €1,100 a day."])
         n.refresh_from_db()
-        before = list(Turn.objects.filter(negotiation=n).values_list("seq", "updated_at"))
+        before = list(Turn.across_tenants.filter(negotiation=n).values_list("seq", "updated_at"))
 
         response = ops.get(prompt_url(n))
 
@@ -278,7 +278,7 @@ class TestDecisionPrompt:
         assert "- Up to €1,100 a day." in system
         assert "Sent to the model <code>house-model</code>." in html
         assert "offline" not in html
-        assert list(Turn.objects.filter(negotiation=n).values_list("seq", "updated_at")) == before
+        assert list(Turn.across_tenants.filter(negotiation=n).values_list("seq", "updated_at")) == before
         assert chat.requests == []  # a preview asks no model
 
     def test_on_offline_it_says_the_strategy_decides_and_shows_what_a_model_would_see(
@@ -296,7 +296,9 @@ class TestDecisionPrompt:
     def test_what_the_negotiator_cannot_build_is_named(
         self, ops: Client, agent: Agent, intent: Intent
     ) -> None:
-        Intent.objects.filter(pk=intent.pk).update(term_guards=[{"term": "amount", "op": "<", "value": 1}])
+        Intent.across_tenants.filter(pk=intent.pk).update(
+            term_guards=[{"term": "amount", "op": "<", "value": 1}]
+        )
         n = outbound(agent, "Idris Haddad", intent=intent)
 
         html = ops.get(prompt_url(n)).content.decode()
@@ -338,7 +340,7 @@ class TestTenancy:
         self, logged_in: Client, tenant: Tenant, seller: Agent
     ) -> None:
         foreign = inbound_deal(seller, opening="Globex wants you")
-        before = list(Turn.objects.filter(negotiation=foreign).values_list("seq", "message"))
+        before = list(Turn.across_tenants.filter(negotiation=foreign).values_list("seq", "message"))
 
         for url in (
             detail_url(foreign, tenant),
@@ -348,4 +350,4 @@ class TestTenancy:
             response = logged_in.get(url)
             assert response.status_code == 404
             assert "Globex wants you" not in response.content.decode()
-        assert list(Turn.objects.filter(negotiation=foreign).values_list("seq", "message")) == before
+        assert list(Turn.across_tenants.filter(negotiation=foreign).values_list("seq", "message")) == before

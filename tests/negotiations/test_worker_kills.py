@@ -172,12 +172,12 @@ def record(negotiation: Negotiation) -> list[tuple[str, str, Any, str, str]]:
     """The negotiation's turns as (messageId, action, terms, offerId, acceptsOfferId), in order."""
     return [
         (t.raw.get("messageId", ""), t.action, t.terms, t.offer_id, t.accepts_offer_id)
-        for t in Turn.objects.filter(negotiation=negotiation).order_by("seq")
+        for t in Turn.across_tenants.filter(negotiation=negotiation).order_by("seq")
     ]
 
 
 def verdict(negotiation: Negotiation) -> tuple[str, str, Any] | None:
-    s = Settlement.objects.filter(negotiation=negotiation).first()
+    s = Settlement.across_tenants.filter(negotiation=negotiation).first()
     return (s.outcome, s.basis, s.terms) if s else None
 
 
@@ -217,16 +217,20 @@ def test_workers_killed_at_random_moments_never_split_a_negotiation(
         stack.workers[victim] = stack.start_worker()
 
     def ended() -> bool:
-        return not Run.objects.filter(pk__in=runs, status__in=(*Run.STEPPING, Run.Status.WAITING)).exists()
+        return not Run.across_tenants.filter(
+            pk__in=runs, status__in=(*Run.STEPPING, Run.Status.WAITING)
+        ).exists()
 
     deadline = time.monotonic() + SETTLE_SECONDS
     while not ended() and time.monotonic() < deadline:
         time.sleep(0.5)
-    stranded = Run.objects.filter(pk__in=runs, status__in=(*Run.STEPPING, Run.Status.WAITING)).count()
+    stranded = Run.across_tenants.filter(pk__in=runs, status__in=(*Run.STEPPING, Run.Status.WAITING)).count()
 
-    outbound = list(Negotiation.objects.filter(tenant=tenant, direction=Negotiation.Direction.OUTBOUND))
+    outbound = list(
+        Negotiation.across_tenants.filter(tenant=tenant, direction=Negotiation.Direction.OUTBOUND)
+    )
     inbound = list(
-        Negotiation.objects.filter(agent__in=counterparties, direction=Negotiation.Direction.INBOUND)
+        Negotiation.across_tenants.filter(agent__in=counterparties, direction=Negotiation.Direction.INBOUND)
     )
     theirs = {n.task_id: n for n in inbound}
     survived, doubled, split = 0, 0, []

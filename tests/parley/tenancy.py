@@ -25,6 +25,6 @@ def tenancy_rows() -> dict[str, list[dict[str, Any]]]:
     return {
         "users": list(get_user_model().objects.order_by("pk").values()),
         "memberships": list(Membership.objects.order_by("pk").values()),
-        "invitations": list(Invitation.objects.order_by("pk").values()),
-        "api_keys": list(ApiKey.objects.order_by("pk").values()),
+        "invitations": list(Invitation.across_tenants.order_by("pk").values()),
+        "api_keys": list(ApiKey.across_tenants.order_by("pk").values()),
     }

@@ -56,8 +56,8 @@ def test_a_superuser_creates_an_agent_with_an_intent(client: Client) -> None:
         "/admin/agents/agent/add/", {**AGENT_FORM, "tenant": tenant.pk, "guardrails": "[]", **intent_form}
     )
     assert response.status_code == 302, response.context["adminform"].form.errors
-    agent = Agent.objects.get(tenant=tenant, slug="tomas")
-    intent = Intent.objects.get(agent=agent)
+    agent = Agent.across_tenants.get(tenant=tenant, slug="tomas")
+    intent = Intent.across_tenants.get(agent=agent)
     assert (intent.tenant_id, intent.statement) == (tenant.pk, "Bring in a fractional CFO.")
     for page in ("/admin/parley/tenant/", "/admin/agents/run/", "/admin/negotiations/negotiation/"):
         assert client.get(page).status_code == 200
@@ -95,7 +95,7 @@ def test_an_agent_refuses_a_malformed_guardrail_naming_it(
 
     assert response.status_code == 200
     assert response.context["adminform"].form.errors["guardrails"] == [message]
-    assert not Agent.objects.exists()
+    assert not Agent.across_tenants.exists()
 
 
 @pytest.mark.django_db
@@ -110,7 +110,7 @@ def test_an_agent_refuses_another_tenants_tool(root: Client) -> None:
 
     assert response.status_code == 200
     assert response.context["adminform"].form.errors["tools"] == ["Choose tools of the agent's own tenant."]
-    assert not Agent.objects.exists()
+    assert not Agent.across_tenants.exists()
 
 
 @pytest.mark.django_db
@@ -155,7 +155,7 @@ def test_a_tool_that_cannot_run_as_its_kind_says_is_refused(
     errors = response.context["adminform"].form.errors
     assert field in errors
     assert errors[field][0].startswith(message)
-    assert not Tool.objects.exists()
+    assert not Tool.across_tenants.exists()
 
 
 @pytest.mark.django_db
@@ -176,7 +176,7 @@ def test_a_host_operation_tool_is_created(root: Client) -> None:
     response = root.post("/admin/agents/tool/add/", form)
 
     assert response.status_code == 302, response.context["adminform"].form.errors
-    tool = Tool.objects.get(tenant=tenant, name="lookup")
+    tool = Tool.across_tenants.get(tenant=tenant, name="lookup")
     assert (tool.kind, tool.requires_approval, tool.parameters["properties"]) == (
         "host",
         True,

@@ -35,7 +35,7 @@ class TestCreate:
         assert len(prefix) == 12
         assert set(prefix) <= set("0123456789abcdef")
         assert len(secret) >= 43
-        row = ApiKey.objects.filter(pk=key.pk).values().get()
+        row = ApiKey.across_tenants.filter(pk=key.pk).values().get()
         assert row["tenant_id"] == tenant.pk
         assert row["name"] == "billing backend"
         assert row["scopes"] == ["read", "admin"]
@@ -70,7 +70,7 @@ class TestCreate:
             issue(tenant, owner, name=name, scopes=scopes)
 
         assert refused.value.message_dict == errors
-        assert not ApiKey.objects.exists()
+        assert not ApiKey.across_tenants.exists()
 
     @pytest.mark.parametrize("role", ["operator", "principal", "viewer"])
     def test_only_an_owner_may_issue_one(self, tenant: Tenant, role: str) -> None:
@@ -78,7 +78,7 @@ class TestCreate:
 
         with pytest.raises(services.NotAllowed, match=r"^Only an owner of this tenant"):
             issue(tenant, someone)
-        assert not ApiKey.objects.exists()
+        assert not ApiKey.across_tenants.exists()
 
     def test_an_owner_of_another_tenant_may_not_issue_one_here(
         self, tenant: Tenant, other_tenant: Tenant
@@ -87,7 +87,7 @@ class TestCreate:
 
         with pytest.raises(services.NotAllowed):
             issue(tenant, theirs)
-        assert not ApiKey.objects.exists()
+        assert not ApiKey.across_tenants.exists()
 
 
 class TestAuthenticate:
@@ -101,7 +101,7 @@ class TestAuthenticate:
 
         assert found is not None
         assert (found.pk, found.tenant.slug) == (key.pk, "acme")
-        stored = ApiKey.objects.get(pk=key.pk)
+        stored = ApiKey.across_tenants.get(pk=key.pk)
         assert stored.last_used_at is not None
         assert found.last_used_at == stored.last_used_at
 
@@ -113,7 +113,7 @@ class TestAuthenticate:
         assert services.api_key_authenticate(f"{key.prefix}.{secret[:-1]}") is None
         assert services.api_key_authenticate(f"{key.prefix}.{other_shown.partition('.')[2]}") is None
         assert services.api_key_authenticate(f"{'0' * 12}.{secret}") is None
-        assert ApiKey.objects.filter(last_used_at__isnull=False).count() == 0
+        assert ApiKey.across_tenants.filter(last_used_at__isnull=False).count() == 0
 
     def test_a_revoked_key_is_none(self, tenant: Tenant, owner: AbstractUser) -> None:
         key, shown = issue(tenant, owner)
@@ -149,28 +149,28 @@ class TestAuthenticate:
             raw = raw.decode().format(**fill).encode()
 
         assert services.api_key_authenticate(raw) is None
-        assert ApiKey.objects.get(pk=key.pk).last_used_at is None
+        assert ApiKey.across_tenants.get(pk=key.pk).last_used_at is None
 
     def test_last_used_is_written_at_most_once_a_minute(self, tenant: Tenant, owner: AbstractUser) -> None:
         key, shown = issue(tenant, owner)
         services.api_key_authenticate(shown)
-        first = ApiKey.objects.get(pk=key.pk).last_used_at
+        first = ApiKey.across_tenants.get(pk=key.pk).last_used_at
         assert first is not None
 
         again = services.api_key_authenticate(shown)
 
         assert again is not None
         assert again.last_used_at == first
-        assert ApiKey.objects.get(pk=key.pk).last_used_at == first
+        assert ApiKey.across_tenants.get(pk=key.pk).last_used_at == first
 
         a_while_ago = timezone.now() - timedelta(minutes=2)
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=a_while_ago)
+        ApiKey.across_tenants.filter(pk=key.pk).update(last_used_at=a_while_ago)
         later = services.api_key_authenticate(shown)
 
         assert later is not None
         assert later.last_used_at is not None
         assert later.last_used_at > a_while_ago
-        assert ApiKey.objects.get(pk=key.pk).last_used_at == later.last_used_at
+        assert ApiKey.across_tenants.get(pk=key.pk).last_used_at == later.last_used_at
 
 
 class TestRevoke:
@@ -181,13 +181,13 @@ class TestRevoke:
         key, _ = issue(tenant, owner)
 
         services.api_key_revoke(key=key, user=owner)
-        first = ApiKey.objects.get(pk=key.pk)
+        first = ApiKey.across_tenants.get(pk=key.pk)
         assert first.revoked_at is not None
         assert first.revoked_by_id == owner.pk
 
         services.api_key_revoke(key=key, user=other_owner)
 
-        again = ApiKey.objects.get(pk=key.pk)
+        again = ApiKey.across_tenants.get(pk=key.pk)
         assert (again.revoked_at, again.revoked_by_id) == (first.revoked_at, owner.pk)
 
     @pytest.mark.parametrize("role", ["operator", "principal", "viewer"])
@@ -197,7 +197,7 @@ class TestRevoke:
 
         with pytest.raises(services.NotAllowed):
             services.api_key_revoke(key=key, user=someone)
-        assert ApiKey.objects.get(pk=key.pk).revoked_at is None
+        assert ApiKey.across_tenants.get(pk=key.pk).revoked_at is None
         assert services.api_key_authenticate(shown) is not None
 
 
@@ -239,14 +239,14 @@ class TestPage:
 
         assert client.get(keys_url()).status_code == 403
         assert client.post(keys_url(), {"name": "x", "scopes": ["read"]}).status_code == 403
-        assert not ApiKey.objects.exists()
+        assert not ApiKey.across_tenants.exists()
 
     def test_a_non_member_gets_404(self, client: Client, owner: AbstractUser, other_tenant: Tenant) -> None:
         client.force_login(owner)
 
         assert client.get(keys_url(other_tenant)).status_code == 404
         assert client.post(keys_url(other_tenant), {"name": "x", "scopes": ["read"]}).status_code == 404
-        assert not ApiKey.objects.exists()
+        assert not ApiKey.across_tenants.exists()
 
     def test_creating_shows_the_key_once_in_the_response_only(
         self, client: Client, tenant: Tenant, owner: AbstractUser
@@ -256,7 +256,7 @@ class TestPage:
         response = client.post(keys_url(), {"name": "billing", "scopes": ["write", "read"]})
 
         assert response.status_code == 200
-        key = ApiKey.objects.get()
+        key = ApiKey.across_tenants.get()
         assert (key.name, key.scopes) == ("billing", ["read", "write"])
         page = response.content.decode()
         shown = page.split('id="new-key-value" type="text" readonly value="')[1].split('"')[0]
@@ -280,7 +280,7 @@ class TestPage:
         page = response.content.decode()
         assert page.startswith('<div id="api-keys">')
         assert "<html" not in page
-        assert f'value="{ApiKey.objects.get().prefix}.' in page
+        assert f'value="{ApiKey.across_tenants.get().prefix}.' in page
         assert "no-store" in response["Cache-Control"]
 
     def test_a_key_without_scopes_is_refused_at_the_field(
@@ -295,7 +295,7 @@ class TestPage:
         page = response.content.decode()
         assert "No key was created" in page
         assert 'id="new-key-value"' not in page
-        assert not ApiKey.objects.exists()
+        assert not ApiKey.across_tenants.exists()
 
     def test_revoking_asks_first_then_revokes_and_the_key_stays_listed(
         self, client: Client, tenant: Tenant, owner: AbstractUser
@@ -306,7 +306,7 @@ class TestPage:
         confirm = client.get(revoke_url(key)).content.decode()
         assert "<h1>Revoke the key billing?</h1>" in confirm
         assert "is refused from the moment you revoke it" in confirm
-        assert ApiKey.objects.get(pk=key.pk).revoked_at is None
+        assert ApiKey.across_tenants.get(pk=key.pk).revoked_at is None
 
         response = client.post(revoke_url(key), follow=True)
 
@@ -314,7 +314,7 @@ class TestPage:
         page = response.content.decode()
         assert f"The key billing ({key.prefix}) is revoked; it no longer works." in page
         assert f'<tr id="api-key-{key.pk}">' in page
-        assert ApiKey.objects.get(pk=key.pk).revoked_by_id == owner.pk
+        assert ApiKey.across_tenants.get(pk=key.pk).revoked_by_id == owner.pk
         assert services.api_key_authenticate(shown) is None
 
     def test_revoking_a_revoked_key_says_so_and_changes_nothing(

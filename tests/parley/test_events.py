@@ -24,7 +24,7 @@ def test_an_event_is_stored_at_once_and_pushed_after_commit(
 
     with django_capture_on_commit_callbacks(execute=True):
         live.publish_on_commit(event="negotiation.turn", tenant_id=tenant.pk, party_id=None, payload=payload)
-        stored = Event.objects.get()
+        stored = Event.across_tenants.get()
         assert (stored.tenant_id, stored.kind, stored.payload) == (tenant.pk, "negotiation.turn", payload)
         assert listener.pushed() == []
 
@@ -45,7 +45,7 @@ def test_an_event_of_a_change_rolled_back_is_neither_stored_nor_pushed(
     with pytest.raises(RuntimeError):
         change_that_fails()
 
-    assert not Event.objects.exists()
+    assert not Event.across_tenants.exists()
     assert listener.pushed() == []
 
 
@@ -54,7 +54,7 @@ def test_an_unknown_event_is_refused_before_anything_is_written(tenant: Tenant, 
     with pytest.raises(ValueError, match=r"^unknown live event 'negotiation\.haggled'$"):
         live.publish_on_commit(event="negotiation.haggled", tenant_id=tenant.pk, party_id=None, payload={})
 
-    assert not Event.objects.exists()
+    assert not Event.across_tenants.exists()
     assert listener.pushed() == []
 
 
@@ -64,10 +64,10 @@ def test_run_and_question_events_are_stored_for_the_webhooks(
 ) -> None:
     run = services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
     services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
-    question = Question.objects.get(run=run)
+    question = Question.across_tenants.get(run=run)
     services.question_answer(question=question, answer="Nobody yet.", user=principal)
 
-    events = [(e.kind, e.payload) for e in Event.objects.filter(tenant=agent.tenant)]
+    events = [(e.kind, e.payload) for e in Event.across_tenants.filter(tenant=agent.tenant)]
     ids = {"run": str(run.pk), "question": str(question.pk), "kind": "question"}
     assert events == [
         ("run.updated", {"run": ids["run"], "status": "queued"}),

@@ -85,8 +85,8 @@ def run(*arguments: str) -> list[str]:
 def test_an_owner_hands_a_placeholder_over_and_the_person_signs_up_into_its_place(
     client: Client, lisbon: Tenant, lisbon_owner: AbstractUser
 ) -> None:
-    alices = Agent.objects.get(tenant=lisbon, slug="alice")
-    question = waiting_question(alices, Intent.objects.get(agent=alices))
+    alices = Agent.across_tenants.get(tenant=lisbon, slug="alice")
+    question = waiting_question(alices, Intent.across_tenants.get(agent=alices))
     stand_in = placeholder(lisbon, "lisbon.alice")
     owner = Client()
     owner.force_login(lisbon_owner)
@@ -107,7 +107,7 @@ def test_an_owner_hands_a_placeholder_over_and_the_person_signs_up_into_its_plac
     assert link is not None
     assert f'value="{link.group(0)}"' in invited.content.decode()
     assert "You take the place of lisbon.alice, who stood in for you until now" in sent.body
-    invitation = Invitation.objects.get()
+    invitation = Invitation.across_tenants.get()
     assert (invitation.email, invitation.role, invitation.for_member) == (
         "alice@real.example",
         "principal",
@@ -154,8 +154,8 @@ def test_a_person_with_an_account_logs_in_from_the_link_and_takes_the_place(
     assert joined.redirect_chain == [(reverse("agents:inbox", kwargs={"tenant": "lisbon"}), 302)]
     assert "Welcome to Lisbon: you joined as principal." in joined.content.decode()
     assert Membership.objects.get(pk=stand_in.pk).user_id == alice.pk
-    assert Agent.objects.get(tenant=lisbon, slug="alice").principal_id == alice.pk
-    assert Agent.objects.get(tenant=lisbon, slug="bob").principal.username == "lisbon.bob"
+    assert Agent.across_tenants.get(tenant=lisbon, slug="alice").principal_id == alice.pk
+    assert Agent.across_tenants.get(tenant=lisbon, slug="bob").principal.username == "lisbon.bob"
     assert not User.objects.filter(username="lisbon.alice").exists()
     assert Membership.objects.get(tenant=other_tenant, user=alice).role == Membership.Role.OPERATOR
 
@@ -165,13 +165,13 @@ def test_taking_the_place_moves_every_row_of_the_tenant_naming_the_placeholder_a
 ) -> None:
     stand_in = placeholder(lisbon, "lisbon.alice")
     old = stand_in.user
-    alices = Agent.objects.get(tenant=lisbon, slug="alice")
-    Agent.objects.filter(pk=alices.pk).update(intake_owner=old)
+    alices = Agent.across_tenants.get(tenant=lisbon, slug="alice")
+    Agent.across_tenants.filter(pk=alices.pk).update(intake_owner=old)
     intake = IntakeRequest.objects.create(
         tenant=lisbon, agent=alices, caller="anon", summary="Call me.", recipient=old
     )
-    answered = waiting_question(alices, Intent.objects.get(agent=alices))
-    Question.objects.filter(pk=answered.pk).update(answered_by=old)
+    answered = waiting_question(alices, Intent.across_tenants.get(agent=alices))
+    Question.across_tenants.filter(pk=answered.pk).update(answered_by=old)
     # The same placeholder also stands in at another tenant: that place stays its own.
     Membership.objects.create(tenant=other_tenant, user=old, role=Membership.Role.PRINCIPAL)
     theirs = Agent.objects.create(
@@ -184,8 +184,8 @@ def test_taking_the_place_moves_every_row_of_the_tenant_naming_the_placeholder_a
 
     alices.refresh_from_db()
     assert (alices.principal_id, alices.intake_owner_id) == (alice.pk, alice.pk)
-    assert IntakeRequest.objects.get(pk=intake.pk).recipient_id == alice.pk
-    assert Question.objects.get(pk=answered.pk).answered_by_id == alice.pk
+    assert IntakeRequest.across_tenants.get(pk=intake.pk).recipient_id == alice.pk
+    assert Question.across_tenants.get(pk=answered.pk).answered_by_id == alice.pk
     assert Membership.objects.get(pk=stand_in.pk).user_id == alice.pk
     invitation.refresh_from_db()
     assert (invitation.status, invitation.accepted_by_id) == (Invitation.Status.ACCEPTED, alice.pk)
@@ -201,14 +201,14 @@ def test_invite_for_member_prints_the_link_and_replaces_an_earlier_one_for_the_m
     first = run("invite", "lisbon", "alice@old.example", "--for-member", "lisbon.alice")
     lines = run("invite", "lisbon", "alice@real.example", "--for-member", "Lisbon.Alice")
 
-    invitation = Invitation.objects.get(email="alice@real.example")
+    invitation = Invitation.across_tenants.get(email="alice@real.example")
     assert lines[0] == (
         "Invited alice@real.example to lisbon (Lisbon) as principal in place of lisbon.alice, until "
         f"{invitation.expires_at:%Y-%m-%d %H:%M} UTC; e-mailed. The link:"
     )
     assert lines[1].startswith(f"{settings.PUBLIC_BASE_URL}/invitations/")
     assert invitation.for_member == placeholder(lisbon, "lisbon.alice")
-    assert Invitation.objects.get(email="alice@old.example").status == Invitation.Status.REVOKED
+    assert Invitation.across_tenants.get(email="alice@old.example").status == Invitation.Status.REVOKED
     assert first[1] != lines[1]
 
 
@@ -280,7 +280,7 @@ def test_a_refused_address_is_shown_at_its_field(
         "email": ["ona@example.com is a member already: ona (owner)."]
     }
     assert "Nobody was invited: correct the fields marked below." in response.content.decode()
-    assert not Invitation.objects.exists()
+    assert not Invitation.across_tenants.exists()
 
 
 def test_a_placeholder_given_a_password_meanwhile_is_not_taken_over(

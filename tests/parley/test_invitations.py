@@ -107,10 +107,10 @@ class TestInvite:
 
         issued = invite(tenant, "  Oscar@Example.org ", "operator", owner)
 
-        invitation = Invitation.objects.get()
+        invitation = Invitation.across_tenants.get()
         token = token_of(issued.link)
         assert invitation.token_hash == keys.secret_hash(token)
-        assert token not in str(Invitation.objects.values().get())
+        assert token not in str(Invitation.across_tenants.values().get())
         assert (invitation.tenant, invitation.email, invitation.role, invitation.invited_by) == (
             tenant,
             "Oscar@Example.org",
@@ -151,7 +151,7 @@ class TestInvite:
 
         assert not issued.mailed
         assert "Connection refused" in issued.mail_error
-        assert Invitation.objects.get().status == Invitation.Status.PENDING
+        assert Invitation.across_tenants.get().status == Invitation.Status.PENDING
 
     def test_inviting_an_address_again_revokes_the_earlier_link(
         self, tenant: Tenant, owner: AbstractUser
@@ -210,7 +210,7 @@ class TestInvite:
         with pytest.raises(services.NotAllowed):
             invite(tenant, "x@example.org", "viewer", someone)
 
-        assert not Invitation.objects.exists()
+        assert not Invitation.across_tenants.exists()
 
 
 # Accepting and revoking.
@@ -267,7 +267,7 @@ class TestAccept:
     def test_a_closed_invitation_is_refused_saying_why(
         self, invitation: Invitation, oscar: AbstractUser, change: dict[str, Any], code: str, message: str
     ) -> None:
-        Invitation.objects.filter(pk=invitation.pk).update(**change)
+        Invitation.across_tenants.filter(pk=invitation.pk).update(**change)
         before = tenancy_rows()
 
         with pytest.raises(services.InvitationUnusable) as refused:

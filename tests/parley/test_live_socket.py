@@ -63,6 +63,6 @@ def test_a_socket_idle_past_a_redis_read_timeout_receives_the_next_question(
 
     frame = asyncio.run(idle_then_ask())
 
-    question = Question.objects.get(run__agent=agent)
+    question = Question.across_tenants.get(run__agent=agent)
     assert question.question == ASK_FOR_COUNTERPARTIES
     assert frame["payload"]["question"] == str(question.pk)

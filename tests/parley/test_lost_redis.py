@@ -217,7 +217,7 @@ class Parties:
 
     def open_questions(self) -> list[Question]:
         return list(
-            Question.objects.filter(
+            Question.across_tenants.filter(
                 run__agent=self.buyer, answered_at=None, run__status=Run.Status.NEEDS_INPUT
             )
         )
@@ -274,14 +274,16 @@ def parties(
 def in_flight(parties: Parties) -> bool:
     """Work is under way: a negotiation open and a chat run past its first step."""
     return (
-        Negotiation.objects.filter(agent=parties.buyer, status=Negotiation.Status.OPEN).exists()
-        and Run.objects.filter(agent=parties.chatty, status=Run.Status.RUNNING, step_count__gte=1).exists()
+        Negotiation.across_tenants.filter(agent=parties.buyer, status=Negotiation.Status.OPEN).exists()
+        and Run.across_tenants.filter(
+            agent=parties.chatty, status=Run.Status.RUNNING, step_count__gte=1
+        ).exists()
     )
 
 
 def unsettled(run_ids: list[str]) -> list[str]:
     """The runs that neither ended nor wait on their party (an open question), each as "id status"."""
-    runs = Run.objects.filter(pk__in=run_ids).exclude(status__in=(*Run.ENDED, Run.Status.NEEDS_INPUT))
+    runs = Run.across_tenants.filter(pk__in=run_ids).exclude(status__in=(*Run.ENDED, Run.Status.NEEDS_INPUT))
     return [f"{pk} {status}" for pk, status in runs.values_list("pk", "status")]
 
 
@@ -304,28 +306,28 @@ def applied_twice(run_ids: list[str]) -> list[str]:
     """What was applied more than once, each named: a step, a run's task, a batch for one call, a
     second Task opened with a counterparty, or a turn one side recorded and the other did not."""
     found = []
-    for run in Run.objects.filter(pk__in=run_ids):
+    for run in Run.across_tenants.filter(pk__in=run_ids):
         steps = sorted(
-            Message.objects.filter(run=run, role=Message.Role.ASSISTANT).values_list("step", flat=True)
+            Message.across_tenants.filter(run=run, role=Message.Role.ASSISTANT).values_list("step", flat=True)
         )
         if steps != list(range(1, run.step_count + 1)):
             found.append(f"run {run.pk}: steps {steps}, step_count {run.step_count}")
-        tasks = Message.objects.filter(run=run, role=Message.Role.USER, content=run.task).count()
+        tasks = Message.across_tenants.filter(run=run, role=Message.Role.USER, content=run.task).count()
         if tasks != 1:
             found.append(f"run {run.pk}: its task entered the thread {tasks} times")
         calls = [
             c["id"]
-            for calls in Message.objects.filter(run=run, role=Message.Role.ASSISTANT).values_list(
+            for calls in Message.across_tenants.filter(run=run, role=Message.Role.ASSISTANT).values_list(
                 "tool_calls", flat=True
             )
             for c in calls
             if c["name"] in ("negotiate", "answer")
         ]
-        batches = list(Batch.objects.filter(run=run).values_list("tool_call_id", flat=True))
+        batches = list(Batch.across_tenants.filter(run=run).values_list("tool_call_id", flat=True))
         if sorted(batches) != sorted(calls):
             found.append(f"run {run.pk}: batches {batches} for negotiation calls {calls}")
-    ours = Negotiation.objects.filter(direction=Negotiation.Direction.OUTBOUND, batch__run__in=run_ids)
-    theirs = Negotiation.objects.filter(
+    ours = Negotiation.across_tenants.filter(direction=Negotiation.Direction.OUTBOUND, batch__run__in=run_ids)
+    theirs = Negotiation.across_tenants.filter(
         direction=Negotiation.Direction.INBOUND, agent__slug__startswith="seller-"
     )
     reached = ours.exclude(task_id="").count()
@@ -354,7 +356,9 @@ def duplicate_model_calls(chat: ChatServer, run_ids: list[str]) -> int:
     asked = Counter(
         next(m["content"] for m in r.body["messages"] if m["role"] == "user") for r in chat.requests
     )
-    taken = dict(Run.objects.filter(pk__in=run_ids, agent__slug="thinker").values_list("task", "step_count"))
+    taken = dict(
+        Run.across_tenants.filter(pk__in=run_ids, agent__slug="thinker").values_list("task", "step_count")
+    )
     return sum(max(asked[task] - steps, 0) for task, steps in taken.items())
 
 
@@ -473,7 +477,7 @@ def test_a_lost_redis_strands_no_run_and_applies_nothing_twice(
         parties,
         f"{settings.SESSION_COOKIE_NAME}={parties.browser.cookies[settings.SESSION_COOKIE_NAME]}",
     )
-    runs = Run.objects.filter(pk__in=parties.started)
+    runs = Run.across_tenants.filter(pk__in=parties.started)
     stranded = unsettled(parties.started)
     twice = applied_twice(parties.started)
     report["runs tried"] = len(parties.started)
@@ -483,13 +487,13 @@ def test_a_lost_redis_strands_no_run_and_applies_nothing_twice(
     report["runs by status"] = dict(Counter(runs.values_list("status", flat=True)))
     report["negotiations"] = dict(
         Counter(
-            Negotiation.objects.filter(direction=Negotiation.Direction.OUTBOUND).values_list(
+            Negotiation.across_tenants.filter(direction=Negotiation.Direction.OUTBOUND).values_list(
                 "status", flat=True
             )
         )
     )
     report["applied twice"] = twice
-    failed = Negotiation.objects.filter(status=Negotiation.Status.FAILED)
+    failed = Negotiation.across_tenants.filter(status=Negotiation.Status.FAILED)
     report["negotiations failed"] = [f"{pk}: {error}" for pk, error in failed.values_list("pk", "error")]
     report["model calls beyond one per step (sent again, applied once)"] = duplicate_model_calls(
         chat, parties.started
@@ -499,10 +503,12 @@ def test_a_lost_redis_strands_no_run_and_applies_nothing_twice(
 
     assert all(code < 500 for code in during.values()), during
     assert (started_by_api.status_code, answered.status_code, answered_by_form.status_code) == (201, 200, 302)
-    assert Question.objects.get(pk=questions[1].pk).answer == parties.answer_text(1)
+    assert Question.across_tenants.get(pk=questions[1].pk).answer == parties.answer_text(1)
     assert stranded == []
     assert twice == []
     outage_runs = [started_by_api.json()["id"], form_run, str(questions[0].run_id), str(questions[1].run_id)]
-    assert set(Run.objects.filter(pk__in=outage_runs).values_list("status", flat=True)) == {Run.Status.DONE}
+    assert set(Run.across_tenants.filter(pk__in=outage_runs).values_list("status", flat=True)) == {
+        Run.Status.DONE
+    }
     assert report["a socket opened after the restart hears"] == "question.opened"
     assert all(stack.alive().values()), stack.alive()

@@ -140,7 +140,7 @@ class TestRemove:
             "Give those agents someone else first, then remove them."
         ]
         assert tenancy_rows() == before
-        assert Agent.objects.get(pk=agent.pk).principal_id == principal.pk
+        assert Agent.across_tenants.get(pk=agent.pk).principal_id == principal.pk
 
     def test_an_intake_owner_alone_is_refused_too(
         self, tenant: Tenant, owner: AbstractUser, operator: AbstractUser

@@ -274,7 +274,7 @@ def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, pre
     approval = waiting_question(
         agent, Intent.objects.create(tenant=tenant, agent=agent, statement="Book a room."), text="May it?"
     )
-    Question.objects.filter(pk=approval.pk).update(
+    Question.across_tenants.filter(pk=approval.pk).update(
         kind=Question.Kind.APPROVAL, tool_name="book_room", arguments={"room": "A"}
     )
     negotiation = Negotiation.objects.create(
@@ -359,7 +359,7 @@ def stored() -> dict[str, list[dict[str, Any]]]:
         *(Negotiation, GroundingDocument, InboundKey, WebhookEndpoint, WebhookDelivery),
         *(ExchangeProfile, PreparedExchange),
     )
-    return {m.__name__: list(m.objects.order_by("pk").values()) for m in models}
+    return {m.__name__: list(m._default_manager.order_by("pk").values()) for m in models}
 
 
 @pytest.mark.parametrize("role", ROLES)

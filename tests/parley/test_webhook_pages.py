@@ -40,14 +40,14 @@ def delivery_of(
 ) -> WebhookDelivery:
     """A delivery to ``endpoint``, made by publishing ``kind`` for ``tenant`` (it must subscribe)."""
     live.publish_on_commit(event=kind, tenant_id=tenant.pk, party_id=None, payload=payload or {"run": "r-1"})
-    return WebhookDelivery.objects.filter(endpoint=endpoint).latest("created_at")
+    return WebhookDelivery.across_tenants.filter(endpoint=endpoint).latest("created_at")
 
 
 def rows() -> dict[str, list[dict[str, Any]]]:
     """Every endpoint and delivery as stored."""
     return {
-        "endpoints": list(WebhookEndpoint.objects.order_by("pk").values()),
-        "deliveries": list(WebhookDelivery.objects.order_by("pk").values()),
+        "endpoints": list(WebhookEndpoint.across_tenants.order_by("pk").values()),
+        "deliveries": list(WebhookDelivery.across_tenants.order_by("pk").values()),
     }
 
 
@@ -74,7 +74,7 @@ def test_the_page_lists_the_endpoints_without_their_secrets(
 ) -> None:
     gone = hook(tenant, "http://127.0.0.1:9/gone")
     reason = "Answered 410 Gone: the receiver wants no more webhooks."
-    WebhookEndpoint.objects.filter(pk=gone.pk).update(active=False, disabled_reason=reason)
+    WebhookEndpoint.across_tenants.filter(pk=gone.pk).update(active=False, disabled_reason=reason)
 
     page = as_owner.get(url("webhooks")).content.decode()
 
@@ -115,7 +115,7 @@ def test_adding_stores_the_endpoint_and_shows_its_secret_once(
     )
 
     assert response.status_code == 200
-    stored = WebhookEndpoint.objects.get()
+    stored = WebhookEndpoint.across_tenants.get()
     assert (stored.tenant_id, stored.url, stored.events, stored.description, stored.active) == (
         tenant.pk,
         URL,
@@ -169,7 +169,7 @@ def test_refused_input_is_shown_at_its_field_and_nothing_is_stored(
     [field] = errors
     assert f'id="id_{field}_error"' in page
     assert 'id="new-secret"' not in page
-    assert not WebhookEndpoint.objects.exists()
+    assert not WebhookEndpoint.across_tenants.exists()
 
 
 @pytest.mark.parametrize(
@@ -191,7 +191,7 @@ def test_a_url_the_address_policy_refuses_is_shown_at_the_url_field(
     response = as_owner.post(url("webhooks"), {"url": address, "events": ["run.finished"]})
 
     assert response.context["form"].errors == {"url": [message]}
-    assert not WebhookEndpoint.objects.exists()
+    assert not WebhookEndpoint.across_tenants.exists()
 
 
 def test_deactivating_and_activating_again_clears_the_reason(
@@ -203,7 +203,7 @@ def test_deactivating_and_activating_again_clears_the_reason(
     assert f"{URL} is inactive: it is sent nothing until activated." in off.content.decode()
     endpoint.refresh_from_db()
     assert endpoint.active is False
-    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(disabled_reason="Answered 410 Gone.")
+    WebhookEndpoint.across_tenants.filter(pk=endpoint.pk).update(disabled_reason="Answered 410 Gone.")
 
     on = as_owner.post(url("webhook-active", pk=endpoint.pk), {"active": "true"}, follow=True)
 
@@ -234,12 +234,12 @@ def test_rotating_asks_first_then_shows_the_new_secret_once(
 
     assert f"<h1>Rotate the secret of <code>{URL}</code>?</h1>" in confirm.content.decode()
     assert old not in confirm.content.decode()
-    assert WebhookEndpoint.objects.get().secret == old
+    assert WebhookEndpoint.across_tenants.get().secret == old
 
     response = as_owner.post(url("webhook-rotate", pk=endpoint.pk))
 
     assert response.status_code == 200
-    new = WebhookEndpoint.objects.get().secret
+    new = WebhookEndpoint.across_tenants.get().secret
     assert new != old
     assert new.startswith("whsec_")
     page = response.content.decode()
@@ -263,14 +263,14 @@ def test_deleting_asks_first_then_deletes_the_endpoint_and_its_deliveries(
 
     assert f"<h1>Delete the endpoint <code>{URL}</code>?</h1>" in confirm
     assert "its 2 deliveries are deleted with it" in confirm
-    assert WebhookEndpoint.objects.count() == 2
+    assert WebhookEndpoint.across_tenants.count() == 2
 
     response = as_owner.post(url("webhook-delete", pk=endpoint.pk), follow=True)
 
     assert response.redirect_chain == [(url("webhooks"), 302)]
     assert f"Deleted the endpoint {URL} and its deliveries." in response.content.decode()
-    assert list(WebhookEndpoint.objects.values_list("pk", flat=True)) == [kept.pk]
-    assert list(WebhookDelivery.objects.values_list("pk", flat=True)) == [kept_delivery.pk]
+    assert list(WebhookEndpoint.across_tenants.values_list("pk", flat=True)) == [kept.pk]
+    assert list(WebhookDelivery.across_tenants.values_list("pk", flat=True)) == [kept_delivery.pk]
 
 
 # Deliveries.
@@ -282,14 +282,14 @@ def test_deliveries_are_listed_newest_first_with_how_they_went(
     first = delivery_of(tenant, endpoint)
     second = delivery_of(tenant, endpoint, "negotiation.settled")
     next_at = timezone.now() + timedelta(minutes=3)
-    WebhookDelivery.objects.filter(pk=first.pk).update(
+    WebhookDelivery.across_tenants.filter(pk=first.pk).update(
         status=WebhookDelivery.Status.PENDING,
         attempts=2,
         last_status_code=503,
         last_error="HTTP 503.",
         next_attempt_at=next_at,
     )
-    WebhookDelivery.objects.filter(pk=second.pk).update(
+    WebhookDelivery.across_tenants.filter(pk=second.pk).update(
         status=WebhookDelivery.Status.SUCCEEDED, attempts=1, last_status_code=200, next_attempt_at=None
     )
 
@@ -315,9 +315,9 @@ def test_deliveries_filter_by_status_and_endpoint(
 ) -> None:
     other = hook(tenant, "http://127.0.0.1:9/other")
     finished = delivery_of(tenant, endpoint)
-    to_other = WebhookDelivery.objects.get(endpoint=other)
+    to_other = WebhookDelivery.across_tenants.get(endpoint=other)
     settled = delivery_of(tenant, endpoint, "negotiation.settled")
-    WebhookDelivery.objects.filter(pk=settled.pk).update(status=WebhookDelivery.Status.FAILED)
+    WebhookDelivery.across_tenants.filter(pk=settled.pk).update(status=WebhookDelivery.Status.FAILED)
 
     def listed(query: str) -> list[Any]:
         response = as_owner.get(f"{url('webhook-deliveries')}?{query}")
@@ -395,7 +395,7 @@ def test_a_delivery_shows_its_body_escaped_and_its_attempts(
     as_owner: Client, tenant: Tenant, endpoint: WebhookEndpoint
 ) -> None:
     delivery = delivery_of(tenant, endpoint, payload={"run": "r-1", "note": "<script>alert(1)</script>"})
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(
+    WebhookDelivery.across_tenants.filter(pk=delivery.pk).update(
         attempts=2,
         window_attempts=2,
         last_status_code=500,
@@ -448,7 +448,9 @@ def test_resending_makes_the_delivery_pending_and_sends_it_after_commit(
     django_capture_on_commit_callbacks: Callable[..., Any],
 ) -> None:
     delivery = delivery_of(tenant, endpoint)
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(status=WebhookDelivery.Status.FAILED, attempts=7)
+    WebhookDelivery.across_tenants.filter(pk=delivery.pk).update(
+        status=WebhookDelivery.Status.FAILED, attempts=7
+    )
 
     with django_capture_on_commit_callbacks() as scheduled:
         response = as_owner.post(url("webhook-resend", pk=delivery.pk))
@@ -490,7 +492,9 @@ def test_a_refused_resend_is_a_message_and_changes_nothing(
     django_capture_on_commit_callbacks: Callable[..., Any],
 ) -> None:
     delivery = delivery_of(tenant, endpoint)
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(claimed_until=timezone.now() + timedelta(minutes=1))
+    WebhookDelivery.across_tenants.filter(pk=delivery.pk).update(
+        claimed_until=timezone.now() + timedelta(minutes=1)
+    )
     busy = rows()
 
     with django_capture_on_commit_callbacks() as scheduled:
@@ -503,7 +507,7 @@ def test_a_refused_resend_is_a_message_and_changes_nothing(
         in under_way.content.decode()
     )
 
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(claimed_until=None)
+    WebhookDelivery.across_tenants.filter(pk=delivery.pk).update(claimed_until=None)
     webhooks.webhook_endpoint_update(endpoint=endpoint, active=False)
     inactive = rows()
 

@@ -139,8 +139,8 @@ def verified(endpoint: WebhookEndpoint, request: Received) -> Any:
 def test_a_delivery_is_signed_as_standard_webhooks(tenant: Tenant, receiver: Receiver) -> None:
     endpoint = endpoint_for(tenant, receiver.url)
     publish(tenant)
-    event = Event.objects.get(kind="run.finished")
-    delivery = WebhookDelivery.objects.get(endpoint=endpoint)
+    event = Event.across_tenants.get(kind="run.finished")
+    delivery = WebhookDelivery.across_tenants.get(endpoint=endpoint)
 
     delivery = attempt(delivery)
 
@@ -175,7 +175,7 @@ def test_a_receiver_failing_twice_gets_three_attempts_with_growing_waits(
     with Receiver(statuses=[500, 503, 200], body=b'{"ok": true}') as server:
         endpoint = endpoint_for(tenant, server.url)
         publish(tenant)
-        delivery = WebhookDelivery.objects.get(endpoint=endpoint)
+        delivery = WebhookDelivery.across_tenants.get(endpoint=endpoint)
 
         with django_capture_on_commit_callbacks() as scheduled:
             delivery = attempt(delivery)
@@ -214,10 +214,10 @@ def test_a_receiver_always_failing_ends_failed_when_the_window_closes(settings: 
         endpoint = endpoint_for(tenant, server.url)
         publish(tenant)
         # Made 2500 s ago: a wait of 600 s still falls in the window, one of 1200 s does not.
-        WebhookDelivery.objects.filter(endpoint=endpoint).update(
+        WebhookDelivery.across_tenants.filter(endpoint=endpoint).update(
             window_opened_at=timezone.now() - timedelta(seconds=2500)
         )
-        delivery = WebhookDelivery.objects.get(endpoint=endpoint)
+        delivery = WebhookDelivery.across_tenants.get(endpoint=endpoint)
 
         delivery = attempt(delivery)
         assert delivery.status == "pending"
@@ -237,7 +237,7 @@ def test_no_answer_is_a_failed_attempt_with_the_error_recorded(settings: Any, te
     endpoint = endpoint_for(tenant, f"http://127.0.0.1:{free_port()}/hooks")  # nobody listens there
     publish(tenant)
 
-    delivery = attempt(WebhookDelivery.objects.get(endpoint=endpoint))
+    delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
 
     assert (delivery.status, delivery.attempts, delivery.last_status_code) == ("pending", 1, None)
     assert delivery.last_error.startswith("ConnectError: ")
@@ -249,7 +249,7 @@ def test_a_redirect_is_not_followed(tenant: Tenant) -> None:
     with Receiver(statuses=[302]) as server:
         endpoint = endpoint_for(tenant, server.url)
         publish(tenant)
-        delivery = attempt(WebhookDelivery.objects.get(endpoint=endpoint))
+        delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
 
     assert [r.body for r in server.received] == [webhooks.body_of(delivery)]
     assert (delivery.status, delivery.last_status_code) == ("pending", 302)
@@ -262,7 +262,7 @@ def test_a_receiver_slower_than_the_timeout_is_a_failed_attempt(settings: Any, t
     with Receiver(delay=3.0) as server:
         endpoint = endpoint_for(tenant, server.url)
         publish(tenant)
-        delivery = attempt(WebhookDelivery.objects.get(endpoint=endpoint))
+        delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
 
     assert (delivery.status, delivery.last_status_code) == ("pending", None)
     assert delivery.last_error == "Timed out after 0.5 s."
@@ -276,7 +276,7 @@ def test_a_2xx_whose_body_arrives_after_the_timeout_has_succeeded_and_is_not_sen
     with Receiver(statuses=[200], body=b'{"ok":true}', body_delay=3.0) as server:
         endpoint = endpoint_for(tenant, server.url)
         publish(tenant)
-        delivery = attempt(WebhookDelivery.objects.get(endpoint=endpoint))
+        delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
 
     assert (delivery.status, delivery.last_status_code, delivery.last_error) == ("succeeded", 200, "")
     assert delivery.next_attempt_at is None
@@ -291,7 +291,7 @@ def test_410_gone_fails_the_delivery_at_once_and_makes_the_endpoint_inactive(
         endpoint = endpoint_for(tenant, server.url)
         publish(tenant)
         with django_capture_on_commit_callbacks() as scheduled:
-            delivery = attempt(WebhookDelivery.objects.get(endpoint=endpoint))
+            delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
         publish(tenant)  # the endpoint gets nothing more
 
     endpoint.refresh_from_db()
@@ -304,7 +304,7 @@ def test_410_gone_fails_the_delivery_at_once_and_makes_the_endpoint_inactive(
     assert endpoint.active is False
     assert endpoint.disabled_reason.startswith("Answered 410 Gone at ")
     assert delivery.webhook_id in endpoint.disabled_reason
-    assert WebhookDelivery.objects.filter(endpoint=endpoint).count() == 1
+    assert WebhookDelivery.across_tenants.filter(endpoint=endpoint).count() == 1
     assert len(server.received) == 1
 
     endpoint = webhooks.webhook_endpoint_update(endpoint=endpoint, active=True)
@@ -337,7 +337,7 @@ def test_retry_after_of_a_429_or_503_makes_the_next_attempt_wait_longer(
     with Receiver(statuses=[status], headers={"Retry-After": retry_after}) as server:
         endpoint = endpoint_for(tenant, server.url)
         publish(tenant)
-        delivery = attempt(WebhookDelivery.objects.get(endpoint=endpoint))
+        delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
 
     assert (delivery.status, delivery.last_status_code) == ("pending", status)
     [entry] = delivery.attempt_log
@@ -357,11 +357,11 @@ def test_a_retry_after_ending_past_the_window_fails_the_delivery_at_once(
         endpoint = endpoint_for(tenant, server.url)
         publish(tenant)
         # Made 3300 s ago: the backoff (30 s) would still fall in the window, Retry-After's 600 s does not.
-        WebhookDelivery.objects.filter(endpoint=endpoint).update(
+        WebhookDelivery.across_tenants.filter(endpoint=endpoint).update(
             window_opened_at=timezone.now() - timedelta(seconds=3300)
         )
         with django_capture_on_commit_callbacks() as scheduled:
-            delivery = attempt(WebhookDelivery.objects.get(endpoint=endpoint))
+            delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
 
     assert (delivery.status, delivery.last_status_code, delivery.next_attempt_at) == ("failed", 503, None)
     assert delivery.last_error == (
@@ -377,13 +377,15 @@ def test_a_retry_after_ending_past_the_window_fails_the_delivery_at_once(
 def test_a_task_scheduled_before_or_running_twice_sends_nothing(tenant: Tenant, receiver: Receiver) -> None:
     endpoint = endpoint_for(tenant, receiver.url)
     publish(tenant)
-    delivery = WebhookDelivery.objects.get(endpoint=endpoint)
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(claimed_until=timezone.now() + timedelta(minutes=1))
+    delivery = WebhookDelivery.across_tenants.get(endpoint=endpoint)
+    WebhookDelivery.across_tenants.filter(pk=delivery.pk).update(
+        claimed_until=timezone.now() + timedelta(minutes=1)
+    )
 
     attempt(delivery)  # another copy of the task holds the attempt
     assert receiver.received == []
 
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(claimed_until=None)
+    WebhookDelivery.across_tenants.filter(pk=delivery.pk).update(claimed_until=None)
     attempt(delivery, generation=delivery.generation + 1)  # not scheduled (yet)
     assert receiver.received == []
     delivery = attempt(delivery)
@@ -398,7 +400,7 @@ def test_an_inactive_endpoint_is_sent_nothing(tenant: Tenant, receiver: Receiver
     publish(tenant)
     webhooks.webhook_endpoint_update(endpoint=endpoint, active=False)
 
-    delivery = attempt(WebhookDelivery.objects.get(endpoint=endpoint))
+    delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
 
     assert receiver.received == []
     assert (delivery.status, delivery.attempts) == ("failed", 0)
@@ -414,7 +416,7 @@ def test_resend_redelivers_with_the_same_webhook_id(
 ) -> None:
     endpoint = endpoint_for(tenant, receiver.url)
     publish(tenant)
-    delivery = attempt(WebhookDelivery.objects.get(endpoint=endpoint))
+    delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
     assert delivery.status == "succeeded"
 
     with django_capture_on_commit_callbacks() as scheduled:
@@ -441,12 +443,14 @@ def test_resend_is_refused_while_an_attempt_is_under_way_or_the_endpoint_is_inac
 ) -> None:
     endpoint = endpoint_for(tenant, receiver.url)
     publish(tenant)
-    delivery = WebhookDelivery.objects.get(endpoint=endpoint)
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(claimed_until=timezone.now() + timedelta(minutes=1))
+    delivery = WebhookDelivery.across_tenants.get(endpoint=endpoint)
+    WebhookDelivery.across_tenants.filter(pk=delivery.pk).update(
+        claimed_until=timezone.now() + timedelta(minutes=1)
+    )
     with pytest.raises(webhooks.ResendRefused, match="under way"):
         webhooks.delivery_resend(delivery=delivery)
 
-    WebhookDelivery.objects.filter(pk=delivery.pk).update(claimed_until=None)
+    WebhookDelivery.across_tenants.filter(pk=delivery.pk).update(claimed_until=None)
     webhooks.webhook_endpoint_update(endpoint=endpoint, active=False)
     with pytest.raises(webhooks.ResendRefused, match="inactive"):
         webhooks.delivery_resend(delivery=delivery)
@@ -468,14 +472,14 @@ def test_fan_out_goes_to_subscribed_active_endpoints_of_the_same_tenant_only(
 
     publish(tenant)
 
-    [delivery] = WebhookDelivery.objects.all()
+    [delivery] = WebhookDelivery.across_tenants.all()
     assert (delivery.endpoint_id, delivery.tenant_id, delivery.event_type) == (
         subscribed.pk,
         tenant.pk,
         "run.finished",
     )
     assert delivery.payload["data"] == FINISHED
-    assert not WebhookDelivery.objects.filter(endpoint=elsewhere).exists()
+    assert not WebhookDelivery.across_tenants.filter(endpoint=elsewhere).exists()
 
 
 @pytest.mark.django_db
@@ -485,7 +489,7 @@ def test_each_webhook_event_comes_from_its_live_event(tenant: Tenant, kind: str,
 
     publish(tenant, kind, {"id": "x-1"})
 
-    [delivery] = WebhookDelivery.objects.all()
+    [delivery] = WebhookDelivery.across_tenants.all()
     assert (delivery.event_type, delivery.payload["type"], delivery.payload["data"]) == (
         webhook_type,
         webhook_type,
@@ -500,8 +504,8 @@ def test_live_events_that_are_not_webhook_types_are_not_sent(tenant: Tenant) -> 
     for kind in ("run.updated", "run.retry", "run.fallback"):
         publish(tenant, kind, {"run": "r-1"})
 
-    assert Event.objects.count() == 3
-    assert not WebhookDelivery.objects.exists()
+    assert Event.across_tenants.count() == 3
+    assert not WebhookDelivery.across_tenants.exists()
 
 
 @pytest.mark.django_db
@@ -525,14 +529,14 @@ def test_a_rolled_back_change_creates_no_delivery(tenant: Tenant) -> None:
     def change_that_fails() -> None:
         with transaction.atomic():
             publish(tenant)
-            assert WebhookDelivery.objects.count() == 1
+            assert WebhookDelivery.across_tenants.count() == 1
             raise RuntimeError("the change failed")
 
     with pytest.raises(RuntimeError):
         change_that_fails()
 
-    assert not WebhookDelivery.objects.exists()
-    assert not Event.objects.exists()
+    assert not WebhookDelivery.across_tenants.exists()
+    assert not Event.across_tenants.exists()
 
 
 # The address policy.
@@ -564,7 +568,7 @@ def test_a_url_refused_by_the_policy_is_refused_at_creation(
     [message] = refused.value.message_dict["url"]
     assert message.startswith("Webhooks are not sent to this URL: ")
     assert problem in message
-    assert not WebhookEndpoint.objects.exists()
+    assert not WebhookEndpoint.across_tenants.exists()
 
 
 @pytest.mark.django_db
@@ -592,7 +596,7 @@ def test_an_ipv6_address_python_calls_global_but_that_is_special_purpose_is_refu
         endpoint_for(tenant, url)
 
     assert PRIVATE in refused.value.message_dict["url"][0]
-    assert not WebhookEndpoint.objects.exists()
+    assert not WebhookEndpoint.across_tenants.exists()
 
 
 @pytest.mark.django_db
@@ -616,7 +620,7 @@ def test_a_host_whose_first_address_is_unreachable_is_delivered_to_at_the_next(
     endpoint = endpoint_for(tenant, f"http://dual.example:{port}/hooks")
     publish(tenant)
 
-    delivery = attempt(WebhookDelivery.objects.get(endpoint=endpoint))
+    delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
 
     assert (delivery.status, delivery.last_error) == ("succeeded", "")
     [request] = receiver.received
@@ -629,7 +633,7 @@ def test_a_public_https_url_is_accepted_with_production_settings(settings: Any, 
 
     endpoint = endpoint_for(tenant, "https://8.8.8.8/hooks")
 
-    assert WebhookEndpoint.objects.get().pk == endpoint.pk
+    assert WebhookEndpoint.across_tenants.get().pk == endpoint.pk
 
 
 @pytest.mark.django_db
@@ -657,7 +661,7 @@ def test_a_private_address_is_refused_at_the_attempt_and_nothing_is_sent(
     publish(tenant)
     settings.WEBHOOKS_ALLOW_PRIVATE = False  # as in production
 
-    delivery = attempt(WebhookDelivery.objects.get(endpoint=endpoint))
+    delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
 
     assert receiver.received == []
     assert (delivery.status, delivery.attempts, delivery.last_status_code) == ("pending", 1, None)
@@ -700,10 +704,10 @@ def test_the_sweep_sends_again_only_deliveries_whose_attempt_was_lost(tenant: Te
     endpoint = endpoint_for(tenant, "http://127.0.0.1:9/a")
     for _ in range(3):
         publish(tenant)
-    lost, under_way, _on_time = WebhookDelivery.objects.filter(endpoint=endpoint)
+    lost, under_way, _on_time = WebhookDelivery.across_tenants.filter(endpoint=endpoint)
     long_ago = timezone.now() - timedelta(minutes=10)
-    WebhookDelivery.objects.filter(pk__in=[lost.pk, under_way.pk]).update(next_attempt_at=long_ago)
-    WebhookDelivery.objects.filter(pk=under_way.pk).update(
+    WebhookDelivery.across_tenants.filter(pk__in=[lost.pk, under_way.pk]).update(next_attempt_at=long_ago)
+    WebhookDelivery.across_tenants.filter(pk=under_way.pk).update(
         claimed_until=timezone.now() + timedelta(minutes=1)
     )
 
@@ -723,11 +727,11 @@ def test_the_worker_delivers_run_needs_input_retrying_until_the_receiver_answers
         run = services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
 
         delivery = wait_until(
-            lambda: WebhookDelivery.objects.filter(endpoint=endpoint, status="succeeded").first(),
+            lambda: WebhookDelivery.across_tenants.filter(endpoint=endpoint, status="succeeded").first(),
             what="the delivery to succeed",
         )
 
-    question = Question.objects.get(run=run)
+    question = Question.across_tenants.get(run=run)
     assert (delivery.attempts, delivery.last_status_code) == (3, 200)
     log = delivery.attempt_log
     assert [(e["status_code"], e["retry_in"]) for e in log] == [(500, 0.3), (502, 0.6), (200, None)]

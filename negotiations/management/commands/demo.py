@@ -102,7 +102,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Tomas's agent starts: {demo.demo_task(urls)}\n")
 
         run = self._wait(run, {Run.Status.NEEDS_INPUT}, options["timeout"])
-        question = Question.objects.get(run=run, answered_at=None)
+        question = Question.objects.for_tenant(run.tenant_id).get(run=run, answered_at=None)
         self.stdout.write(f"The agent stops and asks Tomas: {question.question}")
         if options["browser"]:
             self.stdout.write(
