@@ -114,8 +114,13 @@ def run_start(
     max_tokens: int | None = None,
     max_cost: Decimal | None = None,
     deadline: datetime | None = None,
+    user: User | None = None,
 ) -> Run:
     """Start a run of ``agent`` on ``intent`` with the party's ``task`` as the user message.
+
+    ``user`` is the member starting it, None for the host (its API) or the platform itself (an
+    Agent Exchange request, the demo); a member who may not act for the agent
+    (:func:`require_may_start`) is refused with :class:`NotAllowed` before anything else is read.
 
     Without ``intent``, on a new intent of ``statement`` (:func:`intent_create`),
     written only if the run starts.
@@ -131,6 +136,8 @@ def run_start(
     interleave one history. Raises :class:`RunError` when the task (or the new
     intent) is empty, the intent belongs to another agent, or a limit is not usable.
     """
+    if user is not None:
+        require_may_start(agent=agent, user=user)
     if not task.strip():
         raise RunError("The task is empty.", field="task")
     if intent is not None and (intent.agent_id != agent.pk or intent.tenant_id != agent.tenant_id):
@@ -892,6 +899,12 @@ def require_may_act(user: User, agent_id: Any, tenant_id: int, *, doing: str) ->
     agent = Agent.objects.for_tenant(tenant_id).get(pk=agent_id)
     if membership is None or not selectors.can_answer_for(membership=membership, agent=agent):
         raise NotAllowed(f"Only the agent's party, an owner or an operator can {doing}.")
+
+
+def require_may_start(*, agent: Agent, user: User) -> None:
+    """Raise :class:`NotAllowed` unless ``user`` may start ``agent``'s runs: as for answering its
+    questions, the agent's party, or an owner or operator of its tenant."""
+    require_may_act(user, agent.pk, agent.tenant_id, doing="start its runs")
 
 
 def _check_may_answer(question: Question, user: User) -> None:

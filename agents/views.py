@@ -421,11 +421,13 @@ class AgentDetailView(TenantMixin, DetailView):
         return context
 
 
-def start_run(*, agent: Agent, form: RunStartForm) -> Run:
-    """Start a run of ``agent`` from a valid :class:`RunStartForm`. Raises what
-    :func:`services.run_start` raises (:class:`services.RunError`: busy thread, unusable limit)."""
+def start_run(*, agent: Agent, form: RunStartForm, membership: Membership) -> Run:
+    """Start a run of ``agent`` for the member from a valid :class:`RunStartForm`. Raises what
+    :func:`services.run_start` raises (:class:`services.NotAllowed` for a member who may not start
+    it; :class:`services.RunError`: busy thread, unusable limit)."""
     data = form.cleaned_data
     return services.run_start(
+        user=membership.user,
         agent=agent,
         intent=data["intent"],
         statement=data["statement"],
@@ -450,17 +452,18 @@ class RunStartView(AgentDetailView):
 
     def post(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
         self.object = agent = self.get_object()
-        if not selectors.can_answer_for(membership=self.membership, agent=agent):
-            raise PermissionDenied("Only the agent's party, an owner or an operator can start its runs.")
         form = RunStartForm(request.POST, agent=agent)
-        if form.is_valid():
-            try:
-                run = start_run(agent=agent, form=form)
-            except services.RunError as exc:
-                messages.error(request, str(exc))
-            else:
+        try:
+            # Asked first: a member who may not start gets the 403 whatever they posted.
+            services.require_may_start(agent=agent, user=self.membership.user)
+            if form.is_valid():
+                run = start_run(agent=agent, form=form, membership=self.membership)
                 messages.success(request, "Run started.")
                 return redirect("agents:run", tenant=tenant, pk=run.pk)
+        except services.NotAllowed as exc:
+            raise PermissionDenied(str(exc)) from exc
+        except services.RunError as exc:
+            messages.error(request, str(exc))
         return self.render_to_response(self.get_context_data(form=form))
 
 
@@ -500,7 +503,9 @@ class StartWorkView(TenantMixin, TemplateView):
             form = RunStartForm(request.POST, agent=agent)
             if form.is_valid():
                 try:
-                    run = start_run(agent=agent, form=form)
+                    run = start_run(agent=agent, form=form, membership=self.membership)
+                except services.NotAllowed as exc:
+                    raise PermissionDenied(str(exc)) from exc
                 except services.RunError as exc:
                     messages.error(request, str(exc))
                 else:
