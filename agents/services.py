@@ -87,7 +87,26 @@ class RunBusy(RunError):
 
 
 class QuestionAlreadyAnswered(RunError):
-    pass
+    """The question was answered, or the approval decided, before; nothing changed.
+
+    ``question`` is it as answered. The message says only that ("This approval was already
+    decided."); :meth:`said` says by whom and when, as the dashboard and the API tell it.
+    """
+
+    def __init__(self, question: Question) -> None:
+        super().__init__(f"This {question.kind} was already {_decided(question.kind)}.")
+        self.question = question
+
+    def said(self, *, when: str) -> str:
+        """Who answered or decided it, and ``when`` (its ``answered_at`` as the caller writes times):
+        "This question was already answered by tomas at …", "This approval was already rejected by
+        the host at …" (no member: the host through its API)."""
+        question = self.question
+        who = question.answered_by.get_username() if question.answered_by else "the host"
+        if question.kind == Question.Kind.APPROVAL:
+            verdict = "approved" if question.approved else "rejected"
+            return f"This approval was already {verdict} by {who} at {when}."
+        return f"This question was already answered by {who} at {when}."
 
 
 class NotAllowed(RunError):
@@ -925,7 +944,7 @@ def _lock_open(question: Question, kind: str) -> Question:
             raise RunError("This is an approval; approve or reject it.")
         raise RunError("This is a question; answer it.")
     if not question.is_open:
-        raise QuestionAlreadyAnswered(f"This {question.kind} was already {_decided(question.kind)}.")
+        raise QuestionAlreadyAnswered(question)
     if question.run.status not in Run.AWAITING:
         raise RunError(f"The run is {question.run.status}; it no longer takes answers.")
     return question

@@ -197,21 +197,12 @@ def region_response(
     return HttpResponse(html)
 
 
-def already_decided(question: Question) -> str:
-    """Why ``question`` takes no answer: who answered or decided it, and when (in its agent's timezone)."""
-    fresh = (
-        Question.objects.for_tenant(question.tenant_id)
-        .select_related("run__agent", "answered_by")
-        .get(pk=question.pk)
-    )
-    zone = fresh.run.agent.timezone
-    when = f"{timezone.localtime(fresh.answered_at, ZoneInfo(zone)):%Y-%m-%d %H:%M} ({zone})"
-    if fresh.kind == Question.Kind.APPROVAL:
-        who = fresh.answered_by.get_username() if fresh.answered_by else "the host"
-        verdict = "approved" if fresh.approved else "rejected"
-        return f"This approval was already {verdict} by {who} at {when}."
-    who = fresh.answered_by.get_username() if fresh.answered_by else "a former member"
-    return f"This question was already answered by {who} at {when}."
+def already_decided(refused: services.QuestionAlreadyAnswered, *, agent: Agent) -> str:
+    """Why a question takes no answer (:meth:`services.QuestionAlreadyAnswered.said`), when in
+    ``agent``'s timezone."""
+    zone = agent.timezone
+    when = f"{timezone.localtime(refused.question.answered_at, ZoneInfo(zone)):%Y-%m-%d %H:%M} ({zone})"
+    return refused.said(when=when)
 
 
 def answer_sent(understood: selectors.Understood | None) -> str:
@@ -287,8 +278,8 @@ class QuestionAnswerView(QuestionActionView):
                 )
             except services.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
-            except services.QuestionAlreadyAnswered:
-                messages.error(request, already_decided(question))
+            except services.QuestionAlreadyAnswered as exc:
+                messages.error(request, already_decided(exc, agent=question.run.agent))
             except services.RunError as exc:
                 messages.error(request, str(exc))
             else:
@@ -322,8 +313,8 @@ class ApprovalDecideView(QuestionActionView):
                 )
             except services.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
-            except services.QuestionAlreadyAnswered:
-                messages.error(request, already_decided(question))
+            except services.QuestionAlreadyAnswered as exc:
+                messages.error(request, already_decided(exc, agent=question.run.agent))
             except services.RunError as exc:
                 messages.error(request, str(exc))
             else:
