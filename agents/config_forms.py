@@ -29,7 +29,6 @@ from django.utils.safestring import SafeString
 from agents.guardrails import Action, Match, Stage
 from agents.models import (
     AGENT_SETTINGS,
-    ANSWERING_ROLES,
     OFFLINE,
     Agent,
     ModelEndpoint,
@@ -39,6 +38,7 @@ from agents.models import (
 )
 from parley import keys, strict_json
 from parley.models import Tenant
+from parley.roles import ANSWER
 
 # The A2A task states a terminal action may leave the task in (A2A 0.3 names; the terminal ones).
 END_STATES = ("completed", "rejected", "canceled", "failed")
@@ -732,7 +732,7 @@ class AgentForm(TenantModelForm):
         )
         self.fields["principal"] = MemberChoiceField(
             tenant=tenant,
-            roles=ANSWERING_ROLES,
+            roles=ANSWER,
             keep=agent.principal_id,
             label="Principal",
             help_text="The member who answers its questions (its party); a viewer cannot.",

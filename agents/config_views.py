@@ -1,7 +1,7 @@
 """Operator pages that configure a tenant's agents, tools and model endpoints. Thin.
 
 Every page but the agents list is for the tenant's owners and operators
-(:data:`agents.selectors.OPERATE`; anyone else gets a 403); a row of another
+(:data:`parley.roles.OPERATE`; anyone else gets a 403); a row of another
 tenant is a 404. The agents list shows each member the agents they see
 (:func:`agents.selectors.visible_agents`). A form is saved in one transaction or not at all; saved, the
 page redirects with a message, refused, it is shown again with each error at
@@ -26,6 +26,7 @@ from agents import selectors
 from agents.config_forms import AgentForm, ModelEndpointForm, TenantModelForm, ToolForm
 from agents.configuration import RACED, is_unique_violation
 from agents.models import SYSTEM_PROMPT_MAX_LENGTH, Agent, ModelEndpoint, Tool
+from parley.roles import OPERATE
 from parley.views import TenantMixin, TooLargeFormMixin
 
 
@@ -37,7 +38,7 @@ class OperatorFormMixin(TooLargeFormMixin, TenantMixin):
     page as a GET shows it and a message at the form (:class:`parley.views.TooLargeFormMixin`).
     """
 
-    allowed_roles = selectors.OPERATE
+    allowed_roles = OPERATE
     saved = "Saved {}."
 
     def get_form_kwargs(self) -> dict[str, Any]:
@@ -77,7 +78,7 @@ class AgentListView(TenantMixin, ListView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["can_operate"] = self.membership.role in selectors.OPERATE
+        context["can_operate"] = self.membership.role in OPERATE
         return context
 
 
@@ -114,7 +115,7 @@ class AgentUpdateView(AgentFormView, UpdateView):
 class ToolListView(TenantMixin, ListView):
     """The tenant's tools, by name, with the agents that offer each."""
 
-    allowed_roles = selectors.OPERATE
+    allowed_roles = OPERATE
     template_name = "agents/config/tool_list.html"
     context_object_name = "tools"
 
@@ -166,7 +167,7 @@ class ToolUpdateView(ToolFormView, UpdateView):
 class ModelEndpointListView(TenantMixin, ListView):
     """The tenant's model endpoints, by name."""
 
-    allowed_roles = selectors.OPERATE
+    allowed_roles = OPERATE
     template_name = "agents/config/model_list.html"
     context_object_name = "endpoints"
 

@@ -31,6 +31,7 @@ from agents.forms import (
 )
 from agents.instructions import system_message
 from agents.models import Agent, Intent, Question, Run
+from parley import roles
 from parley.models import Membership, Tenant
 from parley.views import FilteredListView, TenantMixin
 
@@ -473,7 +474,7 @@ class StartWorkView(TenantMixin, TemplateView):
     """
 
     template_name = "agents/start.html"
-    allowed_roles = frozenset({Membership.Role.OWNER, Membership.Role.OPERATOR, Membership.Role.PRINCIPAL})
+    allowed_roles = roles.ANSWER
 
     def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         choice = self.choice_form(request.GET if "agent" in request.GET else None)

@@ -236,9 +236,7 @@ class RunDetailSerializer(RunSerializer):
 
     @extend_schema_field(WaitingSerializer(many=True))
     def get_open_questions(self, run: Run) -> Any:
-        if run.status not in Run.ACTIVE:
-            return []
-        waiting = [q for q in selectors.run_questions(run=run) if q.is_open]
+        waiting = selectors.run_questions(run=run).filter(selectors.OPEN_QUESTION)
         return WaitingSerializer(waiting, many=True).data
 
 
@@ -314,9 +312,9 @@ class QuestionStatus(models.TextChoices):
 
 
 QUESTION_STATUS_MATCH = {
-    QuestionStatus.OPEN: Q(answered_at=None, run__status__in=Run.ACTIVE),
+    QuestionStatus.OPEN: selectors.OPEN_QUESTION,
     QuestionStatus.ANSWERED: Q(answered_at__isnull=False),
-    QuestionStatus.CLOSED: Q(answered_at=None) & ~Q(run__status__in=Run.ACTIVE),
+    QuestionStatus.CLOSED: Q(answered_at=None) & ~selectors.OPEN_QUESTION,
 }
 
 
