@@ -275,7 +275,7 @@ def agent_models(*, agent: Agent) -> list[AgentModel]:
 def agent_currency(*, agent: Agent) -> str:
     """The currency of what ``agent``'s model costs (its runs' costs and cost budgets, its
     negotiation turns'): its model endpoint's, "" for none (``offline``). An agent's fallbacks are
-    priced in the same currency (:meth:`agents.models.ModelEndpoint.clean`)."""
+    priced in the same currency (:func:`agents.configuration.full_clean`)."""
     currency = (
         ModelEndpoint.objects.for_tenant(agent.tenant_id)
         .filter(name=agent.model)
