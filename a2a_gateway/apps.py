@@ -9,7 +9,8 @@ class A2AGatewayConfig(AppConfig):
         """Validate the agent fields the public endpoint reads whenever an agent is cleaned, and send
         the reply to an answered inbound negotiation at once where its Task has push notifications."""
         from a2a_gateway import cards, cors, hosts, replies
-        from agents.models import Agent, register_agent_check
+        from agents.configuration import register_agent_check
+        from agents.models import Agent
         from negotiations.services import register_answered_hook
 
         def card_overrides(agent: Agent) -> None:

@@ -440,7 +440,7 @@ def _ours(card: AgentCard, uri: str) -> list[AgentExtension]:
 def check_overrides(agent: Agent) -> None:
     """Refuse, at save time, card overrides that would not make a valid AgentCard.
 
-    For ``Agent.clean``: needs ``agent.tenant``. Raises ``ValidationError``
+    For :func:`agents.configuration.full_clean`: needs ``agent.tenant``. Raises ``ValidationError``
     keyed ``card_skills`` or ``card_fields`` (see :func:`with_overrides`).
     """
     with_overrides(derived_card(agent), agent)

@@ -109,7 +109,7 @@ card_preflight = preflight("GET", otherwise=not_allowed)
 
 
 def check_cors_origins(agent: Agent) -> None:
-    """Refuse, at save time, entries that are not origins: for ``Agent.clean``.
+    """Refuse, at save time, entries that are not origins: for :func:`agents.configuration.full_clean`.
 
     Each entry is ``"*"`` or ``scheme://host[:port]`` with scheme http or https
     and nothing after the host (a browser's ``Origin`` has no path). Raises

@@ -118,7 +118,7 @@ class AgentHosts:
 def check_host_name(agent: Agent) -> None:
     """Refuse, at save time, a host name the agent cannot be served on.
 
-    For ``Agent.clean``. It must be a domain name in lower case (an
+    For :func:`agents.configuration.full_clean`. It must be a domain name in lower case (an
     internationalised one in its ``xn--`` form: Host headers are ASCII), and
     not the platform's own host (``PUBLIC_BASE_URL``, or an exact entry of
     ``ALLOWED_HOSTS``), whose requests would all go to the agent. Raises

@@ -1,7 +1,7 @@
 """Dashboard pages of the public face. Thin.
 
 * the requests visitors left with the intake tool;
-* for an agent's operators (:data:`agents.selectors.OPERATE`; anyone else gets a 403, another
+* for an agent's operators (:data:`parley.roles.OPERATE`; anyone else gets a 403, another
   tenant's agent, document or key is a 404): its AgentCard as counterparties fetch it, its
   grounding documents, its inbound keys (a new key is shown once, on the response that
   issues it), and its Agent Exchange profile with the requests prepared for it (never the
@@ -29,10 +29,10 @@ from a2a_gateway.auth import inbound_key_create, inbound_key_revoke
 from a2a_gateway.forms import ExchangeProfileForm, GroundingDocumentForm, InboundKeyForm
 from a2a_gateway.models import GroundingDocument, InboundKey, IntakeRequest
 from agents.models import Agent
-from agents.selectors import OPERATE
 from exchange import services as exchange_services
 from exchange import wire
 from exchange.models import PreparedExchange
+from parley.roles import OPERATE
 from parley.views import TenantMixin, TooLargeFormMixin
 from parley.webhook_views import errors_at_fields
 

@@ -1,13 +1,15 @@
 """Forms of the operator's configuration pages: the agents, tools and model endpoints of one tenant.
 
 They parse what the operator typed into the models' shapes (JSON, ordered model names, the
-actions' rows) and offer only the tenant's own rows. Whether a configuration is usable is the
-models' own ``clean`` — with the checks other apps add through
-:func:`agents.models.register_agent_check` — which ``ModelForm`` runs, so these pages and the
-admin refuse the same things in the same words, each at its field.
+actions' rows) and offer only the tenant's own rows. Whether a configuration is usable is judged
+by the configuration service (:func:`agents.configuration.full_clean`, with the checks other apps
+add through :func:`agents.configuration.register_agent_check`), which these forms run where
+``ModelForm`` runs the model's checks, so these pages, the admin and the host API refuse the same
+things in the same words, each at its field. The pages then save through that service too
+(:meth:`TenantModelForm.values`).
 
-The form's own error messages start with the field's label ("Term guards: …"); what the models
-and their checks refuse is shown at its field in their own words, the words the host API answers.
+The form's own error messages start with the field's label ("Term guards: …"); what the rules
+refuse is shown at its field in their own words, the words the host API answers.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db.models import Model, Q, QuerySet
 from django.forms.fields import InvalidJSONInput
+from django.forms.models import construct_instance
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from agents import configuration
 from agents.guardrails import Action, Match, Stage
 from agents.models import (
     AGENT_SETTINGS,
-    ANSWERING_ROLES,
     OFFLINE,
     Agent,
     ModelEndpoint,
@@ -39,6 +42,7 @@ from agents.models import (
 )
 from parley import keys, strict_json
 from parley.models import Tenant, TenantOwnedModel
+from parley.roles import ANSWER
 
 # The A2A task states a terminal action may leave the task in (A2A 0.3 names; the terminal ones).
 END_STATES = ("completed", "rejected", "canceled", "failed")
@@ -217,14 +221,28 @@ def model_choices(tenant: Tenant, named: Iterable[str]) -> list[tuple[str, str]]
 
 
 class CheckedModelForm(forms.ModelForm):
-    """A ModelForm that shows what the model's checks refuse in the checks' own words.
+    """A ModelForm whose row is judged by the configuration's rules
+    (:func:`agents.configuration.full_clean`), which it shows in the rules' own words.
 
     ``ModelForm`` replaces every message of the model whose code the form field also knows
     ("invalid", "required") with the field's stock text: "guardrails: must be a list." would read
     "Enter a valid JSON.", and "Enter an http:// or https:// URL." "Enter a valid URL.". The
-    model's words are the rule's, the ones the host API answers. (The operator's pages and the
-    admin use it.)
+    rules' words are the ones the host API answers. (The operator's pages and the admin use it.)
     """
+
+    def _post_clean(self) -> None:
+        # ModelForm's, but for the judge: the configuration's full_clean where it calls the model's.
+        exclude = self._get_validation_exclusions()  # type: ignore[attr-defined]
+        try:
+            self.instance = construct_instance(self, self.instance, self._meta.fields, self._meta.exclude)
+        except ValidationError as exc:
+            self._update_errors(exc)
+        try:
+            configuration.full_clean(self.instance, exclude=exclude, validate_unique=False)
+        except ValidationError as exc:
+            self._update_errors(exc)
+        if self._validate_unique:  # type: ignore[attr-defined]
+            self.validate_unique()
 
     def _update_errors(self, errors: ValidationError) -> None:
         self.add_error(None, errors)
@@ -252,6 +270,18 @@ class TenantModelForm(CheckedModelForm):
                 return
             errors = ValidationError(kept)
         super()._update_errors(errors)
+
+    def values(self) -> dict[str, Any]:
+        """What the configuration service is to write (``agents.configuration``'s ``values``): each
+        model field the form edits, as validating set it on :attr:`instance`. Call after
+        ``is_valid()``."""
+        concrete = {field.name for field in self._meta.model._meta.concrete_fields}
+        return {name: getattr(self.instance, name) for name in self._meta.fields or () if name in concrete}
+
+    def refused(self, error: ValidationError) -> None:
+        """Show the configuration service's refusal to write :meth:`values` at the fields it names,
+        as the form's own check shows them (a change that came in between made them refusable)."""
+        self._update_errors(error)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -734,7 +764,7 @@ class AgentForm(TenantModelForm):
         )
         self.fields["principal"] = MemberChoiceField(
             tenant=tenant,
-            roles=ANSWERING_ROLES,
+            roles=ANSWER,
             keep=agent.principal_id,
             label="Principal",
             help_text="The member who answers its questions (its party); a viewer cannot.",
@@ -890,6 +920,13 @@ class ToolForm(TenantModelForm):
             self.new_secret = self.instance.secret = keys.new_secret()
         return cleaned
 
+    def values(self) -> dict[str, Any]:
+        """The tool's fields, and the new secret when one was generated (else the saved one stays)."""
+        values = super().values()
+        if self.new_secret:
+            values["secret"] = self.new_secret
+        return values
+
 
 # --- Model endpoints --------------------------------------------------------------------------------
 
@@ -965,3 +1002,10 @@ class ModelEndpointForm(TenantModelForm):
         elif cleaned.get("api_key"):
             self.instance.api_key = cleaned["api_key"]
         return cleaned
+
+    def values(self) -> dict[str, Any]:
+        """The endpoint's fields, and its API key when one was given or removed (else it stays)."""
+        values = super().values()
+        if self.cleaned_data.get("clear_api_key") or self.cleaned_data.get("api_key"):
+            values["api_key"] = self.instance.api_key
+        return values

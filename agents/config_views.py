@@ -1,9 +1,10 @@
 """Operator pages that configure a tenant's agents, tools and model endpoints. Thin.
 
 Every page but the agents list is for the tenant's owners and operators
-(:data:`agents.selectors.OPERATE`; anyone else gets a 403); a row of another
+(:data:`parley.roles.OPERATE`; anyone else gets a 403); a row of another
 tenant is a 404. The agents list shows each member the agents they see
-(:func:`agents.selectors.visible_agents`). A form is saved in one transaction or not at all; saved, the
+(:func:`agents.selectors.visible_agents`). A valid form is saved by the configuration service
+(:mod:`agents.configuration`, as the host API saves), in one transaction or not at all; saved, the
 page redirects with a message, refused, it is shown again with each error at
 its field. A new secret is the one thing shown on the response to the POST
 itself (never stored where the page could show it again).
@@ -14,31 +15,34 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.core.exceptions import ValidationError
+from django.db.models import Model, QuerySet
 from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.generic import CreateView, ListView, UpdateView
 
-from agents import selectors
+from agents import configuration, selectors
 from agents.config_forms import AgentForm, ModelEndpointForm, TenantModelForm, ToolForm
-from agents.configuration import RACED, is_unique_violation
 from agents.models import SYSTEM_PROMPT_MAX_LENGTH, Agent, ModelEndpoint, Tool
+from parley.roles import OPERATE
 from parley.views import TenantMixin, TooLargeFormMixin
 
 
 class OperatorFormMixin(TooLargeFormMixin, TenantMixin):
-    """Create or edit one row of the tenant with a :class:`TenantModelForm`, atomically.
+    """Create or edit one row of the tenant with a :class:`TenantModelForm`, saved by the
+    configuration service (:meth:`write`).
 
-    Subclasses say ``saved`` (the success message, formatted with the row) and where to go, and
-    may say what to ``shorten`` when a form was too large to send: it is answered (413) with the
-    page as a GET shows it and a message at the form (:class:`parley.views.TooLargeFormMixin`).
+    Subclasses say how to ``write`` the form's values, ``saved`` (the success message, formatted
+    with the row) and where to go, and may say what to ``shorten`` when a form was too large to
+    send: it is answered (413) with the page as a GET shows it and a message at the form
+    (:class:`parley.views.TooLargeFormMixin`).
     """
 
-    allowed_roles = selectors.OPERATE
+    allowed_roles = OPERATE
     saved = "Saved {}."
+    object: Any
 
     def get_form_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = super().get_form_kwargs()  # type: ignore[misc]
@@ -47,15 +51,18 @@ class OperatorFormMixin(TooLargeFormMixin, TenantMixin):
 
     def form_valid(self, form: TenantModelForm) -> HttpResponse:
         try:
-            with transaction.atomic():
-                self.object = form.save()
-        except IntegrityError as exc:
-            if not is_unique_violation(exc):
-                raise  # the forms check every other constraint: this one is a bug, not a race
-            form.add_error(None, RACED)
+            self.object = self.write(form)
+        except ValidationError as exc:
+            # What changed since the form was judged (a name taken meanwhile): shown as the form's own.
+            form.refused(exc)
             return self.form_invalid(form)  # type: ignore[attr-defined]
         messages.success(self.request, self.saved.format(self.object))
         return self.saved_response(form)
+
+    def write(self, form: TenantModelForm) -> Model:
+        """Create the row (``self.object`` is None) or change ``self.object`` with the values of the
+        valid ``form``, through :mod:`agents.configuration`; raises its ``ValidationError``."""
+        raise NotImplementedError
 
     def saved_response(self, form: TenantModelForm) -> HttpResponse:
         return redirect(self.get_success_url())  # type: ignore[attr-defined]
@@ -77,7 +84,7 @@ class AgentListView(TenantMixin, ListView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["can_operate"] = self.membership.role in selectors.OPERATE
+        context["can_operate"] = self.membership.role in OPERATE
         return context
 
 
@@ -99,6 +106,13 @@ class AgentFormView(OperatorFormMixin):
     def get_success_url(self) -> str:
         return reverse("agents:agent", kwargs={"tenant": self.tenant.slug, "pk": self.object.pk})
 
+    def write(self, form: TenantModelForm) -> Agent:
+        assert isinstance(form, AgentForm)
+        tools = form.cleaned_data["tools"]
+        if self.object is None:
+            return configuration.agent_create(tenant=self.tenant, values=form.values(), tools=tools)
+        return configuration.agent_update(agent=self.object, values=form.values(), tools=tools)
+
 
 class AgentCreateView(AgentFormView, CreateView):
     """``agents/new/``: a new agent of the tenant."""
@@ -114,7 +128,7 @@ class AgentUpdateView(AgentFormView, UpdateView):
 class ToolListView(TenantMixin, ListView):
     """The tenant's tools, by name, with the agents that offer each."""
 
-    allowed_roles = selectors.OPERATE
+    allowed_roles = OPERATE
     template_name = "agents/config/tool_list.html"
     context_object_name = "tools"
 
@@ -141,6 +155,11 @@ class ToolFormView(OperatorFormMixin):
     def get_success_url(self) -> str:
         return reverse("agents:tool-list", kwargs={"tenant": self.tenant.slug})
 
+    def write(self, form: TenantModelForm) -> Tool:
+        if self.object is None:
+            return configuration.tool_create(tenant=self.tenant, values=form.values())
+        return configuration.tool_update(tool=self.object, values=form.values())
+
     def saved_response(self, form: TenantModelForm) -> HttpResponse:
         assert isinstance(form, ToolForm)
         if not form.new_secret:
@@ -166,7 +185,7 @@ class ToolUpdateView(ToolFormView, UpdateView):
 class ModelEndpointListView(TenantMixin, ListView):
     """The tenant's model endpoints, by name."""
 
-    allowed_roles = selectors.OPERATE
+    allowed_roles = OPERATE
     template_name = "agents/config/model_list.html"
     context_object_name = "endpoints"
 
@@ -187,6 +206,11 @@ class ModelEndpointFormView(OperatorFormMixin):
 
     def get_success_url(self) -> str:
         return reverse("agents:model-list", kwargs={"tenant": self.tenant.slug})
+
+    def write(self, form: TenantModelForm) -> ModelEndpoint:
+        if self.object is None:
+            return configuration.model_endpoint_create(tenant=self.tenant, values=form.values())
+        return configuration.model_endpoint_update(endpoint=self.object, values=form.values())
 
 
 class ModelEndpointCreateView(ModelEndpointFormView, CreateView):

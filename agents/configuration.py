@@ -1,13 +1,15 @@
-"""Writes of a tenant's configuration: agents, their intents, tools and model endpoints.
+"""Writes of a tenant's configuration: agents, their intents, tools and model endpoints; and the
+rules that judge them.
 
-What the host API calls (the dashboard's pages save through their forms, which check the same).
-Every write is one transaction: the row is locked (``select_for_update``), the new values are
-set, the model's ``full_clean`` judges them — ``Agent.clean`` with the checks other apps register
-(:func:`agents.models.register_agent_check`), ``Tool.clean``, ``ModelEndpoint.clean``,
-``Intent.clean`` — and the row is saved; an agent's tools are set in the same transaction. The
-rules the operator's forms add to the models' (:mod:`agents.config_forms`) are kept here too, so
-the API refuses what the pages refuse: a slug or name another row of the tenant has, fallback
-models the tenant does not serve or names twice, renaming a model endpoint agents use.
+The host API and the operator's pages both save through here (the pages' forms parse what was
+typed and show these rules' refusals at their fields; the admin's forms judge by them too). Every
+write is one transaction: the row is locked (``select_for_update``), the new values are set,
+:func:`full_clean` judges them — the fields' own checks, then the rules of its kind kept here
+(an agent's people, guardrails, models and the checks other apps register with
+:func:`register_agent_check`; a tool's kind; a model endpoint's currency; an intent's checks) —
+and the row is saved; an agent's tools are set in the same transaction. The models hold only
+the checks of their own fields. The rules the writes add: a slug or name another row of the
+tenant has, renaming a model endpoint agents use.
 
 Errors: ``django.core.exceptions.ValidationError`` keyed by field (nothing written), and
 :class:`InUse` for a delete the tenant's other rows refuse.
@@ -15,14 +17,18 @@ Errors: ``django.core.exceptions.ValidationError`` keyed by field (nothing writt
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any, TypeVar, cast
 
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 
+from agents import guardrails, host_operations, tools
+from agents.llm import ModelError, model_for
 from agents.models import OFFLINE, Agent, Intent, ModelEndpoint, Run, Tool, agents_naming
-from parley.models import Tenant, TenantOwnedModel
+from parley import roles
+from parley.models import Membership, Tenant, TenantOwnedModel
 
 RACED = "Not saved: another change took this name a moment ago. Check the names and save again."
 UNIQUE_VIOLATION = "23505"  # Postgres's SQLSTATE for a unique constraint refusing a row
@@ -44,6 +50,238 @@ _R = TypeVar("_R", bound=TenantOwnedModel)
 class InUse(Exception):
     """A row other rows of the tenant depend on cannot be deleted now; the message says which and what
     to do first."""
+
+
+# --- Judging a row ----------------------------------------------------------------------------------
+
+_agent_checks: list[Callable[[Agent], None]] = []
+_intent_checks: list[Callable[[Intent], None]] = []
+
+
+def register_agent_check(check: Callable[[Agent], None]) -> None:
+    """Run ``check(agent)`` in :func:`full_clean` of an agent: how apps above ``agents`` validate the
+    fields they read (the public endpoint's card overrides, host name, CORS origins) without
+    ``agents`` importing them. ``check`` raises ``ValidationError`` keyed by field."""
+    if check not in _agent_checks:
+        _agent_checks.append(check)
+
+
+def register_intent_check(check: Callable[[Intent], None]) -> None:
+    """Run ``check(intent)`` in :func:`full_clean` of an intent, as :func:`register_agent_check` does
+    for agents (the negotiator reads an intent's term guards). ``check`` raises ``ValidationError``
+    keyed by field."""
+    if check not in _intent_checks:
+        _intent_checks.append(check)
+
+
+def full_clean(
+    row: models.Model,
+    *,
+    exclude: Iterable[str] | None = None,
+    validate_unique: bool = True,
+    validate_constraints: bool = True,
+) -> None:
+    """``row.full_clean()``, with the rules of its kind judged where Django calls ``Model.clean``:
+    after the fields' own checks, before the unique checks and constraints (which then skip the
+    fields refused). The arguments are ``Model.full_clean``'s.
+
+    The rules: an agent's (:func:`_agent_rules`), a tool's (:func:`_tool_rules`), a model
+    endpoint's (:func:`_model_endpoint_rules`) and an intent's (the registered checks); any other
+    row has only its fields' checks. Raises ``ValidationError`` keyed by field with every problem
+    found.
+    """
+    errors: dict[str, list[ValidationError]] = {}
+    try:
+        row.full_clean(exclude=exclude, validate_unique=False, validate_constraints=False)
+    except ValidationError as exc:
+        errors = exc.update_error_dict(errors)
+    rules = _RULES.get(type(row))
+    if rules is not None:
+        try:
+            rules(row)
+        except ValidationError as exc:
+            errors = exc.update_error_dict(errors)
+    last = [(row.validate_unique, validate_unique), (row.validate_constraints, validate_constraints)]
+    for validate, wanted in last:
+        if wanted:
+            refused = {name for name in errors if name != NON_FIELD_ERRORS}
+            try:
+                validate(exclude={*(exclude or ()), *refused})
+            except ValidationError as exc:
+                errors = exc.update_error_dict(errors)
+    if errors:
+        raise ValidationError(errors)
+
+
+def _agent_rules(agent: Agent) -> None:
+    """What an agent cannot work with beyond its fields' own checks: a null JSON setting, a
+    principal who is not a member of the tenant who may answer (:data:`parley.roles.ANSWER`), an
+    intake owner who is not a member, its guardrails, the checks other apps register, models and
+    fallbacks its tenant does not serve (in one currency), and fallbacks named twice.
+
+    Raises every problem found at once, each field's first: the people and nulls are checked
+    first (the other checks read the fields), then the guardrails, the checks other apps
+    register, in order up to the first that refuses (one may read what an earlier one checks:
+    the card is built from the actions), and the models.
+    """
+    errors: dict[str, list[ValidationError]] = {}
+
+    def refused(check: Callable[[], None]) -> bool:
+        try:
+            check()
+        except ValidationError as exc:
+            for field, problems in exc.update_error_dict({}).items():
+                errors.setdefault(field, problems)
+            return True
+        return False
+
+    if not refused(partial(_check_people_and_nulls, agent)):
+        refused(partial(_check_guardrails, agent))
+        for check in _agent_checks:
+            if refused(partial(check, agent)):
+                break
+        refused(partial(_check_models, agent))
+    if "fallback_models" not in errors:
+        refused(partial(_check_model_choices, agent))
+    if errors:
+        raise ValidationError(errors)
+
+
+def _check_people_and_nulls(agent: Agent) -> None:
+    errors: dict[str, str] = {}
+    for field in agent._meta.concrete_fields:
+        # clean_fields lets a blank field be null, which its NOT NULL column then refuses.
+        blank_not_null = isinstance(field, models.JSONField) and field.blank and not field.null
+        if blank_not_null and getattr(agent, field.attname) is None:
+            errors[field.name] = "Give a JSON value, not null."
+    if agent.tenant_id is not None:
+        members = dict(
+            Membership.objects.filter(
+                tenant_id=agent.tenant_id, user_id__in=[agent.principal_id, agent.intake_owner_id]
+            ).values_list("user_id", "role")
+        )
+        if agent.principal_id is not None and agent.principal_id not in members:
+            errors["principal"] = "The principal must be a member of this tenant."
+        elif agent.principal_id is not None and members[agent.principal_id] not in roles.ANSWER:
+            errors["principal"] = "A viewer cannot answer for an agent; choose a member who can."
+        if agent.intake_owner_id is not None and agent.intake_owner_id not in members:
+            errors["intake_owner"] = "The intake owner must be a member of this tenant."
+    if errors:
+        raise ValidationError(errors)
+
+
+def _check_guardrails(agent: Agent) -> None:
+    try:
+        guardrails.validate(agent.guardrails)
+    except ValidationError as exc:
+        raise ValidationError({"guardrails": exc.error_list}) from exc
+
+
+def _check_models(agent: Agent) -> None:
+    if not isinstance(agent.fallback_models, list) or not all(
+        isinstance(name, str) and name for name in agent.fallback_models
+    ):
+        raise ValidationError({"fallback_models": "List the fallback models' names, in order."})
+    if agent.tenant_id is not None:
+        try:
+            model_for(agent)
+        except ModelError as exc:
+            raise ValidationError({"model": str(exc)}) from exc
+
+
+def _check_model_choices(agent: Agent) -> None:
+    """Fallbacks are ``offline`` or the tenant's endpoints, each named once (:func:`_check_models`
+    checks the fallbacks only when the model is not ``offline``)."""
+    fallbacks = agent.fallback_models
+    if not isinstance(fallbacks, list) or not all(isinstance(name, str) for name in fallbacks):
+        return  # _check_people_and_nulls or _check_models says so
+    if agent.tenant_id is None:
+        return  # the tenant's field says so
+    served = {OFFLINE, *ModelEndpoint.objects.for_tenant(agent.tenant_id).values_list("name", flat=True)}
+    unknown = [name for name in dict.fromkeys(fallbacks) if name not in served]
+    if unknown:
+        listed = ", ".join(repr(name) for name in unknown)
+        raise ValidationError({"fallback_models": f"No model endpoint of this tenant is named {listed}."})
+    if len(set(fallbacks)) != len(fallbacks):
+        raise ValidationError({"fallback_models": "Name each fallback model once."})
+
+
+def _tool_rules(tool: Tool) -> None:
+    """That the tool can run as its kind says, that its parameters are a JSON Schema, and that only
+    a built-in has a built-in's name (:func:`agents.tools.builtin_names`). Raises the first problem."""
+    try:
+        host_operations.check_schema(tool.parameters)
+    except ValidationError as exc:
+        raise ValidationError({"parameters": exc.error_list}) from exc
+    builtins = tools.builtin_names()
+    if tool.kind == Tool.Kind.BUILTIN and tool.name not in builtins:
+        raise ValidationError({"name": f"Built-in tools are {', '.join(builtins)}."})
+    if tool.kind != Tool.Kind.BUILTIN and tool.name in builtins:
+        # The loop and the negotiator know a built-in by its name: another tool of that name
+        # would be offered in its place, or be taken for it.
+        raise ValidationError(
+            {
+                "name": f"{tool.name!r} is the name of a built-in tool ({', '.join(builtins)}): "
+                'choose another name, or the kind "Built in" to offer the built-in.'
+            }
+        )
+    if tool.kind == Tool.Kind.HOST and not tool.url:
+        raise ValidationError({"url": "A host operation needs the URL it calls."})
+    # Plain http only: any other scheme is the field's validator's to refuse.
+    plain_http = tool.url.lower().startswith("http://")
+    if tool.kind == Tool.Kind.HOST and plain_http and not host_operations.scheme_allowed(tool.url):
+        raise ValidationError({"url": "A host operation's URL must be https://, not plain http."})
+    if tool.kind == Tool.Kind.HOST and not tool.secret:
+        raise ValidationError({"secret": "A host operation needs a secret to sign its calls."})
+    if tool.requires_approval and (tool.suspends or tool.name == "ask_user"):
+        asking = "A tool that asks the party needs no approval: the answer is the approval."
+        raise ValidationError({"requires_approval": asking})
+    if tool.kind == Tool.Kind.AGENT and (
+        tool.target_agent is None or tool.target_agent.tenant_id != tool.tenant_id
+    ):
+        raise ValidationError({"target_agent": "Choose an agent of this tenant to run."})
+
+
+def _model_endpoint_rules(endpoint: ModelEndpoint) -> None:
+    """A currency that differs from that of another model an agent names with this one (a run's
+    cost adds up one currency; see :func:`agents.llm.model_for`)."""
+    if endpoint.tenant_id is not None and (clash := _currency_clash(endpoint)):
+        raise ValidationError({"currency": clash})
+
+
+def _currency_clash(endpoint: ModelEndpoint) -> str:
+    """Which agents name this model with another priced in another currency, or ""."""
+    users = agents_naming(endpoint.tenant_id, endpoint.name)
+    named = {agent.pk: {agent.model, *(agent.fallback_models or [])} for agent in users}
+    others = set().union(*named.values())
+    currencies = dict(
+        ModelEndpoint.objects.for_tenant(endpoint.tenant_id)
+        .filter(name__in=others - {endpoint.name})
+        .exclude(currency=endpoint.currency)
+        .values_list("name", "currency")
+    )
+    clashing = [agent.name for agent in users if named[agent.pk] & currencies.keys()]
+    if not clashing:
+        return ""
+    priced = ", ".join(f"{name} in {currency}" for name, currency in sorted(currencies.items()))
+    return (
+        f"{', '.join(clashing)} also use{'s' if len(clashing) == 1 else ''} {priced}; an agent's "
+        "models are priced in one currency. Choose other models for them first."
+    )
+
+
+def _intent_rules(intent: Intent) -> None:
+    """The checks other apps register (:func:`register_intent_check`), in order."""
+    for check in _intent_checks:
+        check(intent)
+
+
+_RULES: dict[type[models.Model], Callable[[Any], None]] = {
+    Agent: _agent_rules,
+    Tool: _tool_rules,
+    ModelEndpoint: _model_endpoint_rules,
+    Intent: _intent_rules,
+}
 
 
 # --- Agents -----------------------------------------------------------------------------------------
@@ -95,7 +333,6 @@ def _agent_save(agent: Agent, values: Mapping[str, Any], tools: Iterable[Tool] |
     _set(agent, values)
     chosen = None if tools is None else list(tools)
     errors = _errors(agent, unique={"slug": "an agent"})
-    errors |= {f: [m] for f, m in _model_choice_errors(agent).items() if f not in errors}
     if chosen is not None and any(tool.tenant_id != agent.tenant_id for tool in chosen):
         errors.setdefault("tools", ["Choose tools of this tenant."])
     if errors:
@@ -104,23 +341,6 @@ def _agent_save(agent: Agent, values: Mapping[str, Any], tools: Iterable[Tool] |
     if chosen is not None:
         agent.tools.set(chosen)
     return agent
-
-
-def _model_choice_errors(agent: Agent) -> dict[str, str]:
-    """What the operator's page refuses of the model choices beyond ``Agent.clean``: fallbacks are
-    ``offline`` or the tenant's endpoints, each named once (``Agent.clean`` checks the fallbacks
-    only when the model is not ``offline``)."""
-    fallbacks = agent.fallback_models
-    if not isinstance(fallbacks, list) or not all(isinstance(name, str) for name in fallbacks):
-        return {}  # Agent.clean says so
-    served = {OFFLINE, *ModelEndpoint.objects.for_tenant(agent.tenant_id).values_list("name", flat=True)}
-    unknown = [name for name in dict.fromkeys(fallbacks) if name not in served]
-    if unknown:
-        listed = ", ".join(repr(name) for name in unknown)
-        return {"fallback_models": f"No model endpoint of this tenant is named {listed}."}
-    if len(set(fallbacks)) != len(fallbacks):
-        return {"fallback_models": "Name each fallback model once."}
-    return {}
 
 
 # --- Intents ----------------------------------------------------------------------------------------
@@ -170,7 +390,7 @@ def tool_create(*, tenant: Tenant, values: Mapping[str, Any]) -> Tool:
     """A new tool of ``tenant`` with ``values``.
 
     Raises ``ValidationError`` keyed by field: parameters that are not a JSON Schema, a name
-    another tool of the tenant has, or a tool that cannot run as its kind says (``Tool.clean``).
+    another tool of the tenant has, or a tool that cannot run as its kind says (:func:`_tool_rules`).
     """
     with transaction.atomic():
         return _tool_save(Tool(tenant=tenant), values)
@@ -210,7 +430,7 @@ def model_endpoint_create(*, tenant: Tenant, values: Mapping[str, Any]) -> Model
     """A new model endpoint of ``tenant`` with ``values``.
 
     Raises ``ValidationError`` keyed by field: a name another endpoint of the tenant has, or what
-    ``ModelEndpoint.clean`` refuses (the built-in model's name, credentials in the URL, a currency
+    :func:`full_clean` refuses (the built-in model's name, credentials in the URL, a currency
     other than that of a model an agent uses with it).
     """
     with transaction.atomic():
@@ -273,7 +493,7 @@ def _set(row: TenantOwnedModel, values: Mapping[str, Any]) -> None:
 
 
 def _errors(row: TenantOwnedModel, *, unique: Mapping[str, str] | None = None) -> dict[str, list[str]]:
-    """What ``full_clean`` says of ``row``, by field; and, for each field of ``unique`` (a field
+    """What :func:`full_clean` says of ``row``, by field; and, for each field of ``unique`` (a field
     unique per tenant, with what the row is called), that another row of the tenant has its value.
 
     The unique constraints are checked here rather than by ``full_clean``, which names no field for
@@ -281,7 +501,7 @@ def _errors(row: TenantOwnedModel, *, unique: Mapping[str, str] | None = None) -
     """
     errors: dict[str, list[str]] = {}
     try:
-        row.full_clean(validate_constraints=False)
+        full_clean(row, validate_constraints=False)
     except ValidationError as exc:
         errors = dict(exc.message_dict)
     for field, called in (unique or {}).items():

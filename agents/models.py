@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from decimal import Decimal
-from functools import partial
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -19,7 +17,7 @@ from django.core.validators import (
 from django.db import models
 
 from parley import outbound
-from parley.models import Membership, TenantOwnedModel
+from parley.models import TenantOwnedModel
 
 DEFAULT_ACTIONS: list[dict[str, object]] = [
     {"name": "propose", "description": "put an offer on the table", "terminal": False, "state": ""},
@@ -39,9 +37,6 @@ DEFAULT_ACTIONS: list[dict[str, object]] = [
 ]
 
 
-_agent_checks: list[Callable[[Agent], None]] = []
-_intent_checks: list[Callable[[Intent], None]] = []
-
 # The built-in model's name (agents.llm.model_for): an endpoint of that name could never be used.
 OFFLINE = "offline"
 # A tool or model call runs inside one run step, which Celery stops at 300 s (agents.tasks); a
@@ -49,23 +44,6 @@ OFFLINE = "offline"
 MAX_CALL_TIMEOUT = 240.0
 # An inbound turn holds the counterparty's request, and a concurrency slot, this long at most.
 MAX_TURN_TIMEOUT = 3600.0
-# Members who may answer for an agent (agents.selectors.can_answer_as): all but viewers.
-ANSWERING_ROLES = (Membership.Role.OWNER, Membership.Role.OPERATOR, Membership.Role.PRINCIPAL)
-
-
-def register_agent_check(check: Callable[[Agent], None]) -> None:
-    """Run ``check(agent)`` in :meth:`Agent.clean`: how apps above ``agents`` validate the fields
-    they read (the public endpoint's card overrides, host name, CORS origins) without ``agents``
-    importing them. ``check`` raises ``ValidationError`` keyed by field."""
-    if check not in _agent_checks:
-        _agent_checks.append(check)
-
-
-def register_intent_check(check: Callable[[Intent], None]) -> None:
-    """Run ``check(intent)`` in :meth:`Intent.clean`, as :func:`register_agent_check` does for agents
-    (the negotiator reads an intent's term guards). ``check`` raises ``ValidationError`` keyed by field."""
-    if check not in _intent_checks:
-        _intent_checks.append(check)
 
 
 def entry_error(
@@ -154,43 +132,6 @@ class Tool(TenantOwnedModel):
 
     def __str__(self) -> str:
         return self.name
-
-    def clean(self) -> None:
-        """Check that the tool can run as its kind says, that its parameters are a JSON Schema, and
-        that only a built-in has a built-in's name."""
-        from agents import host_operations, tools
-
-        try:
-            host_operations.check_schema(self.parameters)
-        except ValidationError as exc:
-            raise ValidationError({"parameters": exc.error_list}) from exc
-        builtins = tools.builtin_names()
-        if self.kind == self.Kind.BUILTIN and self.name not in builtins:
-            raise ValidationError({"name": f"Built-in tools are {', '.join(builtins)}."})
-        if self.kind != self.Kind.BUILTIN and self.name in builtins:
-            # The loop and the negotiator know a built-in by its name: another tool of that name
-            # would be offered in its place, or be taken for it.
-            raise ValidationError(
-                {
-                    "name": f"{self.name!r} is the name of a built-in tool ({', '.join(builtins)}): "
-                    'choose another name, or the kind "Built in" to offer the built-in.'
-                }
-            )
-        if self.kind == self.Kind.HOST and not self.url:
-            raise ValidationError({"url": "A host operation needs the URL it calls."})
-        # Plain http only: any other scheme is the field's validator's to refuse.
-        plain_http = self.url.lower().startswith("http://")
-        if self.kind == self.Kind.HOST and plain_http and not host_operations.scheme_allowed(self.url):
-            raise ValidationError({"url": "A host operation's URL must be https://, not plain http."})
-        if self.kind == self.Kind.HOST and not self.secret:
-            raise ValidationError({"secret": "A host operation needs a secret to sign its calls."})
-        if self.requires_approval and (self.suspends or self.name == "ask_user"):
-            asking = "A tool that asks the party needs no approval: the answer is the approval."
-            raise ValidationError({"requires_approval": asking})
-        if self.kind == self.Kind.AGENT and (
-            self.target_agent is None or self.target_agent.tenant_id != self.tenant_id
-        ):
-            raise ValidationError({"target_agent": "Choose an agent of this tenant to run."})
 
 
 # Every field of an Agent an operator sets, in the order the editor shows them: the dashboard's
@@ -396,80 +337,6 @@ class Agent(TenantOwnedModel):
     def __str__(self) -> str:
         return f"{self.tenant_id}/{self.slug}"
 
-    def clean(self) -> None:
-        """Check what a form cannot: that no JSON setting is null, that the principal is a member
-        of the tenant who may answer (not a viewer) and the intake owner a member, the guardrails,
-        and that the model and its fallbacks are served (by the tenant's endpoints, priced in one
-        currency).
-
-        Raises every problem found at once, each field's first: the people and nulls are checked
-        first (the other checks read the fields), then the guardrails, the checks other apps
-        register, in order up to the first that refuses (one may read what an earlier one
-        checks: the card is built from the actions), and the models.
-        """
-        errors: dict[str, list[ValidationError]] = {}
-
-        def refused(check: Callable[[], None]) -> bool:
-            try:
-                check()
-            except ValidationError as exc:
-                for field, problems in exc.update_error_dict({}).items():
-                    errors.setdefault(field, problems)
-                return True
-            return False
-
-        if not refused(self._check_people_and_nulls):
-            refused(self._check_guardrails)
-            for check in _agent_checks:
-                if refused(partial(check, self)):
-                    break
-            refused(self._check_models)
-        if errors:
-            raise ValidationError(errors)
-
-    def _check_guardrails(self) -> None:
-        from agents import guardrails
-
-        try:
-            guardrails.validate(self.guardrails)
-        except ValidationError as exc:
-            raise ValidationError({"guardrails": exc.error_list}) from exc
-
-    def _check_models(self) -> None:
-        if not isinstance(self.fallback_models, list) or not all(
-            isinstance(name, str) and name for name in self.fallback_models
-        ):
-            raise ValidationError({"fallback_models": "List the fallback models' names, in order."})
-        if self.tenant_id is not None:
-            from agents.llm import ModelError, model_for
-
-            try:
-                model_for(self)
-            except ModelError as exc:
-                raise ValidationError({"model": str(exc)}) from exc
-
-    def _check_people_and_nulls(self) -> None:
-        errors: dict[str, str] = {}
-        for field in self._meta.concrete_fields:
-            # clean_fields lets a blank field be null, which its NOT NULL column then refuses.
-            blank_not_null = isinstance(field, models.JSONField) and field.blank and not field.null
-            if blank_not_null and getattr(self, field.attname) is None:
-                errors[field.name] = "Give a JSON value, not null."
-        if self.tenant_id is not None:
-            roles = dict(
-                Membership.objects.filter(
-                    tenant_id=self.tenant_id, user_id__in=[self.principal_id, self.intake_owner_id]
-                ).values_list("user_id", "role")
-            )
-            if self.principal_id is not None and self.principal_id not in roles:
-                errors["principal"] = "The principal must be a member of this tenant."
-            elif self.principal_id is not None and roles[self.principal_id] not in ANSWERING_ROLES:
-                errors["principal"] = "A viewer cannot answer for an agent; choose a member who can."
-            if self.intake_owner_id is not None and self.intake_owner_id not in roles:
-                errors["intake_owner"] = "The intake owner must be a member of this tenant."
-        if errors:
-            raise ValidationError(errors)
-
 
 def agents_naming(tenant_id: int, model: str) -> list[Agent]:
     """The tenant's agents whose model or fallback models name ``model``, by name."""
@@ -511,9 +378,9 @@ class ModelEndpoint(TenantOwnedModel):
         return self.name
 
     def clean(self) -> None:
-        """Refuse the built-in model's name, credentials in the base URL (the API key holds
-        them), and a currency that differs from that of another model an agent names with this
-        one (a run's cost adds up one currency; see :func:`agents.llm.model_for`)."""
+        """Refuse the built-in model's name and credentials in the base URL (the API key holds
+        them). What other rows say of it (an agent's models priced in one currency) is judged by
+        :func:`agents.configuration.full_clean`."""
         errors: dict[str, str] = {}
         if self.name == OFFLINE:
             errors["name"] = f"{OFFLINE!r} is the built-in model; choose another name."
@@ -524,30 +391,8 @@ class ModelEndpoint(TenantOwnedModel):
             credentials = False  # not a URL: the field's own validator says so
         if credentials:
             errors["base_url"] = "Give the URL without user:password@; the API key is for credentials."
-        if self.tenant_id is not None and (clash := self._currency_clash()):
-            errors["currency"] = clash
         if errors:
             raise ValidationError(errors)
-
-    def _currency_clash(self) -> str:
-        """Which agents name this model with another priced in another currency, or ""."""
-        users = agents_naming(self.tenant_id, self.name)
-        named = {agent.pk: {agent.model, *(agent.fallback_models or [])} for agent in users}
-        others = set().union(*named.values())
-        currencies = dict(
-            ModelEndpoint.objects.for_tenant(self.tenant_id)
-            .filter(name__in=others - {self.name})
-            .exclude(currency=self.currency)
-            .values_list("name", "currency")
-        )
-        clashing = [agent.name for agent in users if named[agent.pk] & currencies.keys()]
-        if not clashing:
-            return ""
-        priced = ", ".join(f"{name} in {currency}" for name, currency in sorted(currencies.items()))
-        return (
-            f"{', '.join(clashing)} also use{'s' if len(clashing) == 1 else ''} {priced}; an agent's "
-            "models are priced in one currency. Choose other models for them first."
-        )
 
 
 class Intent(TenantOwnedModel):
@@ -572,11 +417,6 @@ class Intent(TenantOwnedModel):
 
     def __str__(self) -> str:
         return self.statement[:60]
-
-    def clean(self) -> None:
-        """Run the checks other apps register (:func:`register_intent_check`)."""
-        for check in _intent_checks:
-            check(self)
 
 
 # How deep agents may call agents as tools (Run.parent chains), so a cycle of delegation cannot run away.

@@ -32,9 +32,10 @@ from django.contrib.auth.models import User
 from django.db import models, transaction
 from django.utils.text import slugify
 
-from agents.models import ANSWERING_ROLES, Agent, Intent
+from agents.models import Agent, Intent
 from parley.jsontypes import json_type
 from parley.models import Membership, Tenant
+from parley.roles import ANSWER
 from parley.services import placeholder_create
 
 _TOP_KEYS = frozenset({"users"})
@@ -238,7 +239,7 @@ def _principal(tenant: Tenant, user: ScenarioUser) -> tuple[User, bool] | str:
         return f"the username {name} is taken by an account that is not a member of {tenant.slug}"
     if not account.is_active:
         return f"{name}'s account is deactivated"
-    if role not in ANSWERING_ROLES:
+    if role not in ANSWER:
         return f"{name} is a {role} of {tenant.slug}, and a {role} cannot answer for an agent"
     return account, False
 

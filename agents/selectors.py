@@ -12,13 +12,12 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from agents.models import MAX_DELEGATION_DEPTH, Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
-from parley import strict_json
+from parley import roles, strict_json
 from parley.models import Event, Membership, Tenant
 
-# Roles that may answer any question of their tenant's agents, on the party's behalf.
-ANSWER_FOR_ANYONE = frozenset({Membership.Role.OWNER, Membership.Role.OPERATOR})
-# Roles that run the tenant's agents, and so may see what the agents are told.
-OPERATE = frozenset({Membership.Role.OWNER, Membership.Role.OPERATOR})
+# A question or approval still open: not answered, and its run active (one of a run that ended
+# takes no answer). A filter of Question rows.
+OPEN_QUESTION = Q(answered_at=None, run__status__in=Run.ACTIVE)
 # Stored events that belong in a run's timeline: its model calls' retries and fallbacks.
 TIMELINE_EVENTS = ("run.retry", "run.fallback")
 
@@ -78,7 +77,7 @@ def open_questions_for(*, tenant: Tenant, membership: Membership) -> QuerySet[Qu
     failed, …) takes no answer and is left out."""
     questions = (
         Question.objects.for_tenant(tenant)
-        .filter(answered_at=None, run__status__in=Run.ACTIVE)
+        .filter(OPEN_QUESTION)
         .select_related("run__agent__principal", "run__intent")
         .order_by("-created_at", "-pk")
     )
@@ -109,7 +108,7 @@ def startable_agents(*, membership: Membership) -> QuerySet[Agent]:
     """The agents of the member's tenant whose runs the member may start (see :func:`can_answer_as`),
     by name: every agent for an owner or operator, a party's own agents, none for a viewer."""
     agents = visible_agents(membership=membership).order_by("name", "slug")
-    return agents.none() if membership.role == Membership.Role.VIEWER else agents
+    return agents if membership.role in roles.ANSWER else agents.none()
 
 
 # What else waits on the party under an (agent, intent) thread. ``negotiations`` registers its
@@ -233,16 +232,17 @@ def can_answer_as(*, membership: Membership, principal_id: int | None) -> bool:
     """Whether the member may answer for the party ``principal_id``.
 
     The party may, and so may the tenant's owners and operators (on the party's
-    behalf); viewers never may, and neither may another party of the tenant.
+    behalf); viewers never may, and neither may another party of the tenant
+    (:mod:`parley.roles`).
     """
-    if membership.role == Membership.Role.VIEWER:
+    if membership.role not in roles.ANSWER:
         return False
-    return membership.role in ANSWER_FOR_ANYONE or principal_id == membership.user_id
+    return membership.role in roles.OPERATE or principal_id == membership.user_id
 
 
 def can_operate(*, membership: Membership, agent: Agent) -> bool:
     """Whether the member is an owner or an operator of ``agent``'s tenant (may see its system message)."""
-    return membership.tenant_id == agent.tenant_id and membership.role in OPERATE
+    return membership.tenant_id == agent.tenant_id and membership.role in roles.OPERATE
 
 
 def latest_intent(*, agent: Agent) -> Intent | None:
@@ -275,7 +275,7 @@ def agent_models(*, agent: Agent) -> list[AgentModel]:
 def agent_currency(*, agent: Agent) -> str:
     """The currency of what ``agent``'s model costs (its runs' costs and cost budgets, its
     negotiation turns'): its model endpoint's, "" for none (``offline``). An agent's fallbacks are
-    priced in the same currency (:meth:`agents.models.ModelEndpoint.clean`)."""
+    priced in the same currency (:func:`agents.configuration.full_clean`)."""
     currency = (
         ModelEndpoint.objects.for_tenant(agent.tenant_id)
         .filter(name=agent.model)

@@ -87,7 +87,26 @@ class RunBusy(RunError):
 
 
 class QuestionAlreadyAnswered(RunError):
-    pass
+    """The question was answered, or the approval decided, before; nothing changed.
+
+    ``question`` is it as answered. The message says only that ("This approval was already
+    decided."); :meth:`said` says by whom and when, as the dashboard and the API tell it.
+    """
+
+    def __init__(self, question: Question) -> None:
+        super().__init__(f"This {question.kind} was already {_decided(question.kind)}.")
+        self.question = question
+
+    def said(self, *, when: str) -> str:
+        """Who answered or decided it, and ``when`` (its ``answered_at`` as the caller writes times):
+        "This question was already answered by tomas at …", "This approval was already rejected by
+        the host at …" (no member: the host through its API)."""
+        question = self.question
+        who = question.answered_by.get_username() if question.answered_by else "the host"
+        if question.kind == Question.Kind.APPROVAL:
+            verdict = "approved" if question.approved else "rejected"
+            return f"This approval was already {verdict} by {who} at {when}."
+        return f"This question was already answered by {who} at {when}."
 
 
 class NotAllowed(RunError):
@@ -114,8 +133,13 @@ def run_start(
     max_tokens: int | None = None,
     max_cost: Decimal | None = None,
     deadline: datetime | None = None,
+    user: User | None = None,
 ) -> Run:
     """Start a run of ``agent`` on ``intent`` with the party's ``task`` as the user message.
+
+    ``user`` is the member starting it, None for the host (its API) or the platform itself (an
+    Agent Exchange request, the demo); a member who may not act for the agent
+    (:func:`require_may_start`) is refused with :class:`NotAllowed` before anything else is read.
 
     Without ``intent``, on a new intent of ``statement`` (:func:`intent_create`),
     written only if the run starts.
@@ -131,6 +155,8 @@ def run_start(
     interleave one history. Raises :class:`RunError` when the task (or the new
     intent) is empty, the intent belongs to another agent, or a limit is not usable.
     """
+    if user is not None:
+        require_may_start(agent=agent, user=user)
     if not task.strip():
         raise RunError("The task is empty.", field="task")
     if intent is not None and (intent.agent_id != agent.pk or intent.tenant_id != agent.tenant_id):
@@ -895,6 +921,12 @@ def require_may_act(user: User, agent_id: Any, tenant_id: int, *, doing: str) ->
         raise NotAllowed(f"Only the agent's party, an owner or an operator can {doing}.")
 
 
+def require_may_start(*, agent: Agent, user: User) -> None:
+    """Raise :class:`NotAllowed` unless ``user`` may start ``agent``'s runs: as for answering its
+    questions, the agent's party, or an owner or operator of its tenant."""
+    require_may_act(user, agent.pk, agent.tenant_id, doing="start its runs")
+
+
 def _check_may_answer(question: Question, user: User) -> None:
     run = Run.objects.for_tenant(question.tenant_id).only("agent_id").get(pk=question.run_id)
     require_may_act(user, run.agent_id, question.tenant_id, doing="answer its questions")
@@ -913,7 +945,7 @@ def _lock_open(question: Question, kind: str) -> Question:
             raise RunError("This is an approval; approve or reject it.")
         raise RunError("This is a question; answer it.")
     if not question.is_open:
-        raise QuestionAlreadyAnswered(f"This {question.kind} was already {_decided(question.kind)}.")
+        raise QuestionAlreadyAnswered(question)
     if question.run.status not in Run.AWAITING:
         raise RunError(f"The run is {question.run.status}; it no longer takes answers.")
     return question

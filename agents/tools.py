@@ -118,8 +118,8 @@ def tools_for(agent: Agent) -> dict[str, Tool]:
     """The tools a run of ``agent`` offers the model, by name, in a stable order.
 
     The agent's own tools replace the defaults; a built-in row brings a default
-    back. A built-in row whose name is not registered is left out (``Tool.clean``
-    refuses to save one).
+    back. A built-in row whose name is not registered is left out
+    (:func:`agents.configuration.full_clean` refuses to save one).
     """
     # Only the agent's tenant's tools, whatever a careless admin linked.
     rows = list(agent.tools.filter(tenant_id=agent.tenant_id).select_related("target_agent"))

@@ -31,6 +31,7 @@ from agents.forms import (
 )
 from agents.instructions import system_message
 from agents.models import Agent, Intent, Question, Run
+from parley import roles
 from parley.models import Membership, Tenant
 from parley.views import FilteredListView, TenantMixin
 
@@ -197,21 +198,12 @@ def region_response(
     return HttpResponse(html)
 
 
-def already_decided(question: Question) -> str:
-    """Why ``question`` takes no answer: who answered or decided it, and when (in its agent's timezone)."""
-    fresh = (
-        Question.objects.for_tenant(question.tenant_id)
-        .select_related("run__agent", "answered_by")
-        .get(pk=question.pk)
-    )
-    zone = fresh.run.agent.timezone
-    when = f"{timezone.localtime(fresh.answered_at, ZoneInfo(zone)):%Y-%m-%d %H:%M} ({zone})"
-    if fresh.kind == Question.Kind.APPROVAL:
-        who = fresh.answered_by.get_username() if fresh.answered_by else "the host"
-        verdict = "approved" if fresh.approved else "rejected"
-        return f"This approval was already {verdict} by {who} at {when}."
-    who = fresh.answered_by.get_username() if fresh.answered_by else "a former member"
-    return f"This question was already answered by {who} at {when}."
+def already_decided(refused: services.QuestionAlreadyAnswered, *, agent: Agent) -> str:
+    """Why a question takes no answer (:meth:`services.QuestionAlreadyAnswered.said`), when in
+    ``agent``'s timezone."""
+    zone = agent.timezone
+    when = f"{timezone.localtime(refused.question.answered_at, ZoneInfo(zone)):%Y-%m-%d %H:%M} ({zone})"
+    return refused.said(when=when)
 
 
 def answer_sent(understood: selectors.Understood | None) -> str:
@@ -287,8 +279,8 @@ class QuestionAnswerView(QuestionActionView):
                 )
             except services.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
-            except services.QuestionAlreadyAnswered:
-                messages.error(request, already_decided(question))
+            except services.QuestionAlreadyAnswered as exc:
+                messages.error(request, already_decided(exc, agent=question.run.agent))
             except services.RunError as exc:
                 messages.error(request, str(exc))
             else:
@@ -322,8 +314,8 @@ class ApprovalDecideView(QuestionActionView):
                 )
             except services.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
-            except services.QuestionAlreadyAnswered:
-                messages.error(request, already_decided(question))
+            except services.QuestionAlreadyAnswered as exc:
+                messages.error(request, already_decided(exc, agent=question.run.agent))
             except services.RunError as exc:
                 messages.error(request, str(exc))
             else:
@@ -423,11 +415,13 @@ class AgentDetailView(TenantMixin, DetailView):
         return context
 
 
-def start_run(*, agent: Agent, form: RunStartForm) -> Run:
-    """Start a run of ``agent`` from a valid :class:`RunStartForm`. Raises what
-    :func:`services.run_start` raises (:class:`services.RunError`: busy thread, unusable limit)."""
+def start_run(*, agent: Agent, form: RunStartForm, membership: Membership) -> Run:
+    """Start a run of ``agent`` for the member from a valid :class:`RunStartForm`. Raises what
+    :func:`services.run_start` raises (:class:`services.NotAllowed` for a member who may not start
+    it; :class:`services.RunError`: busy thread, unusable limit)."""
     data = form.cleaned_data
     return services.run_start(
+        user=membership.user,
         agent=agent,
         intent=data["intent"],
         statement=data["statement"],
@@ -452,17 +446,18 @@ class RunStartView(AgentDetailView):
 
     def post(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
         self.object = agent = self.get_object()
-        if not selectors.can_answer_for(membership=self.membership, agent=agent):
-            raise PermissionDenied("Only the agent's party, an owner or an operator can start its runs.")
         form = RunStartForm(request.POST, agent=agent)
-        if form.is_valid():
-            try:
-                run = start_run(agent=agent, form=form)
-            except services.RunError as exc:
-                messages.error(request, str(exc))
-            else:
+        try:
+            # Asked first: a member who may not start gets the 403 whatever they posted.
+            services.require_may_start(agent=agent, user=self.membership.user)
+            if form.is_valid():
+                run = start_run(agent=agent, form=form, membership=self.membership)
                 messages.success(request, "Run started.")
                 return redirect("agents:run", tenant=tenant, pk=run.pk)
+        except services.NotAllowed as exc:
+            raise PermissionDenied(str(exc)) from exc
+        except services.RunError as exc:
+            messages.error(request, str(exc))
         return self.render_to_response(self.get_context_data(form=form))
 
 
@@ -481,7 +476,7 @@ class StartWorkView(TenantMixin, TemplateView):
     """
 
     template_name = "agents/start.html"
-    allowed_roles = frozenset({Membership.Role.OWNER, Membership.Role.OPERATOR, Membership.Role.PRINCIPAL})
+    allowed_roles = roles.ANSWER
 
     def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         choice = self.choice_form(request.GET if "agent" in request.GET else None)
@@ -502,7 +497,9 @@ class StartWorkView(TenantMixin, TemplateView):
             form = RunStartForm(request.POST, agent=agent)
             if form.is_valid():
                 try:
-                    run = start_run(agent=agent, form=form)
+                    run = start_run(agent=agent, form=form, membership=self.membership)
+                except services.NotAllowed as exc:
+                    raise PermissionDenied(str(exc)) from exc
                 except services.RunError as exc:
                     messages.error(request, str(exc))
                 else:

@@ -4,8 +4,8 @@
 ``/api/v1/agents/{id}/term-guards`` (read, replace), ``/api/v1/agents/{id}/card`` (the AgentCard
 counterparties fetch) and ``/api/v1/agents/{id}/instructions`` (the system message a run gets).
 GETs need the ``read`` scope, every write ``admin``. Writes go through :mod:`agents.configuration`,
-which judges them as the operator's pages do (``Agent.clean`` and the checks other apps register):
-a refused write is a 400 naming the field, and writes nothing.
+as the operator's pages' do, judged by its :func:`~agents.configuration.full_clean` (with the checks
+other apps register): a refused write is a 400 naming the field, and writes nothing.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class ActionSpecSerializer(serializers.Serializer[Any]):
 class ActionsField(serializers.JSONField):
     """The allowed actions, in order, judged one by one as the operator's page judges each row
     (:class:`agents.config_forms.ActionForm`); messages name the action by position ("Action 2: …").
-    Whether the list can be played is the model's check."""
+    Whether the list can be played is the configuration's check."""
 
     def to_internal_value(self, data: Any) -> list[dict[str, object]]:
         value = super().to_internal_value(data)

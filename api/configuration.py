@@ -54,17 +54,17 @@ def messages_of(detail: Any) -> list[str]:
 
 @extend_schema_field({"type": "object", "additionalProperties": True})
 class JSONObjectField(serializers.JSONField):
-    """A JSON object (its shape is the model's to judge)."""
+    """A JSON object (its shape is the configuration's to judge)."""
 
 
 @extend_schema_field({"type": "array", "items": {"type": "object", "additionalProperties": True}})
 class JSONObjectListField(serializers.JSONField):
-    """A JSON list of objects (their shape is the model's to judge)."""
+    """A JSON list of objects (their shape is the configuration's to judge)."""
 
 
 @extend_schema_field({"type": "array", "items": {"type": "string"}})
 class JSONStringListField(serializers.JSONField):
-    """A JSON list of strings (what they must be is the model's to judge)."""
+    """A JSON list of strings (what they must be is the configuration's to judge)."""
 
 
 class TermGuardSerializer(serializers.Serializer[Any]):
@@ -82,7 +82,7 @@ class TermGuardSerializer(serializers.Serializer[Any]):
 @extend_schema_field(TermGuardSerializer(many=True))
 class TermGuardsField(serializers.JSONField):
     """Term guards: a list of ``{term, op, value, currency?, aspiration?}``, checked as the negotiator
-    reads them (by the model's checks; the message names the offending guard by its position)."""
+    reads them (by the configuration's checks; the message names the offending guard by its position)."""
 
 
 class FlatListField(serializers.ListField):

@@ -236,9 +236,7 @@ class RunDetailSerializer(RunSerializer):
 
     @extend_schema_field(WaitingSerializer(many=True))
     def get_open_questions(self, run: Run) -> Any:
-        if run.status not in Run.ACTIVE:
-            return []
-        waiting = [q for q in selectors.run_questions(run=run) if q.is_open]
+        waiting = selectors.run_questions(run=run).filter(selectors.OPEN_QUESTION)
         return WaitingSerializer(waiting, many=True).data
 
 
@@ -314,9 +312,9 @@ class QuestionStatus(models.TextChoices):
 
 
 QUESTION_STATUS_MATCH = {
-    QuestionStatus.OPEN: Q(answered_at=None, run__status__in=Run.ACTIVE),
+    QuestionStatus.OPEN: selectors.OPEN_QUESTION,
     QuestionStatus.ANSWERED: Q(answered_at__isnull=False),
-    QuestionStatus.CLOSED: Q(answered_at=None) & ~Q(run__status__in=Run.ACTIVE),
+    QuestionStatus.CLOSED: Q(answered_at=None) & ~selectors.OPEN_QUESTION,
 }
 
 
@@ -493,15 +491,11 @@ class QuestionFilter(django_filters.FilterSet):
         return queryset.filter(QUESTION_STATUS_MATCH[QuestionStatus(value)])
 
 
-def already_decided(question: Question) -> str:
-    """Why ``question`` takes no answer: who answered or decided it, and when (UTC)."""
-    fresh = Question.objects.for_tenant(question.tenant_id).select_related("answered_by").get(pk=question.pk)
-    who = fresh.answered_by.get_username() if fresh.answered_by else "the host"
-    assert fresh.answered_at is not None
-    when = fresh.answered_at.astimezone(UTC).isoformat()
-    if fresh.kind == Question.Kind.APPROVAL:
-        return f"This approval was already {'approved' if fresh.approved else 'rejected'} by {who} at {when}."
-    return f"This question was already answered by {who} at {when}."
+def already_decided(refused: services.QuestionAlreadyAnswered) -> str:
+    """Why a question takes no answer (:meth:`services.QuestionAlreadyAnswered.said`), when in UTC."""
+    answered_at = refused.question.answered_at
+    assert answered_at is not None
+    return refused.said(when=answered_at.astimezone(UTC).isoformat())
 
 
 class QuestionsBase(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet):
@@ -552,7 +546,7 @@ class QuestionViewSet(QuestionsBase):
                 question=question, answer=body.validated_data["answer"], user=None
             )
         except services.QuestionAlreadyAnswered as exc:
-            raise Conflict(already_decided(question)) from exc
+            raise Conflict(already_decided(exc)) from exc
         context = {"understood": answered.understood}
         return Response(AnsweredQuestionSerializer(self.reread(question), context=context).data)
 
@@ -576,7 +570,7 @@ class ApprovalViewSet(QuestionsBase):
                 question=approval, approve=approve, reason=body.validated_data["reason"], user=None
             )
         except services.QuestionAlreadyAnswered as exc:
-            raise Conflict(already_decided(approval)) from exc
+            raise Conflict(already_decided(exc)) from exc
         return Response(ApprovalSerializer(self.reread(approval)).data)
 
     @extend_schema(

@@ -5,7 +5,7 @@ class NegotiationsConfig(AppConfig):
     name = "negotiations"
 
     def ready(self) -> None:
-        from agents.models import register_agent_check, register_intent_check
+        from agents.configuration import register_agent_check, register_intent_check
         from agents.selectors import register_answer_reader, register_parked_source, register_waiting_source
         from negotiations import checks, selectors, tools
 

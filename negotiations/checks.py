@@ -1,6 +1,7 @@
-"""Checks of the agent and intent fields the negotiator reads, run by ``Agent.clean`` and
-``Intent.clean`` (see :func:`agents.models.register_agent_check`), so the admin, the operator's
-editor and the host API refuse what a negotiation would later fail on, with the field named."""
+"""Checks of the agent and intent fields the negotiator reads, run by the configuration's
+:func:`agents.configuration.full_clean` (see :func:`agents.configuration.register_agent_check`), so
+the admin, the operator's editor and the host API refuse what a negotiation would later fail on,
+with the field named."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from agents.models import Agent
-from parley import keys, selectors
+from parley import keys, roles, selectors
 from parley.models import PLACEHOLDER_EMAIL_DOMAIN, ApiKey, Invitation, Membership, Tenant
 
 logger = logging.getLogger(__name__)
@@ -429,9 +429,9 @@ def member_role_change(*, membership: Membership, role: str, user: User) -> Memb
     Raises:
         NotAllowed: ``user`` is not an owner of the membership's tenant.
         ValidationError: ``{"role": …}`` not a role; the member is the tenant's last owner
-            and ``role`` is not owner; ``role`` is viewer and the member is an agent's
-            party (a viewer cannot answer for it; the message names the agents); the
-            member was removed meanwhile.
+            and ``role`` is not owner; ``role`` may not answer for an agent (not in
+            :data:`parley.roles.ANSWER`: a viewer) and the member is an agent's party (the
+            message names the agents); the member was removed meanwhile.
     """
     with transaction.atomic():
         _lock_as_owner(tenant_id=membership.tenant_id, user=user)
@@ -441,7 +441,7 @@ def member_role_change(*, membership: Membership, role: str, user: User) -> Memb
             return current
         if current.role == Membership.Role.OWNER:
             _check_not_last_owner(current, doing="demote")
-        if role == Membership.Role.VIEWER:
+        if role not in roles.ANSWER:
             parties = _names(_agents_of(current).filter(principal_id=current.user_id))
             if parties:
                 raise ValidationError(

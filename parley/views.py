@@ -18,11 +18,12 @@ from django.utils.cache import add_never_cache_headers
 from django.views.generic import ListView, TemplateView
 from django_htmx.http import HttpResponseClientRedirect
 
-from agents.selectors import OPERATE, agents_of_principal
+from agents.selectors import agents_of_principal
 from parley import selectors, services
 from parley.forms import ApiKeyForm, HandOverForm, InvitationForm, MemberRoleForm
 from parley.middleware import TOO_LARGE, too_large_text
 from parley.models import ApiKey, Membership, Tenant
+from parley.roles import OPERATE
 from parley.selectors import first_membership, membership_for
 
 OWNER = frozenset({Membership.Role.OWNER})

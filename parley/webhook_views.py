@@ -1,7 +1,7 @@
 """Dashboard pages of the tenant's webhooks, under ``/t/<tenant>/webhooks/``. Thin: every change is
 one of :mod:`parley.webhooks`' services, as in the host API (:mod:`api.webhooks`).
 
-Owners and operators (:data:`agents.selectors.OPERATE`) manage the endpoints
+Owners and operators (:data:`parley.roles.OPERATE`) manage the endpoints
 and re-send deliveries. Viewers read the same pages without their forms; any
 POST is a 403 to them. A principal gets a 403, as on the other operator pages:
 deliveries carry every party's events. Another tenant's endpoint or delivery
@@ -31,10 +31,10 @@ from django.utils.http import urlencode
 from django.views import View
 from django.views.generic import DetailView, ListView, TemplateView
 
-from agents.selectors import OPERATE
 from parley import selectors, webhooks
 from parley.forms import WebhookActiveForm, WebhookDeliveryFilterForm, WebhookEndpointForm
 from parley.models import Membership, WebhookDelivery, WebhookEndpoint
+from parley.roles import OPERATE
 from parley.views import TenantMixin
 
 READ = OPERATE | {Membership.Role.VIEWER}

@@ -24,7 +24,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from agents.config_forms import GUARD_OPS
-from agents.config_views import is_unique_violation
+from agents.configuration import is_unique_violation
 from agents.models import SYSTEM_PROMPT_MAX_LENGTH, Agent, ModelEndpoint, Tool
 from negotiations.negotiator import GuardOp
 from parley.models import Membership, Tenant

@@ -16,6 +16,7 @@ from django.core.management import CommandError, call_command
 from django.db import IntegrityError
 from django.forms.models import model_to_dict
 
+from agents import configuration
 from agents.models import Agent, Intent
 from agents.scenarios import ImportResult, ScenarioError, scenario_import, scenario_parse
 from parley.models import Membership, Tenant
@@ -326,7 +327,7 @@ def test_each_user_becomes_a_principal_member_who_answers_for_its_agent(tenant: 
             False,
             True,
         )
-        agent.full_clean()  # the principal is a member who may answer: the agent validates
+        configuration.full_clean(agent)  # the principal is a member who may answer: the agent validates
 
 
 def test_a_principal_the_agent_has_is_kept(tenant: Tenant, operator: User) -> None:

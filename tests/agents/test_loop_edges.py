@@ -16,7 +16,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from agents import services
+from agents import configuration, services
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from tests.agents.conftest import HostServer, step
 from tests.agents.pages import start_url
@@ -159,7 +159,7 @@ def test_a_tool_that_asks_the_party_cannot_require_approval(agent: Agent, asking
     tool = Tool(tenant=agent.tenant, description="Ask.", requires_approval=True, **asking)
 
     with pytest.raises(ValidationError) as refused:
-        tool.full_clean()
+        configuration.full_clean(tool)
 
     assert list(refused.value.message_dict) == ["requires_approval"]
 
@@ -354,7 +354,7 @@ def test_an_agent_cannot_chain_models_priced_in_different_currencies(yen_fallbac
     """An agent's model and its fallbacks are priced in one currency: a run's cost and its budget add
     them up."""
     with pytest.raises(ValidationError) as refused:
-        yen_fallback.full_clean()
+        configuration.full_clean(yen_fallback)
 
     assert refused.value.message_dict["model"] == [TWO_CURRENCIES]
 

@@ -1,5 +1,6 @@
-"""The rules agents, tools and model endpoints keep in their models, so that every way of saving them
-(the operator's pages, the admin) refuses what cannot work, each at its field."""
+"""The rules agents, tools and model endpoints are judged by (:func:`agents.configuration.full_clean`:
+their fields' own checks and the configuration's rules), so that every way of saving them (the
+operator's pages, the admin, the host API) refuses what cannot work, each at its field."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Model
 from django.test import Client
 
+from agents import configuration
 from agents.models import Agent, ModelEndpoint, Tool
 from parley.models import Membership, Tenant
 from tests.agents.pages import member
@@ -21,11 +23,11 @@ pytestmark = pytest.mark.django_db
 
 
 def refused(row: Model, **fields: Any) -> dict[str, list[str]]:
-    """What ``full_clean`` says of ``row`` with ``fields`` set."""
+    """What :func:`agents.configuration.full_clean` says of ``row`` with ``fields`` set."""
     for name, value in fields.items():
         setattr(row, name, value)
     with pytest.raises(ValidationError) as caught:
-        row.full_clean()
+        configuration.full_clean(row)
     return caught.value.message_dict
 
 
@@ -84,9 +86,9 @@ def test_an_agent_that_cannot_work_is_refused_at_its_field(
 
 def test_the_bounds_themselves_are_accepted(agent: Agent) -> None:
     agent.turn_timeout, agent.max_steps, agent.rate_limit = 0.1, 1, 1
-    agent.full_clean()
+    configuration.full_clean(agent)
     agent.turn_timeout = 3600.0
-    agent.full_clean()
+    configuration.full_clean(agent)
 
 
 @pytest.mark.parametrize(
@@ -100,7 +102,7 @@ def test_a_null_json_setting_is_refused_at_its_field(agent: Agent, field: str) -
 @pytest.mark.parametrize("role", [Membership.Role.OWNER, Membership.Role.OPERATOR, Membership.Role.PRINCIPAL])
 def test_a_member_who_can_answer_may_be_the_principal(agent: Agent, tenant: Tenant, role: str) -> None:
     agent.principal = member(tenant, "pat", role)
-    agent.full_clean()
+    configuration.full_clean(agent)
 
 
 def test_a_viewer_cannot_be_an_agents_principal(agent: Agent, tenant: Tenant) -> None:
@@ -124,7 +126,7 @@ def test_the_principal_and_the_intake_owner_are_members_of_the_tenant(
     }
     agent.principal = None
     agent.intake_owner = member(tenant, "vera", Membership.Role.VIEWER)  # receiving requests is reading
-    agent.full_clean()
+    configuration.full_clean(agent)
 
 
 # --- Tools -------------------------------------------------------------------------------------------
@@ -147,7 +149,7 @@ def test_a_tool_timeout_outside_what_a_run_step_can_wait_is_refused(
 
 def test_a_tool_timeout_at_the_bound_is_accepted(host_tool: Tool) -> None:
     host_tool.timeout = 240.0
-    host_tool.full_clean()
+    configuration.full_clean(host_tool)
 
 
 # --- Model endpoints ---------------------------------------------------------------------------------
@@ -193,7 +195,7 @@ def test_a_model_endpoint_that_cannot_work_is_refused_at_its_field(
 
 def test_a_model_endpoint_with_zero_prices_is_accepted(house: ModelEndpoint) -> None:
     house.input_price = house.output_price = Decimal(0)
-    house.full_clean()
+    configuration.full_clean(house)
 
 
 def test_an_endpoint_cannot_be_priced_in_another_currency_than_the_models_an_agent_uses_with_it(
@@ -213,11 +215,11 @@ def test_an_endpoint_cannot_be_priced_in_another_currency_than_the_models_an_age
         ]
     }
     house.currency = "EUR"
-    house.full_clean()  # unchanged: fine
+    configuration.full_clean(house)  # unchanged: fine
     agent.fallback_models = ["offline"]
     agent.save()
     house.currency = "USD"
-    house.full_clean()  # the agent's only endpoint: its currency is the agent's
+    configuration.full_clean(house)  # the agent's only endpoint: its currency is the agent's
 
 
 def test_the_admin_refuses_a_viewer_as_principal(client: Client, tenant: Tenant) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
+from agents import configuration
 from agents.models import Agent, default_actions
 
 pytestmark = pytest.mark.django_db
@@ -16,12 +17,12 @@ def refused(agent: Agent, **fields: Any) -> dict[str, list[str]]:
     for name, value in fields.items():
         setattr(agent, name, value)
     with pytest.raises(ValidationError) as caught:
-        agent.full_clean()
+        configuration.full_clean(agent)
     return caught.value.message_dict
 
 
 def test_the_default_configuration_is_accepted(agent: Agent) -> None:
-    agent.full_clean()
+    configuration.full_clean(agent)
 
 
 @pytest.mark.parametrize(
@@ -40,7 +41,7 @@ def test_a_malformed_term_guard_is_refused(agent: Agent, guards: Any, says: str)
 def test_a_relative_date_guard_is_accepted(agent: Agent) -> None:
     agent.terms = "amount (number, EUR per day), start (date)"
     agent.term_guards = [{"term": "start", "op": ">=", "value": "next Monday"}]
-    agent.full_clean()
+    configuration.full_clean(agent)
 
 
 @pytest.mark.parametrize(
