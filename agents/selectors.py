@@ -55,7 +55,7 @@ def visible_agents(*, membership: Membership) -> QuerySet[Agent]:
 
 def agents_of_principal(*, membership: Membership) -> QuerySet[Agent]:
     """The agents of the member's tenant that the member is the principal of, by name."""
-    agents: QuerySet[Agent] = Agent.objects.for_tenant(membership.tenant_id)
+    agents = Agent.objects.for_tenant(membership.tenant_id)
     return agents.filter(principal_id=membership.user_id).order_by("name")
 
 

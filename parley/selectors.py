@@ -74,7 +74,7 @@ def api_keys_of(*, tenant: Tenant) -> QuerySet[ApiKey]:
 
 def webhook_endpoints_of(*, tenant: Tenant) -> QuerySet[WebhookEndpoint]:
     """The tenant's webhook endpoints, inactive ones too, newest first."""
-    endpoints: QuerySet[WebhookEndpoint] = WebhookEndpoint.objects.for_tenant(tenant)
+    endpoints = WebhookEndpoint.objects.for_tenant(tenant)
     return endpoints.order_by("-created_at", "-pk")
 
 
@@ -84,7 +84,7 @@ def webhook_deliveries_of(
     """The tenant's webhook deliveries, newest first, with their endpoints; only those in ``status``
     and to ``endpoint`` when given. Without what only a delivery's own page shows (its body, attempt
     log and response excerpt), which can be large."""
-    deliveries: QuerySet[WebhookDelivery] = WebhookDelivery.objects.for_tenant(tenant)
+    deliveries = WebhookDelivery.objects.for_tenant(tenant)
     if status:
         deliveries = deliveries.filter(status=status)
     if endpoint is not None:
@@ -160,7 +160,7 @@ def invitation_by_token(token: str) -> Invitation | None:
 def invitations_of(*, tenant: Tenant) -> QuerySet[Invitation]:
     """The tenant's open invitations (pending or expired, not accepted, not revoked), newest first,
     with who sent them and the placeholder member each is for, if any."""
-    invitations: QuerySet[Invitation] = Invitation.objects.for_tenant(tenant)
+    invitations = Invitation.objects.for_tenant(tenant)
     return invitations.filter(accepted_at__isnull=True, revoked_at__isnull=True).select_related(
         "invited_by", "for_member__user"
     )

@@ -510,7 +510,7 @@ def _check_not_last_owner(membership: Membership, *, doing: str) -> None:
 
 def _agents_of(membership: Membership) -> QuerySet[Agent]:
     """The tenant's agents the member is the party or the intake owner of."""
-    agents: QuerySet[Agent] = Agent.objects.for_tenant(membership.tenant_id).filter(
+    agents = Agent.objects.for_tenant(membership.tenant_id).filter(
         Q(principal_id=membership.user_id) | Q(intake_owner_id=membership.user_id)
     )
     return agents

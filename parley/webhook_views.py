@@ -213,7 +213,7 @@ class WebhookDeliveryView(WebhookPageMixin, DetailView):
     context_object_name = "delivery"
 
     def get_queryset(self) -> QuerySet[WebhookDelivery]:
-        deliveries: QuerySet[WebhookDelivery] = WebhookDelivery.objects.for_tenant(self.tenant)
+        deliveries = WebhookDelivery.objects.for_tenant(self.tenant)
         return deliveries.select_related("endpoint")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:

@@ -201,17 +201,24 @@ class _Finder(ast.NodeVisitor):
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scoped
 
+    def _objects(self, node: ast.expr) -> str | None:
+        """The model ``node`` is the ``objects`` of, if a tenant-owned one."""
+        if isinstance(node, ast.Attribute) and node.attr == "objects" and _name(node.value) in self.models:
+            return _name(node.value)
+        return None
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr in ESCAPES:
             self._report(node, f".{node.attr}")
-        inner = node.value
-        if (
-            isinstance(inner, ast.Attribute)
-            and inner.attr == "objects"
-            and _name(inner.value) in self.models
-            and node.attr not in SCOPED
-        ):
-            self._report(node, f"{_name(inner.value)}.objects.{node.attr}")
+        model = self._objects(node.value)
+        if model is not None:
+            if node.attr not in SCOPED:
+                self._report(node, f"{model}.objects.{node.attr}")
+            self.generic_visit(node.value)  # past the manager itself, which is used here
+            return
+        model = self._objects(node)
+        if model is not None:  # the manager handed on as it is (a queryset= argument, a variable)
+            self._report(node, f"{model}.objects")
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -257,6 +264,7 @@ def sneak(tenant, pk):
     Run.objects.filter(pk=pk)
     get_object_or_404(Agent, pk=pk)
     Run._default_manager.all()
+    serializer(queryset=Run.objects)
 
 class View:
     def get(self):
@@ -267,6 +275,7 @@ class View:
         ("agents.sneaky:sneak", 9, "Run.objects.filter"),
         ("agents.sneaky:sneak", 10, "get_object_or_404(Agent, ...)"),
         ("agents.sneaky:sneak", 11, "._default_manager"),
-        ("agents.sneaky:View.get", 15, "Agent.objects.all"),
+        ("agents.sneaky:sneak", 12, "Run.objects"),
+        ("agents.sneaky:View.get", 16, "Agent.objects.all"),
     ]
     assert "agents.sneaky:sneak" not in ACROSS_TENANTS
