@@ -18,7 +18,7 @@ from django.utils.cache import add_never_cache_headers
 from django.views.generic import ListView, TemplateView
 from django_htmx.http import HttpResponseClientRedirect
 
-from agents.selectors import OPERATE, agents_of_principal
+from agents.selectors import OPERATE
 from parley import selectors, services
 from parley.forms import ApiKeyForm, HandOverForm, InvitationForm, MemberRoleForm
 from parley.middleware import TOO_LARGE, too_large_text
@@ -325,7 +325,7 @@ class MemberHandOverView(MembersView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         member = context.get("member") or self.placeholder()
-        context.update(member=member, agents=agents_of_principal(membership=member))
+        context.update(member=member, answers_for=selectors.answers_for(membership=member))
         context.setdefault("hand_over_form", HandOverForm())
         return context
 
