@@ -33,8 +33,7 @@ from agents.selectors import OPERATE
 from exchange import services as exchange_services
 from exchange import wire
 from exchange.models import PreparedExchange
-from parley.views import TenantMixin, TooLargeFormMixin
-from parley.webhook_views import errors_at_fields
+from parley.views import TenantMixin, TooLargeFormMixin, errors_at_fields
 
 # Prepared Agent Exchange requests the profile page lists, newest first.
 PREPARED_SHOWN = 50

@@ -33,9 +33,8 @@ from a2a_gateway import cards
 from agents import configuration, selectors
 from agents.config_forms import END_STATES, ActionForm, tenant_members
 from agents.forms import SystemMessagePreviewForm
-from agents.instructions import system_message
+from agents.instructions import PLACEHOLDER_INTENT, system_message
 from agents.models import AGENT_SETTINGS, Agent, Intent, Tool
-from agents.views import PLACEHOLDER_INTENT
 from api.configuration import (
     ConfigurationViewSet,
     FlatListField,

@@ -15,9 +15,9 @@ from django.views import View
 from django.views.generic import DetailView
 
 from agents.forms import AnswerForm
+from agents.pages import form_errors, inbox_context, pretty_json, region_response, term_pairs
 from agents.selectors import OPERATE, Understood, agent_currency, visible_agents
 from agents.services import NotAllowed
-from agents.views import form_errors, inbox_context, pretty_json, region_response, term_pairs
 from negotiations import negotiator, selectors, services
 from negotiations.forms import BoardFilterForm
 from negotiations.models import Negotiation, Turn

@@ -11,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
+from django.forms import Form
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -66,6 +67,15 @@ class TenantMixin(LoginRequiredMixin):
         context: dict[str, Any] = super().get_context_data(**kwargs)  # type: ignore[misc]
         context.update(tenant=self.tenant, membership=self.membership)
         return context
+
+
+def errors_at_fields(form: Form, exc: ValidationError) -> None:
+    """Put a service's refusal on ``form``: each error at the field it names, any other above the form."""
+    if not hasattr(exc, "error_dict"):
+        form.add_error(None, exc)
+        return
+    for name, errors in exc.error_dict.items():
+        form.add_error(name if name in form.fields else None, errors)
 
 
 class TooLargeFormMixin:
