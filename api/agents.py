@@ -29,7 +29,6 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from a2a_gateway import cards
 from agents import addresses, configuration, selectors
 from agents.config_forms import END_STATES, ActionForm, tenant_members
 from agents.forms import SystemMessagePreviewForm
@@ -187,13 +186,13 @@ class InstructionsSerializer(serializers.Serializer[Any]):
 
 def card_preview(agent: Agent) -> dict[str, Any]:
     """What the dashboard's card preview shows (:class:`a2a_gateway.views.CardPreviewView`), as data."""
-    card = cards.card_document(agent)
+    card = addresses.card_document(agent)
     hosted = None
     if agent.host_name:
         endpoint = addresses.endpoint_url(agent, host_name=agent.host_name)
         hosted = {
             "url": addresses.card_url(endpoint),
-            "card": cards.card_document(agent, host_name=agent.host_name),
+            "card": addresses.card_document(agent, host_name=agent.host_name),
         }
     return {
         "url": addresses.card_url(addresses.agent_url(agent)),
