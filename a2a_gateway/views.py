@@ -34,7 +34,7 @@ from agents.selectors import OPERATE
 from exchange import services as exchange_services
 from exchange import wire
 from exchange.models import PreparedExchange
-from parley.views import TenantMixin, TooLargeFormMixin, errors_at_fields
+from parley.pages import TenantMixin, TooLargeFormMixin, errors_at_fields
 
 # Prepared Agent Exchange requests the profile page lists, newest first.
 PREPARED_SHOWN = 50
@@ -113,7 +113,7 @@ class CardPreviewView(AgentPageMixin, TemplateView):
 
 class GroundingDocumentsView(TooLargeFormMixin, AgentPageMixin, TemplateView):
     """The agent's grounding documents, by title; POST a new one (title, text). A document too large
-    to send is refused at its form (:class:`parley.views.TooLargeFormMixin`)."""
+    to send is refused at its form (:class:`parley.pages.TooLargeFormMixin`)."""
 
     template_name = "a2a_gateway/documents.html"
 

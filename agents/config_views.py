@@ -26,7 +26,7 @@ from agents import selectors
 from agents.config_forms import AgentForm, ModelEndpointForm, TenantModelForm, ToolForm
 from agents.configuration import RACED, is_unique_violation
 from agents.models import SYSTEM_PROMPT_MAX_LENGTH, Agent, ModelEndpoint, Tool
-from parley.views import TenantMixin, TooLargeFormMixin
+from parley.pages import TenantMixin, TooLargeFormMixin
 
 
 class OperatorFormMixin(TooLargeFormMixin, TenantMixin):
@@ -34,7 +34,7 @@ class OperatorFormMixin(TooLargeFormMixin, TenantMixin):
 
     Subclasses say ``saved`` (the success message, formatted with the row) and where to go, and
     may say what to ``shorten`` when a form was too large to send: it is answered (413) with the
-    page as a GET shows it and a message at the form (:class:`parley.views.TooLargeFormMixin`).
+    page as a GET shows it and a message at the form (:class:`parley.pages.TooLargeFormMixin`).
     """
 
     allowed_roles = selectors.OPERATE

@@ -29,7 +29,7 @@ from agents.instructions import PLACEHOLDER_INTENT, system_message
 from agents.models import Agent, Intent, Question, Run
 from agents.pages import form_errors, inbox_context, pretty_json, region_response, with_arguments_shown
 from parley.models import Membership
-from parley.views import FilteredListView, TenantMixin
+from parley.pages import FilteredListView, TenantMixin
 
 # The id of a run page's region: an answer whose htmx form targets it gets that region back
 # (any other target is the inbox's questions region).

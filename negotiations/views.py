@@ -22,7 +22,7 @@ from negotiations import negotiator, selectors, services
 from negotiations.forms import BoardFilterForm
 from negotiations.models import Negotiation, Turn
 from parley.models import Membership
-from parley.views import FilteredListView, TenantMixin, is_htmx
+from parley.pages import FilteredListView, TenantMixin, is_htmx
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from agents.selectors import OPERATE
 from parley import selectors, webhooks
 from parley.forms import WebhookActiveForm, WebhookDeliveryFilterForm, WebhookEndpointForm
 from parley.models import Membership, WebhookDelivery, WebhookEndpoint
-from parley.views import TenantMixin, errors_at_fields
+from parley.pages import TenantMixin, errors_at_fields
 
 READ = OPERATE | {Membership.Role.VIEWER}
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
