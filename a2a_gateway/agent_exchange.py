@@ -22,10 +22,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from a2a_gateway import caps
-from a2a_gateway.cards import agent_url, endpoint_url
 from a2a_gateway.errors import Refused
 from a2a_gateway.hosts import HOST_NAME
 from a2a_gateway.store import owner_for
+from agents.addresses import agent_url, endpoint_url
 from agents.models import Agent
 from exchange import services, wire
 from exchange.models import ExchangeProfile

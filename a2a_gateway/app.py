@@ -52,9 +52,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from a2a_gateway import agent_exchange, caps, cors
-from a2a_gateway.auth import API_KEY_HEADER, Unauthenticated, authenticate
+from a2a_gateway.auth import authenticate
 from a2a_gateway.cards import capability_card, card_document
-from a2a_gateway.errors import Refused, rpc_error
+from a2a_gateway.errors import Refused
 from a2a_gateway.executor import (
     FINISHED,
     FOR_VISITOR,
@@ -71,6 +71,7 @@ from a2a_gateway.signing import jwks_endpoint
 from a2a_gateway.store import DjangoTaskStore, call_agent
 from agents.models import Agent
 from exchange.wire import PREPARATION_PATH
+from parley.edge import API_KEY_HEADER, Unauthenticated, rpc_error
 
 _AGENT_PATH = re.compile(r"^/a2a/(?P<tenant>[^/]+)/(?P<agent>[^/]+)(?:/.*)?$")
 # States in which a task waits for its caller to send again.

@@ -6,9 +6,11 @@ class A2AGatewayConfig(AppConfig):
     verbose_name = "A2A gateway"
 
     def ready(self) -> None:
-        """Validate the agent fields the public endpoint reads whenever an agent is cleaned, and send
-        the reply to an answered inbound negotiation at once where its Task has push notifications."""
+        """Validate the agent fields the public endpoint reads whenever an agent is cleaned, send
+        the reply to an answered inbound negotiation at once where its Task has push notifications,
+        and build the card the host API previews as the endpoint serves it."""
         from a2a_gateway import cards, cors, hosts, replies
+        from agents.addresses import register_card_document
         from agents.configuration import register_agent_check
         from agents.models import Agent
         from negotiations.services import register_answered_hook
@@ -21,3 +23,4 @@ class A2AGatewayConfig(AppConfig):
         register_agent_check(hosts.check_host_name)
         register_agent_check(cors.check_cors_origins)
         register_answered_hook(replies.on_answered)
+        register_card_document(cards.card_document)

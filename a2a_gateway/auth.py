@@ -12,7 +12,7 @@ card side is :mod:`a2a_gateway.cards`):
   credential that is not one is ignored.
 
 A call without what its agent requires is answered by the gateway's edge with
-HTTP 401 and a JSON-RPC error (:class:`Unauthenticated`), before the SDK reads
+HTTP 401 and a JSON-RPC error (:class:`parley.edge.Unauthenticated`), before the SDK reads
 the body: nothing is written and no model runs.
 
 **Keys.** Shown once as ``<prefix>.<secret>`` and stored as a keyed hash
@@ -23,36 +23,25 @@ secret, a revoked key and another agent's key all get the same answer.
 from which a2a-sdk builds ``ServerCallContext.user``), and its ``user_name``
 partitions the caller's tasks (:func:`a2a_gateway.store.owner_of`):
 ``key:<prefix>`` for a key, ``anon:<digest>`` for anyone else — see
-:func:`client_address` for what tells anonymous counterparties apart.
+:func:`parley.edge.client_address` for what tells anonymous counterparties apart.
 """
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Any
 
-from django.conf import settings
 from django.utils import timezone
 from starlette.authentication import BaseUser
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
 from starlette.types import Scope
 
-from a2a_gateway.errors import rpc_error
 from a2a_gateway.models import InboundKey
 from agents.models import Agent
 from parley import keys
+from parley.edge import API_KEY_HEADER, Unauthenticated, client_address
 
-API_KEY_HEADER = "X-API-Key"
-# Where a gateway of ours that calls the public endpoint for callers of its own (the MCP gateway)
-# names the one it acts for: "<address> <keyed digest>" (:func:`vouch_for`).
-VOUCHED_CLIENT_HEADER = "X-Parley-Client"
 BEARER = "bearer"
-HTTP_UNAUTHORIZED = 401
-HTTP_BAD_REQUEST = 400
 _BEARER = re.compile(r"^bearer[ \t]+(?P<token>\S+)[ \t]*$", re.IGNORECASE)
 
 
@@ -61,7 +50,7 @@ class Caller(BaseUser):
     """The caller of one request, as Starlette's ``scope["user"]``.
 
     ``name`` is ``key:<prefix>`` (authenticated: it presented that key) or
-    ``anon:<digest>`` (an anonymous counterparty, see :func:`client_address`).
+    ``anon:<digest>`` (an anonymous counterparty, see :func:`parley.edge.client_address`).
     """
 
     name: str
@@ -78,25 +67,6 @@ class Caller(BaseUser):
     @property
     def identity(self) -> str:
         return self.name
-
-
-class Unauthenticated(Exception):
-    """A call the edge refuses before the SDK sees it: HTTP ``status`` (401, or 400 when the
-    caller cannot be told apart) with a JSON-RPC -32600 error naming what is missing.
-
-    ``challenge`` is the ``WWW-Authenticate`` value (bearer agents only, RFC 6750 §3).
-    """
-
-    def __init__(self, message: str, *, status: int = HTTP_UNAUTHORIZED, challenge: str | None = None):
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.challenge = challenge
-
-    def response(self) -> JSONResponse:
-        """The answer: the JSON-RPC error (id null: the body is not read) and the challenge."""
-        headers = {"WWW-Authenticate": self.challenge} if self.challenge else None
-        return rpc_error(self.status, self.message, headers=headers)
 
 
 def inbound_key_create(*, agent: Agent, name: str) -> tuple[InboundKey, str]:
@@ -131,7 +101,7 @@ async def authenticate(agent: Agent, scope: Scope) -> Caller:
             bearer token: Authorization: Bearer <key>."), or one that is not a live key of
             the agent ("The API key is not valid for this agent." / "The bearer token is
             not valid for this agent."); 400 — an anonymous caller without an address
-            (:func:`client_address`).
+            (:func:`parley.edge.client_address`).
     """
     headers = Headers(scope=scope)
     required = agent.inbound_auth
@@ -155,71 +125,6 @@ async def authenticate(agent: Agent, scope: Scope) -> Caller:
             challenge=_challenge(agent, error="invalid_token") if bearer else None,
         )
     return _key_caller(key)
-
-
-def client_address(scope: Scope) -> str:
-    """The address an anonymous caller is told apart by.
-
-    The address a gateway of ours vouches for (:func:`vouch_for`), else the first of
-    ``settings.A2A_TRUSTED_PROXY_HEADERS`` the request carries, else
-    the TCP peer (``scope["client"]``). A list value (``X-Forwarded-For: a, b``)
-    gives its last entry, the one the proxy nearest to us appended. List a header
-    only if every request reaches us through a proxy that sets it: anyone can
-    send it otherwise. uvicorn already rewrites ``scope["client"]`` from
-    ``X-Forwarded-For`` when the peer is in its ``--forwarded-allow-ips``
-    (default 127.0.0.1).
-
-    Limits: callers behind one NAT or proxy share an address, hence their tasks;
-    a caller whose address changes (mobile networks, IPv6 privacy addresses)
-    no longer finds its earlier tasks. A counterparty that needs a stable
-    identity should use a key, which works on anonymous agents too.
-
-    Raises:
-        Unauthenticated: (400) no address at all — served over a socket without a
-            trusted header, every anonymous caller would share one partition.
-    """
-    headers = Headers(scope=scope)
-    vouched = _vouched(headers.get(VOUCHED_CLIENT_HEADER, ""))
-    if vouched:
-        return vouched
-    for name in settings.A2A_TRUSTED_PROXY_HEADERS:
-        value = headers.get(name, "").split(",")[-1].strip()
-        if value:
-            return _normalised(value)
-    client: Any = scope.get("client")
-    if client and client[0]:
-        return _normalised(str(client[0]))
-    raise Unauthenticated(
-        "The caller's address is unknown, so anonymous callers cannot be told apart; "
-        "call with a key of this agent.",
-        status=HTTP_BAD_REQUEST,
-    )
-
-
-def vouch_for(address: str) -> str:
-    """The :data:`VOUCHED_CLIENT_HEADER` value by which a gateway of ours (it holds
-    ``KEY_HASH_SECRET``) names ``address`` as the caller it acts for, so that the endpoint tells its
-    anonymous callers apart as it tells apart its own: tasks, and rate limits, per caller."""
-    return f"{address} {keys.keyed_digest(f'vouched-client:{address}')}"
-
-
-def _vouched(value: str) -> str | None:
-    """The address a :data:`VOUCHED_CLIENT_HEADER` value vouches for; None unless its digest holds."""
-    address, _, digest = value.strip().rpartition(" ")
-    if not address or not hmac.compare_digest(vouch_for(address).encode(), f"{address} {digest}".encode()):
-        return None
-    return _normalised(address)
-
-
-def _normalised(address: str) -> str:
-    """One spelling per IP address: ``::FFFF:7f00:1``, ``::ffff:127.0.0.1`` (an IPv4 caller on a
-    dual-stack socket) and ``127.0.0.1`` alike; anything else as it came."""
-    try:
-        ip = ipaddress.ip_address(address.strip("[]"))
-    except ValueError:
-        return address
-    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
-    return str(mapped or ip)
 
 
 def _digest(address: str) -> str:

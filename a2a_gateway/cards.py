@@ -16,7 +16,7 @@ What a card says, in order of derivation:
   against; the ``negotiate`` skill says the same in words;
 * where — one JSON-RPC URL, offered at A2A 1.0 and 0.3: the agent's URL under
   ``PUBLIC_BASE_URL``, or the root of its own host name when the card is
-  served there (:func:`endpoint_url`);
+  served there (:func:`agents.addresses.endpoint_url`);
 * who may call — the security scheme of ``agent.inbound_auth``
   (:data:`API_KEY_SCHEME`: header ``X-API-Key``; :data:`BEARER_SCHEME`: HTTP
   bearer), required by ``security_requirements``; none for anonymous agents;
@@ -51,7 +51,6 @@ from a2a.types import (
     SecurityScheme,
     StringList,
 )
-from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.proto_utils import validate_proto_required_fields
 from django.conf import settings
@@ -62,12 +61,14 @@ from google.protobuf.struct_pb2 import Struct
 
 from a2a_gateway import representative, signing
 from agents import tools
+from agents.addresses import endpoint_url
 from agents.models import Agent
 from exchange import wire
 from exchange.models import ExchangeProfile
 from exchange.services import profile_of
 from negotiations.negotiator import move_rules
 from negotiations.rules import NEGOTIATION_EXTENSION, extension_params
+from parley.edge import API_KEY_HEADER
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=ProtobufMessage)
@@ -82,7 +83,6 @@ MODES = [MOVE_MODE, TEXT_MODE]
 # the extension's meaning, which is the same on every Parley deployment, so a client can recognise it.
 PARTY_EXTENSION = "https://parley.dev/ext/party/v1"
 
-API_KEY_HEADER = "X-API-Key"
 API_KEY_SCHEME = "apiKey"
 BEARER_SCHEME = "bearer"
 _SCHEMES: dict[str, tuple[str, SecurityScheme]] = {
@@ -107,31 +107,6 @@ _SCHEMES: dict[str, tuple[str, SecurityScheme]] = {
 # Nesting an override may reach. Far below the canonicalizer's own limit (a2a-sdk: 128), which a
 # signed card must stay under; no card field needs more.
 MAX_OVERRIDE_DEPTH = 12
-
-
-def agent_url(agent: Agent) -> str:
-    """The agent's public A2A endpoint; its card is at ``<url>/.well-known/agent-card.json``."""
-    return f"{settings.PUBLIC_BASE_URL}/a2a/{agent.tenant.slug}/{agent.slug}"
-
-
-def endpoint_url(agent: Agent, *, host_name: str | None = None) -> str:
-    """The JSON-RPC URL a card names: :func:`agent_url`, or ``<scheme>://<host_name>/`` for the card
-    served on the agent's own host name.
-
-    The scheme is ``PUBLIC_BASE_URL``'s (``https`` in production), not the request's: behind a
-    proxy that terminates TLS every request arrives as ``http``, and the card must say the same to
-    every caller. A host name is served on the default port of that scheme.
-    """
-    if host_name is None:
-        return agent_url(agent)
-    scheme = settings.PUBLIC_BASE_URL.partition("://")[0]
-    return f"{scheme}://{host_name}/"
-
-
-def card_url(endpoint: str) -> str:
-    """Where the card of the agent at ``endpoint`` (its JSON-RPC URL) is served (A2A 1.0's
-    well-known path; A2A 0.3 clients fetch ``/.well-known/agent.json``, served too)."""
-    return f"{endpoint.rstrip('/')}{AGENT_CARD_WELL_KNOWN_PATH}"
 
 
 def jwks_url(endpoint: str) -> str:

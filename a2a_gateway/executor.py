@@ -472,27 +472,28 @@ async def _try_again(agent: Agent, updater: TaskUpdater) -> None:
 def _turn(
     *, agent: Agent, task_id: str, context_id: str, prior: TaskRecord, incoming: dict[str, Any]
 ) -> services.InboundReply | None:
-    """:func:`negotiations.services.inbound_turn`; None if the task was canceled while it ran.
-
-    The turn cannot be interrupted. Once it has committed, a cancel that came
-    meanwhile is applied to its negotiation here (:func:`cancel_negotiation`
-    applies it too, after cancelling: whichever comes second sees the turn
-    committed). Runs in a thread of :func:`turn_pool`, whose database connection it closes.
+    """:func:`negotiations.services.inbound_turn_unless_canceled`, told of a cancel by the stored
+    Task; None if the task was canceled while it ran (:func:`cancel_negotiation` is the other
+    half). Runs in a thread of :func:`turn_pool`, whose database connection it closes.
     """
-    try:
-        reply = services.inbound_turn(
-            agent=agent, task_id=task_id, context_id=context_id, prior=prior, incoming=incoming
-        )
+
+    def canceled_meanwhile() -> frozenset[str] | None:
         canceled = (
             A2ATask.objects.for_tenant(agent.tenant_id)
             .filter(task_id=task_id, agent=agent, state=TaskState.Name(TaskState.TASK_STATE_CANCELED))
             .first()
         )
-        if canceled is None:
-            return reply
-        task = stored_task(canceled)
-        services.inbound_cancel(agent=agent, task_id=task_id, delivered=_message_ids(task))
-        return None
+        return None if canceled is None else _message_ids(stored_task(canceled))
+
+    try:
+        return services.inbound_turn_unless_canceled(
+            agent=agent,
+            task_id=task_id,
+            context_id=context_id,
+            prior=prior,
+            incoming=incoming,
+            canceled_meanwhile=canceled_meanwhile,
+        )
     finally:
         connections.close_all()
 

@@ -17,7 +17,7 @@ on ``<host_name>``                        served as
 Any other path there is a 404: an agent's host never reaches Django (the
 dashboard, the admin), which is why Django's ALLOWED_HOSTS needs no entry for
 it. The card served there names ``<scheme>://<host_name>/`` as its endpoint
-(:func:`a2a_gateway.cards.endpoint_url`), told by :data:`HOST_NAME` in the
+(:func:`agents.addresses.endpoint_url`), told by :data:`HOST_NAME` in the
 request's state.
 
 Host names are looked up in a per-process table of every agent's host name,
@@ -38,10 +38,10 @@ from django.core.exceptions import ValidationError
 from django.core.validators import DomainNameValidator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from a2a_gateway.errors import rpc_error
 from a2a_gateway.signing import JWKS_PATH
 from agents.models import Agent
 from exchange.wire import PREPARATION_PATH
+from parley.edge import rpc_error
 
 CACHE_SECONDS = 5.0
 # The key in the request's ASGI state that carries the host name a request came to.

@@ -28,13 +28,13 @@ from a2a_gateway import cards, representative
 from a2a_gateway.auth import inbound_key_create, inbound_key_revoke
 from a2a_gateway.forms import ExchangeProfileForm, GroundingDocumentForm, InboundKeyForm
 from a2a_gateway.models import GroundingDocument, InboundKey, IntakeRequest
+from agents import addresses
 from agents.models import Agent
 from exchange import services as exchange_services
 from exchange import wire
 from exchange.models import PreparedExchange
+from parley.pages import TenantMixin, TooLargeFormMixin, errors_at_fields
 from parley.roles import OPERATE
-from parley.views import TenantMixin, TooLargeFormMixin
-from parley.webhook_views import errors_at_fields
 
 # Prepared Agent Exchange requests the profile page lists, newest first.
 PREPARED_SHOWN = 50
@@ -100,12 +100,12 @@ class CardPreviewView(AgentPageMixin, TemplateView):
         context = super().get_context_data(**kwargs)
         agent = self.agent
         text = card_text(agent)
-        context.update(card_url=cards.card_url(cards.agent_url(agent)), card_json=text)
+        context.update(card_url=addresses.card_url(addresses.agent_url(agent)), card_json=text)
         context["signed"] = "signatures" in json.loads(text)
         if agent.host_name:
-            endpoint = cards.endpoint_url(agent, host_name=agent.host_name)
+            endpoint = addresses.endpoint_url(agent, host_name=agent.host_name)
             context.update(
-                host_card_url=cards.card_url(endpoint),
+                host_card_url=addresses.card_url(endpoint),
                 host_card_json=card_text(agent, host_name=agent.host_name),
             )
         return context
@@ -113,7 +113,7 @@ class CardPreviewView(AgentPageMixin, TemplateView):
 
 class GroundingDocumentsView(TooLargeFormMixin, AgentPageMixin, TemplateView):
     """The agent's grounding documents, by title; POST a new one (title, text). A document too large
-    to send is refused at its form (:class:`parley.views.TooLargeFormMixin`)."""
+    to send is refused at its form (:class:`parley.pages.TooLargeFormMixin`)."""
 
     template_name = "a2a_gateway/documents.html"
 
@@ -189,7 +189,7 @@ class InboundKeysView(AgentPageMixin, TemplateView):
         context.setdefault("form", InboundKeyForm())
         keys = InboundKey.objects.for_tenant(self.tenant).filter(agent=self.agent)
         context["keys"] = keys.order_by("-created_at", "-pk")
-        context["endpoint"] = cards.agent_url(self.agent)
+        context["endpoint"] = addresses.agent_url(self.agent)
         return context
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -237,7 +237,7 @@ class ExchangeProfileView(AgentPageMixin, TemplateView):
         )
         context.update(
             profile=profile,
-            preparation_url=f"{cards.agent_url(self.agent).rstrip('/')}{wire.PREPARATION_PATH}",
+            preparation_url=f"{addresses.agent_url(self.agent).rstrip('/')}{wire.PREPARATION_PATH}",
             extension_uri=wire.EXTENSION_URI,
             prepared=prepared[:PREPARED_SHOWN],
             prepared_shown=PREPARED_SHOWN,

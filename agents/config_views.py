@@ -26,8 +26,8 @@ from django.views.generic import CreateView, ListView, UpdateView
 from agents import configuration, selectors
 from agents.config_forms import AgentForm, ModelEndpointForm, TenantModelForm, ToolForm
 from agents.models import SYSTEM_PROMPT_MAX_LENGTH, Agent, ModelEndpoint, Tool
+from parley.pages import TenantMixin, TooLargeFormMixin
 from parley.roles import OPERATE
-from parley.views import TenantMixin, TooLargeFormMixin
 
 
 class OperatorFormMixin(TooLargeFormMixin, TenantMixin):
@@ -37,7 +37,7 @@ class OperatorFormMixin(TooLargeFormMixin, TenantMixin):
     Subclasses say how to ``write`` the form's values, ``saved`` (the success message, formatted
     with the row) and where to go, and may say what to ``shorten`` when a form was too large to
     send: it is answered (413) with the page as a GET shows it and a message at the form
-    (:class:`parley.views.TooLargeFormMixin`).
+    (:class:`parley.pages.TooLargeFormMixin`).
     """
 
     allowed_roles = OPERATE

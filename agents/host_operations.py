@@ -74,7 +74,7 @@ from jsonschema.validators import (
 )
 from referencing.exceptions import Unresolvable
 
-from agents.tools import ToolError
+from agents.tools import Handler, Outcome, Result, ToolContext, ToolError
 from parley import netguard, outbound
 
 if TYPE_CHECKING:
@@ -163,6 +163,19 @@ def call_host_operation(*, tool: Tool, arguments: dict[str, Any], run_id: str, t
     except ToolError as exc:
         logger.warning("host operation %s failed in run %s call %s: %s", tool.name, run_id, tool_call_id, exc)
         raise
+
+
+def handler_for(row: Tool) -> Handler:
+    """How a run calls the host operation ``row``: :func:`call_host_operation`, its text the call's
+    :class:`~agents.tools.Result` (registered for the ``host`` kind, :func:`agents.tools.register_kind`)."""
+
+    def call(context: ToolContext, arguments: dict[str, Any]) -> Outcome:
+        text = call_host_operation(
+            tool=row, arguments=arguments, run_id=str(context.run.pk), tool_call_id=context.tool_call_id
+        )
+        return Result(text)
+
+    return call
 
 
 def _call(tool: Tool, arguments: dict[str, Any], run_id: str, tool_call_id: str) -> str:

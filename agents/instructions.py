@@ -10,6 +10,9 @@ from django.utils import timezone
 from agents import tools
 from agents.models import Agent, Intent
 
+# What a preview of the system message calls an intent when the agent has none and nothing was typed.
+PLACEHOLDER_INTENT = "(the intent of the run goes here)"
+
 
 def system_message(*, agent: Agent, intent: Intent, now: datetime | None = None) -> str:
     """The operator's prompt, who the agent is, today's date, the intent and the record blocks.

@@ -277,6 +277,18 @@ def run_delegate(
 # Taking steps.
 
 
+def delegate_handler(row: ToolRow) -> tools.Handler:
+    """How a run calls the agent of the tool ``row``: :func:`run_delegate` (registered for the
+    ``agent`` kind, :func:`agents.tools.register_kind`)."""
+
+    def call(context: tools.ToolContext, arguments: dict[str, Any]) -> tools.Outcome:
+        return run_delegate(
+            parent=context.run, tool_call_id=context.tool_call_id, tool=row, arguments=arguments
+        )
+
+    return call
+
+
 def run_step(*, run_id: Any, tenant_id: int, step: int | None = None) -> None:
     """Take step ``step`` of the run: ask the model, run the tools it called, record it all.
 

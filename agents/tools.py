@@ -14,7 +14,9 @@ another agent), else the defaults (:data:`DEFAULT_TOOLS`).
 
 ``agents`` never imports ``negotiations``: that app registers ``negotiate``
 and ``answer`` here when it is ready, and a record provider for the system
-message (docs/design.md#layers).
+message (docs/design.md#layers). Nor does this module import the ones that call it: how
+a host operation's row and another agent's row run is registered from
+``AgentsConfig.ready`` (:func:`register_kind`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class Defer:
 
 
 Outcome = Result | Suspend | Defer
+# What runs a call: the call's context and its parsed arguments in, the outcome out.
+Handler = Callable[[ToolContext, dict[str, Any]], Outcome]
 
 
 class ToolError(Exception):
@@ -76,12 +80,13 @@ class Tool:
     """
 
     spec: ToolSpec
-    handler: Callable[[ToolContext, dict[str, Any]], Outcome]
+    handler: Handler
     requires_approval: bool = False
     outside_transaction: bool = False
 
 
 _tools: dict[str, Tool] = {}
+_kinds: dict[str, Callable[[ToolRow], Handler]] = {}
 _record_providers: list[Callable[[Agent, Intent], str]] = []
 _cancel_hooks: list[Callable[[Run], None]] = []
 
@@ -91,6 +96,13 @@ DEFAULT_TOOLS = ("ask_user", "negotiate", "answer")
 def register(tool: Tool) -> None:
     """Make ``tool`` available by its name (a later registration replaces an earlier one)."""
     _tools[tool.spec.name] = tool
+
+
+def register_kind(kind: str, handler_for: Callable[[ToolRow], Handler]) -> None:
+    """Run a :class:`agents.models.Tool` row of ``kind`` (host operation, agent) by the handler
+    ``handler_for(row)`` returns: how the modules that run those rows, which call this one, give
+    it their handlers from ``AgentsConfig.ready``."""
+    _kinds[kind] = handler_for
 
 
 def register_record_provider(provider: Callable[[Agent, Intent], str]) -> None:
@@ -139,7 +151,7 @@ def offer(row: ToolRow) -> Tool | None:
     A built-in row keeps the built-in's description and parameters where its
     own are empty.
     """
-    handler: Callable[[ToolContext, dict[str, Any]], Outcome]
+    handler: Handler
     if row.kind == ToolRow.Kind.BUILTIN:
         builtin = _tools.get(row.name)
         if builtin is None:
@@ -152,7 +164,7 @@ def offer(row: ToolRow) -> Tool | None:
         handler = builtin.handler
     else:
         spec = ToolSpec(name=row.name, description=row.description, parameters=row.parameters)
-        handler = _host_handler(row) if row.kind == ToolRow.Kind.HOST else _agent_handler(row)
+        handler = _kinds[row.kind](row)
     if row.suspends:
         handler = _suspending_handler(row)
     return Tool(
@@ -163,30 +175,7 @@ def offer(row: ToolRow) -> Tool | None:
     )
 
 
-def _host_handler(row: ToolRow) -> Callable[[ToolContext, dict[str, Any]], Outcome]:
-    def call(context: ToolContext, arguments: dict[str, Any]) -> Outcome:
-        from agents import host_operations  # it raises this module's ToolError
-
-        text = host_operations.call_host_operation(
-            tool=row, arguments=arguments, run_id=str(context.run.pk), tool_call_id=context.tool_call_id
-        )
-        return Result(text)
-
-    return call
-
-
-def _agent_handler(row: ToolRow) -> Callable[[ToolContext, dict[str, Any]], Outcome]:
-    def call(context: ToolContext, arguments: dict[str, Any]) -> Outcome:
-        from agents.services import run_delegate
-
-        return run_delegate(
-            parent=context.run, tool_call_id=context.tool_call_id, tool=row, arguments=arguments
-        )
-
-    return call
-
-
-def _suspending_handler(row: ToolRow) -> Callable[[ToolContext, dict[str, Any]], Outcome]:
+def _suspending_handler(row: ToolRow) -> Handler:
     def call(context: ToolContext, arguments: dict[str, Any]) -> Outcome:
         question = arguments.get("question")
         if not isinstance(question, str) or not question.strip():

@@ -29,13 +29,11 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from a2a_gateway import cards
-from agents import configuration, selectors
+from agents import addresses, configuration, selectors
 from agents.config_forms import END_STATES, ActionForm, tenant_members
 from agents.forms import SystemMessagePreviewForm
-from agents.instructions import system_message
+from agents.instructions import PLACEHOLDER_INTENT, system_message
 from agents.models import AGENT_SETTINGS, Agent, Intent, Tool
-from agents.views import PLACEHOLDER_INTENT
 from api.configuration import (
     ConfigurationViewSet,
     FlatListField,
@@ -151,10 +149,10 @@ class AgentSerializer(serializers.ModelSerializer[Agent]):
         validators: list[Any] = []  # the service names the field of a clash
 
     def get_url(self, agent: Agent) -> str:
-        return cards.agent_url(agent)
+        return addresses.agent_url(agent)
 
     def get_card_url(self, agent: Agent) -> str:
-        return cards.card_url(cards.agent_url(agent))
+        return addresses.card_url(addresses.agent_url(agent))
 
     def validate_host_name(self, host_name: str | None) -> str | None:
         return host_name or None  # "" is none: two agents without one must not clash on it
@@ -188,16 +186,16 @@ class InstructionsSerializer(serializers.Serializer[Any]):
 
 def card_preview(agent: Agent) -> dict[str, Any]:
     """What the dashboard's card preview shows (:class:`a2a_gateway.views.CardPreviewView`), as data."""
-    card = cards.card_document(agent)
+    card = addresses.card_document(agent)
     hosted = None
     if agent.host_name:
-        endpoint = cards.endpoint_url(agent, host_name=agent.host_name)
+        endpoint = addresses.endpoint_url(agent, host_name=agent.host_name)
         hosted = {
-            "url": cards.card_url(endpoint),
-            "card": cards.card_document(agent, host_name=agent.host_name),
+            "url": addresses.card_url(endpoint),
+            "card": addresses.card_document(agent, host_name=agent.host_name),
         }
     return {
-        "url": cards.card_url(cards.agent_url(agent)),
+        "url": addresses.card_url(addresses.agent_url(agent)),
         "signed": "signatures" in card,
         "card": card,
         "host_name": hosted,

@@ -263,12 +263,13 @@ def main() -> None:
     import redis
     from django.conf import settings
 
-    from a2a_gateway.auth import API_KEY_HEADER, inbound_key_create
-    from a2a_gateway.cards import agent_url
+    from a2a_gateway.auth import inbound_key_create
+    from agents.addresses import agent_url
     from agents.models import Agent, Run
     from exchange import services, wire
     from exchange.models import PreparedExchange
     from parley import devstack
+    from parley.edge import API_KEY_HEADER
     from parley.models import Tenant
 
     redis.Redis.from_url(REDIS_URL).flushdb()

@@ -246,8 +246,8 @@ def main() -> None:
     import redis
     from django.conf import settings
 
-    from a2a_gateway.cards import agent_url
     from a2a_gateway.documents import grounding_document_create
+    from agents.addresses import agent_url
     from agents.models import Agent, ModelEndpoint
     from parley import devstack
     from parley.models import Tenant

@@ -45,7 +45,7 @@ def main() -> None:
     import httpx
     import redis
 
-    from a2a_gateway.cards import agent_url
+    from agents.addresses import agent_url
     from agents.models import Agent, Intent, Run
     from agents.services import run_start
     from parley import devstack

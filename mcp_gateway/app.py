@@ -39,9 +39,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from a2a_gateway.errors import rpc_error
 from mcp_gateway.tools import TENANT, build_server
 from negotiations.client import origin_of
+from parley.edge import rpc_error
 from parley.models import Tenant
 
 MCP_PATH = "/mcp/{tenant}"

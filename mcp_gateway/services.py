@@ -37,9 +37,9 @@ from starlette.datastructures import Headers
 from starlette.types import Scope
 from typing_extensions import TypedDict
 
-from a2a_gateway.auth import API_KEY_HEADER, VOUCHED_CLIENT_HEADER, Unauthenticated, client_address, vouch_for
-from a2a_gateway.cards import agent_url, card_url
+from agents.addresses import agent_url, card_url
 from agents.models import Agent
+from parley.edge import API_KEY_HEADER, VOUCHED_CLIENT_HEADER, Unauthenticated, client_address, vouch_for
 from parley.http import async_client
 from parley.models import Tenant
 
@@ -68,7 +68,7 @@ def caller_headers(scope: Scope) -> dict[bytes, bytes]:
     """What the MCP request ``scope`` tells the agent's endpoint about its caller: each of
     :data:`CREDENTIAL_HEADERS` it carries, its bytes unchanged (a value the endpoint refuses is
     refused there, in its words), and the caller's address, vouched for
-    (:func:`a2a_gateway.auth.vouch_for`), so that to the endpoint each anonymous MCP caller is
+    (:func:`parley.edge.vouch_for`), so that to the endpoint each anonymous MCP caller is
     itself — its own tasks, its own rate — and not the gateway.
 
     Raises :class:`BridgeError` when the caller's address is unknown (no TCP peer, no trusted
@@ -87,7 +87,7 @@ def caller_headers(scope: Scope) -> dict[bytes, bytes]:
 
 async def bridges_list(*, tenant: Tenant) -> list[Bridge]:
     """Every agent of ``tenant``, by slug: its name and description, its card URL and its A2A endpoint
-    (:func:`a2a_gateway.cards.agent_url`)."""
+    (:func:`agents.addresses.agent_url`)."""
     agents = Agent.objects.for_tenant(tenant).select_related("tenant").order_by("slug")
     return [
         Bridge(

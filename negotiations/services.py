@@ -3,7 +3,8 @@
 Outbound, one Celery task per negotiation "pumps" turns until an event
 (settled, waiting on the party, out of turns, failed) and reports it to its
 batch; the last report of a batch hands the digest to the waiting run. Inbound,
-the A2A gateway calls :func:`inbound_turn` once per counterparty move.
+the A2A gateway calls :func:`inbound_turn` once per counterparty move
+(:func:`inbound_turn_unless_canceled`).
 
 Every turn and every settlement is published (and stored for webhooks) with the
 transaction that writes it; the agent's evaluation hook, if it has one, is
@@ -933,6 +934,34 @@ def inbound_cancel(*, agent: Agent, task_id: str, delivered: frozenset[str]) -> 
         negotiation.parked_question = ""
         _settle(negotiation, TaskRecord(state="canceled", history=history), our_role="agent")
         negotiation.save(update_fields=["task_state", "parked_question", "status", "updated_at"])
+
+
+def inbound_turn_unless_canceled(
+    *,
+    agent: Agent,
+    task_id: str,
+    context_id: str,
+    prior: TaskRecord,
+    incoming: dict[str, Any],
+    canceled_meanwhile: Callable[[], frozenset[str] | None],
+) -> InboundReply | None:
+    """:func:`inbound_turn`, then the cancel that landed while it ran: its reply, or None when the
+    counterparty canceled the Task meanwhile.
+
+    The turn cannot be interrupted. Once it has committed, ``canceled_meanwhile()``
+    says whether the Task was canceled while it ran: None if not, else the ids of
+    the messages the canceled Task holds (the gateway's stored Task). A cancel that
+    came meanwhile is applied to the negotiation here (:func:`inbound_cancel` over
+    those messages; the gateway applies it too, after cancelling: whichever comes
+    second sees the turn committed), and the turn's reply reaches no one. Raises
+    what :func:`inbound_turn` raises.
+    """
+    reply = inbound_turn(agent=agent, task_id=task_id, context_id=context_id, prior=prior, incoming=incoming)
+    delivered = canceled_meanwhile()
+    if delivered is None:
+        return reply
+    inbound_cancel(agent=agent, task_id=task_id, delivered=delivered)
+    return None
 
 
 # The party's answer to an inbound negotiation parked on it.

@@ -15,15 +15,15 @@ from django.views import View
 from django.views.generic import DetailView
 
 from agents.forms import AnswerForm
+from agents.pages import form_errors, inbox_context, pretty_json, region_response, term_pairs
 from agents.selectors import Understood, agent_currency, visible_agents
 from agents.services import NotAllowed
-from agents.views import form_errors, inbox_context, pretty_json, region_response, term_pairs
 from negotiations import negotiator, selectors, services
 from negotiations.forms import BoardFilterForm
 from negotiations.models import Negotiation, Turn
 from parley.models import Membership
+from parley.pages import FilteredListView, TenantMixin, is_htmx
 from parley.roles import OPERATE
-from parley.views import FilteredListView, TenantMixin, is_htmx
 
 
 @dataclass(frozen=True)

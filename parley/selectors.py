@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from allauth.account.models import EmailAddress
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db import models
@@ -117,6 +119,23 @@ def is_placeholder(user: AbstractBaseUser) -> bool:
     usable password and an address at that domain."""
     email = str(getattr(user, "email", "") or "")
     return not user.has_usable_password() and email.lower().endswith("@" + PLACEHOLDER_EMAIL_DOMAIN)
+
+
+# What a member answers for, by the apps above parley that own it (register_answers_for).
+_answers_for: list[Callable[[Membership], list[str]]] = []
+
+
+def register_answers_for(source: Callable[[Membership], list[str]]) -> None:
+    """Add ``source(membership)``, the names of what the member answers for (the agents they are the
+    party of: :func:`agents.members.answered_for`), to :func:`answers_for`; how the pages of
+    tenancy show it without ``parley`` importing the app that owns it."""
+    if source not in _answers_for:
+        _answers_for.append(source)
+
+
+def answers_for(*, membership: Membership) -> list[str]:
+    """The names of what the member answers for, each registered source's in turn."""
+    return [name for source in _answers_for for name in source(membership)]
 
 
 def member_by_username(*, tenant: Tenant, username: str) -> Membership | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import smtplib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -27,14 +27,13 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
-from django.db.models import ForeignObjectRel, Q, QuerySet
+from django.db.models import ForeignObjectRel, Q
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
-from agents.models import Agent
-from parley import keys, roles, selectors
+from parley import keys, selectors
 from parley.models import PLACEHOLDER_EMAIL_DOMAIN, ApiKey, Invitation, Membership, Tenant
 
 logger = logging.getLogger(__name__)
@@ -422,6 +421,19 @@ def placeholder_create(*, tenant: Tenant, username: str) -> User:
 
 # Members.
 
+# Checks of the apps above parley on a role change or a removal (register_member_check).
+_member_checks: list[Callable[[Membership, str | None], None]] = []
+
+
+def register_member_check(check: Callable[[Membership, str | None], None]) -> None:
+    """Run ``check(membership, role)`` before the member gets ``role`` (:func:`member_role_change`)
+    or, ``role`` None, leaves the tenant (:func:`member_remove`), in the same transaction, the
+    membership locked and its user loaded: how an app above ``parley`` refuses to lose a member its
+    rows need (an agent's party, its intake owner; :func:`agents.members.check_member`) without
+    ``parley`` importing it. ``check`` raises ``ValidationError`` saying what to do first."""
+    if check not in _member_checks:
+        _member_checks.append(check)
+
 
 def member_role_change(*, membership: Membership, role: str, user: User) -> Membership:
     """Give the member ``role``; returns the membership as saved (unchanged if it had that role).
@@ -429,9 +441,10 @@ def member_role_change(*, membership: Membership, role: str, user: User) -> Memb
     Raises:
         NotAllowed: ``user`` is not an owner of the membership's tenant.
         ValidationError: ``{"role": …}`` not a role; the member is the tenant's last owner
-            and ``role`` is not owner; ``role`` may not answer for an agent (not in
-            :data:`parley.roles.ANSWER`: a viewer) and the member is an agent's party (the
-            message names the agents); the member was removed meanwhile.
+            and ``role`` is not owner; a check of :func:`register_member_check` refuses (the
+            member is an agent's party and ``role`` may not answer, not in
+            :data:`parley.roles.ANSWER`; the message names the agents); the member was removed
+            meanwhile.
     """
     with transaction.atomic():
         _lock_as_owner(tenant_id=membership.tenant_id, user=user)
@@ -441,15 +454,8 @@ def member_role_change(*, membership: Membership, role: str, user: User) -> Memb
             return current
         if current.role == Membership.Role.OWNER:
             _check_not_last_owner(current, doing="demote")
-        if role not in roles.ANSWER:
-            parties = _names(_agents_of(current).filter(principal_id=current.user_id))
-            if parties:
-                raise ValidationError(
-                    {
-                        "role": f"{current.user.get_username()} answers for {parties}; a viewer cannot. "
-                        "Give those agents another party first."
-                    }
-                )
+        for check in _member_checks:
+            check(current, role)
         current.role = role
         current.save(update_fields=["role", "updated_at"])
         return current
@@ -460,27 +466,17 @@ def member_remove(*, membership: Membership, user: User) -> None:
 
     Raises:
         NotAllowed: ``user`` is not an owner of the membership's tenant.
-        ValidationError: the member is the tenant's last owner; is an agent's party or
-            intake owner (the message names the agents); was removed meanwhile.
+        ValidationError: the member is the tenant's last owner; a check of
+            :func:`register_member_check` refuses (the member is an agent's party or intake
+            owner: the message names the agents); was removed meanwhile.
     """
     with transaction.atomic():
         _lock_as_owner(tenant_id=membership.tenant_id, user=user)
         current = _current(membership)
         if current.role == Membership.Role.OWNER:
             _check_not_last_owner(current, doing="remove")
-        agents = _agents_of(current)
-        parties = _names(agents.filter(principal_id=current.user_id))
-        intake = _names(agents.filter(intake_owner_id=current.user_id))
-        if parties or intake:
-            duties = []
-            if parties:
-                duties.append(f"the party of {parties}")
-            if intake:
-                duties.append(f"the intake owner of {intake}")
-            raise ValidationError(
-                f"{current.user.get_username()} is {' and '.join(duties)}. "
-                "Give those agents someone else first, then remove them."
-            )
+        for check in _member_checks:
+            check(current, None)
         current.delete()
 
 
@@ -506,19 +502,6 @@ def _check_not_last_owner(membership: Membership, *, doing: str) -> None:
             f"Cannot {doing} {membership.user.get_username()}: they are the tenant's last owner. "
             "Make another member an owner first."
         )
-
-
-def _agents_of(membership: Membership) -> QuerySet[Agent]:
-    """The tenant's agents the member is the party or the intake owner of."""
-    agents = Agent.objects.for_tenant(membership.tenant_id).filter(
-        Q(principal_id=membership.user_id) | Q(intake_owner_id=membership.user_id)
-    )
-    return agents
-
-
-def _names(agents: Iterable[Agent]) -> str:
-    """``"Alpha, Beta"`` for the agents by name, or ``""``."""
-    return ", ".join(sorted(a.name for a in agents))
 
 
 # API keys.

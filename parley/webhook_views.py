@@ -21,7 +21,6 @@ from uuid import UUID
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
-from django.forms import Form
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -34,22 +33,13 @@ from django.views.generic import DetailView, ListView, TemplateView
 from parley import selectors, webhooks
 from parley.forms import WebhookActiveForm, WebhookDeliveryFilterForm, WebhookEndpointForm
 from parley.models import Membership, WebhookDelivery, WebhookEndpoint
+from parley.pages import TenantMixin, errors_at_fields
 from parley.roles import OPERATE
-from parley.views import TenantMixin
 
 READ = OPERATE | {Membership.Role.VIEWER}
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Query parameters of the deliveries list that a re-send from it goes back to.
 LIST_QUERY = ("status", "endpoint", "page")
-
-
-def errors_at_fields(form: Form, exc: ValidationError) -> None:
-    """Put a service's refusal on ``form``: each error at the field it names, any other above the form."""
-    if not hasattr(exc, "error_dict"):
-        form.add_error(None, exc)
-        return
-    for name, errors in exc.error_dict.items():
-        form.add_error(name if name in form.fields else None, errors)
 
 
 class WebhookPageMixin(TenantMixin):

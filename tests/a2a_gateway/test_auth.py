@@ -17,16 +17,10 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.types import SendMessageRequest, Task, TaskState
 from django.test import override_settings
 
-from a2a_gateway.auth import (
-    VOUCHED_CLIENT_HEADER,
-    Unauthenticated,
-    client_address,
-    inbound_key_create,
-    inbound_key_revoke,
-    vouch_for,
-)
+from a2a_gateway.auth import inbound_key_create, inbound_key_revoke
 from a2a_gateway.models import A2ATask, InboundKey
 from agents.models import Agent
+from parley.edge import VOUCHED_CLIENT_HEADER, Unauthenticated, client_address, vouch_for
 from parley.models import Tenant
 from tests.a2a_gateway.conftest import TIMEOUT, Endpoint, counts, proposal, user_message
 from tests.a2a_gateway.rpc import call, endpoint_on, inbound_contexts, message, refusal, task_of, tune

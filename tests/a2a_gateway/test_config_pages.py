@@ -26,7 +26,7 @@ from a2a_gateway import auth, representative
 from a2a_gateway.models import GroundingDocument, InboundKey
 from a2a_gateway.signing import signing_key_create
 from agents.models import Agent
-from parley import keys
+from parley import edge, keys
 from parley.models import Membership, Tenant
 from tests.a2a_gateway.servers import InProcessGateway
 from tests.agents.test_config_pages import page_form
@@ -265,7 +265,7 @@ def test_a_revoked_key_no_longer_authenticates(ops: Client, agent: Agent) -> Non
     assert response.status_code == 302
     key.refresh_from_db()
     assert key.revoked_at is not None
-    with pytest.raises(auth.Unauthenticated, match=r"^The API key is not valid for this agent\.$"):
+    with pytest.raises(edge.Unauthenticated, match=r"^The API key is not valid for this agent\.$"):
         caller_of(agent, shown)
     listed = ops.get(page("keys", agent.pk)).content.decode()
     assert f"Revoked the key {key.prefix} of Idris: it no longer works." in listed

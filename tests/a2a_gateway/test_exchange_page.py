@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from a2a_gateway import cards
+from agents import addresses
 from agents.models import Agent, Intent, Run
 from exchange import wire
 from exchange.models import ExchangeProfile, PreparedExchange
@@ -62,7 +62,7 @@ def stored(agent: Agent) -> dict[str, Any] | None:
 
 def prepared(agent: Agent, issuer: Issuer, *, ago: int = 0, **fields: Any) -> PreparedExchange:
     """A request prepared for ``agent`` ``ago`` minutes ago, as the preparation endpoint stores it."""
-    request = request_for(cards.agent_url(agent), issuer.token(cards.agent_url(agent)))
+    request = request_for(addresses.agent_url(agent), issuer.token(addresses.agent_url(agent)))
     row = PreparedExchange.objects.create(
         tenant=agent.tenant,
         agent=agent,
@@ -91,7 +91,7 @@ def test_an_agent_without_a_profile_shows_it_off_where_callers_prepare_and_the_d
     assert response.status_code == 200
     html = response.content.decode()
     assert "Agent Exchange is off: the card does not list the extension" in html
-    assert f"<code>{cards.agent_url(agent)}/agent-exchange/preparation</code>" in html
+    assert f"<code>{addresses.agent_url(agent)}/agent-exchange/preparation</code>" in html
     assert "<code>urn:parley:extension:agent-exchange:v1</code>" in html
     assert page("exchange-off", agent.pk) not in html
     form = response.context["form"]

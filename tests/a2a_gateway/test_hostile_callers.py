@@ -21,9 +21,10 @@ import httpx
 import pytest
 from django.core.exceptions import ValidationError
 
-from a2a_gateway.cards import PARTY_EXTENSION, agent_url, check_overrides
+from a2a_gateway.cards import PARTY_EXTENSION, check_overrides
 from a2a_gateway.models import InboundContext, PushConfig
 from a2a_gateway.push import MAX_CONFIGS_PER_TASK, PushURLRefused, vetted_address
+from agents.addresses import agent_url
 from agents.models import Agent
 from tests.a2a_gateway.conftest import Endpoint, proposal
 from tests.a2a_gateway.rpc import call, message, task_of

@@ -16,8 +16,8 @@ from decimal import Decimal
 from django.contrib.auth import get_user_model
 
 from a2a_gateway.auth import inbound_key_create
-from a2a_gateway.cards import agent_url
 from a2a_gateway.models import GroundingDocument
+from agents.addresses import agent_url
 from agents.models import Agent, Intent, ModelEndpoint, Question, Run, Tool
 from agents.services import question_answer, run_start
 from negotiations import demo

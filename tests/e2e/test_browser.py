@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from a2a_gateway.cards import agent_url
+from agents.addresses import agent_url
 from agents.models import Question, Run
 from agents.services import run_start
 from negotiations import demo

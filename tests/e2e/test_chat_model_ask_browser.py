@@ -20,7 +20,7 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from playwright.sync_api import Browser, expect
 
-from a2a_gateway.cards import agent_url
+from agents.addresses import agent_url
 from agents.models import Agent, Intent, Message, Question, Run
 from agents.services import run_start
 from negotiations.model_negotiator import MOVE_TOOL

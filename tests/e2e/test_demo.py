@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from a2a_gateway.cards import agent_url
+from agents.addresses import agent_url
 from agents.models import Question, Run
 from agents.services import question_answer, run_start
 from negotiations import demo

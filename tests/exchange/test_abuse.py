@@ -22,13 +22,14 @@ from django.core.exceptions import ValidationError
 from google.protobuf.json_format import MessageToDict
 from rest_framework.test import APIClient
 
-from a2a_gateway.auth import API_KEY_HEADER, inbound_key_create
+from a2a_gateway.auth import inbound_key_create
 from a2a_gateway.models import A2ATask
 from agents.models import Agent, Intent, Run
 from api.models import IdempotencyKey
 from exchange import outbound, services, wire
 from exchange.models import OutboundExchange, PreparedExchange
 from exchange.outbound import INTERNAL_ERROR
+from parley.edge import API_KEY_HEADER
 from parley.models import Tenant
 from parley.services import api_key_create
 from tests.a2a_gateway.conftest import Endpoint, endpoint_of, proposal, run

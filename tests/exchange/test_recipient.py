@@ -23,11 +23,12 @@ from a2a.types import Message, Role, SendMessageRequest, Task, TaskState
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 
-from a2a_gateway.auth import API_KEY_HEADER, inbound_key_create
+from a2a_gateway.auth import inbound_key_create
 from a2a_gateway.models import A2ATask
 from agents.models import Agent, Run
 from exchange import services, wire
 from exchange.models import ExchangeProfile, MandateUse, PreparedExchange
+from parley.edge import API_KEY_HEADER
 from tests.a2a_gateway.conftest import Endpoint, endpoint_of, run
 from tests.conftest import LiveStack
 from tests.exchange.issuer import ISSUER, Issuer, request_for

@@ -21,13 +21,14 @@ import httpx
 import pytest
 from django.contrib.auth.models import AbstractUser
 
-from a2a_gateway import cards
-from a2a_gateway.auth import API_KEY_HEADER, inbound_key_create
+from a2a_gateway.auth import inbound_key_create
 from a2a_gateway.models import A2ATask
+from agents import addresses
 from agents.models import Agent, Run
 from exchange import tasks, wire
 from exchange.models import ExchangeProfile, OutboundExchange, PreparedExchange
 from negotiations.models import CounterpartyCredential
+from parley.edge import API_KEY_HEADER
 from parley.models import Tenant
 from parley.services import api_key_create
 from tests.conftest import LiveStack, wait_until
@@ -79,7 +80,7 @@ def test_a_request_goes_from_one_parley_agent_to_another_and_only_its_reference_
     issuer: Issuer,
     version: str,
 ) -> None:
-    recipient = cards.agent_url(helpdesk)  # what the card names and the request must say
+    recipient = addresses.agent_url(helpdesk)  # what the card names and the request must say
     target = recipient
     proxy: Proxy | None = None
     if version == "0.3":

@@ -101,7 +101,7 @@ def test_another_anonymous_caller_cannot_continue_a_task_started_through_the_gat
 ) -> None:
     """The endpoint partitions tasks by caller so that another caller's task id is "not found"
     (a2a_gateway.store.owner_of). Bob cannot accept on Alice's task, directly or through the
-    gateway: it vouches for each caller's own address (a2a_gateway.auth.vouch_for)."""
+    gateway: it vouches for each caller's own address (parley.edge.vouch_for)."""
     first = structured(ask_from(live_stack, seller, sent(proposal(800)), address=ALICE))["task"]
     offer = data_of(first["history"][-1])
     acceptance = move(

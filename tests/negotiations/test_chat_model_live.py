@@ -24,8 +24,8 @@ from django.db import connections
 from django.utils import timezone
 
 from a2a_gateway.caps import month_start
-from a2a_gateway.cards import agent_url
 from a2a_gateway.errors import BUSY_CODE
+from agents.addresses import agent_url
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run
 from agents.services import question_answer, run_cancel, run_start
 from negotiations.model_negotiator import MOVE_TOOL

@@ -21,8 +21,8 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from a2a_gateway.cards import agent_url
 from a2a_gateway.models import A2ATask
+from agents.addresses import agent_url
 from agents.models import Agent, Intent, Question, Run
 from agents.services import question_answer, run_start
 from negotiations import negotiator, services

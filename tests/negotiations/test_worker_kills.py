@@ -33,7 +33,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from a2a_gateway.cards import agent_url
+from agents.addresses import agent_url
 from agents.models import Agent, Intent, Run
 from negotiations.models import Negotiation, Settlement, Turn
 from parley import devstack

@@ -35,7 +35,7 @@ from django.test import Client
 from django.urls import reverse
 from websockets.asyncio.client import connect
 
-from a2a_gateway.cards import agent_url
+from agents.addresses import agent_url
 from agents.models import Agent, Message, Question, Run
 from negotiations.models import Batch, Negotiation, Turn
 from parley import devstack

@@ -410,7 +410,7 @@ def test_every_dashboard_page_has_a_row() -> None:
 
 # Past DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB): Django cannot read the body, and answered a bare 400.
 TOO_LARGE = {"text": "x" * 3_000_000}
-# The forms that say it at the form instead (parley.views.TooLargeFormMixin): the operator's
+# The forms that say it at the form instead (parley.pages.TooLargeFormMixin): the operator's
 # configuration forms (tested in tests/agents/test_config_pages.py) and the grounding documents'.
 AT_THE_FORM = frozenset(
     {

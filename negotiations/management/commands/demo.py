@@ -28,7 +28,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
-from a2a_gateway.cards import agent_url
+from agents.addresses import agent_url
 from agents.models import Question, Run
 from agents.services import question_answer, run_start
 from negotiations import demo
