@@ -11,13 +11,14 @@ itself (never stored where the page could show it again).
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from django.contrib import messages
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.http import HttpResponse
-from django.shortcuts import redirect
+from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.generic import CreateView, ListView, UpdateView
@@ -59,6 +60,25 @@ class OperatorFormMixin(TooLargeFormMixin, TenantMixin):
 
     def saved_response(self, form: TenantModelForm) -> HttpResponse:
         return redirect(self.get_success_url())  # type: ignore[attr-defined]
+
+
+class AgentPageMixin(TenantMixin):
+    """A page about one agent of the tenant, for its operators (the gateway's and the representative
+    face's pages too): the agent is the URL's ``pk``, or the agent of the row the URL names (a
+    subclass overrides :attr:`agent`)."""
+
+    allowed_roles = selectors.OPERATE
+    kwargs: dict[str, Any]
+
+    @cached_property
+    def agent(self) -> Agent:
+        """The agent; another tenant's (or none) is a 404."""
+        return get_object_or_404(Agent.objects.for_tenant(self.tenant), pk=self.kwargs["pk"])
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["agent"] = self.agent
+        return context
 
 
 # --- Agents -----------------------------------------------------------------------------------------
