@@ -17,13 +17,13 @@ from django.contrib.auth import get_user_model
 
 from a2a_gateway.auth import inbound_key_create
 from a2a_gateway.cards import agent_url
-from a2a_gateway.models import GroundingDocument
 from agents.models import Agent, Intent, ModelEndpoint, Question, Run, Tool
 from agents.services import question_answer, run_start
 from negotiations import demo
 from negotiations.models import Negotiation, Settlement
 from parley.models import Membership
 from parley.services import api_key_create, invitation_create, placeholder_create, placeholder_invite
+from representative.models import GroundingDocument
 from tests.conftest import make_user, wait_until
 
 DEMO_QUESTION = (
