@@ -87,11 +87,12 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from a2a_gateway.errors import BUSY_CODE, Refused
-from a2a_gateway.models import InboundContext, ModelUsage
+from a2a_gateway.models import InboundContext
 from a2a_gateway.store import call_agent, owner_of
 from agents.models import Agent, Run
 from negotiations.models import Negotiation
 from negotiations.wire import value_of
+from representative.models import ModelUsage
 
 logger = logging.getLogger(__name__)
 
@@ -452,7 +453,7 @@ def month_start(moment: datetime) -> datetime:
 async def month_spend(tenant_id: int, since: datetime) -> Decimal:
     """The tenant's model spend since ``since``: the cost of its runs created since then (their
     outbound negotiation turns included), of the visitors' turns its agents' models answered
-    (:class:`a2a_gateway.models.ModelUsage`), and of its inbound negotiations created since then.
+    (:class:`representative.models.ModelUsage`), and of its inbound negotiations created since then.
     """
     runs = Run.objects.for_tenant(tenant_id).filter(created_at__gte=since)
     visitors = ModelUsage.objects.for_tenant(tenant_id).filter(created_at__gte=since)

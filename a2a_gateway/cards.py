@@ -7,7 +7,7 @@ What a card says, in order of derivation:
   ``{"partyId": agent.party_id}`` (left out when the agent names no party);
 * what it takes — ``application/json`` (a move is one data part), and
   ``text/plain`` only where its representative face answers plain text
-  (:func:`a2a_gateway.representative.face_on`); it answers in both (a move,
+  (:func:`representative.selectors.face_on`); it answers in both (a move,
   or a text reply: the holding reply, the try-again text, a visitor's answer);
 * how to negotiate with it — our extension
   :data:`negotiations.rules.NEGOTIATION_EXTENSION`: its vocabulary, the terms
@@ -59,7 +59,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.message import Message as ProtobufMessage
 from google.protobuf.struct_pb2 import Struct
 
-from a2a_gateway import representative, signing
+from a2a_gateway import signing
 from agents import tools
 from agents.addresses import endpoint_url
 from agents.models import Agent
@@ -69,6 +69,7 @@ from exchange.services import profile_of
 from negotiations.negotiator import move_rules
 from negotiations.rules import NEGOTIATION_EXTENSION, extension_params
 from parley.edge import API_KEY_HEADER
+from representative.selectors import face_on
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=ProtobufMessage)
@@ -189,9 +190,9 @@ def derived_card(agent: Agent, *, host_name: str | None = None) -> AgentCard:
 
 def input_modes(agent: Agent) -> list[str]:
     """What ``agent`` takes: moves as JSON, and plain text only where its representative face
-    answers it (:func:`a2a_gateway.representative.takes`); to any other agent plain text is no move,
+    answers it (:func:`a2a_gateway.routing.takes`); to any other agent plain text is no move,
     and refused."""
-    return MODES if representative.face_on(agent) else [MOVE_MODE]
+    return MODES if face_on(agent) else [MOVE_MODE]
 
 
 def negotiation_extension(agent: Agent) -> AgentExtension:
@@ -249,7 +250,7 @@ def exchange_extension(url: str, profile: ExchangeProfile) -> AgentExtension:
 
 
 def derived_skills(agent: Agent) -> list[AgentSkill]:
-    """``negotiate``; ``ask`` when the agent answers visitors (:func:`a2a_gateway.representative.face_on`);
+    """``negotiate``; ``ask`` when the agent answers visitors (:func:`representative.selectors.face_on`);
     then (with ``publish_tools``) the agent's own tools by name, in offer order.
 
     The platform's default tools (``ask_user``, ``negotiate``, ``answer``) are
@@ -270,7 +271,7 @@ def derived_skills(agent: Agent) -> list[AgentSkill]:
             output_modes=MODES,
         )
     ]
-    if representative.face_on(agent):
+    if face_on(agent):
         skills.append(
             AgentSkill(
                 id="ask",

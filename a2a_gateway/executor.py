@@ -2,7 +2,7 @@
 
 A message without a move (no data part: plain text) is a visitor's question
 or request, answered by the agent's representative face instead, when the
-agent has one (:func:`a2a_gateway.representative.takes` has the rule).
+agent has one (:func:`a2a_gateway.routing.takes` has the rule).
 
 Replies follow the Index wire (docs/wire-format.md#history): the reply is the
 last entry of the Task's history — emitted as a WORKING status message, which
@@ -59,11 +59,12 @@ from django.conf import settings
 from django.db import connections
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from a2a_gateway import agent_exchange, representative
+from a2a_gateway import agent_exchange
 from a2a_gateway.caps import TURN_RELEASE
 from a2a_gateway.errors import BUSY_CODE, HTTP_CONFLICT, HTTP_OK, Refused
 from a2a_gateway.models import A2ATask
-from a2a_gateway.store import call_agent, id_problem, owner_of, stored_task
+from a2a_gateway.routing import takes
+from a2a_gateway.store import call_agent, id_problem, owner_of, stored_task, visitor_history
 from agents.models import Agent
 from exchange import wire as exchange_wire
 from negotiations import services
@@ -78,6 +79,7 @@ from negotiations.wire import (
     task_record_from_proto,
     value_of,
 )
+from representative import answers
 
 logger = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -165,7 +167,7 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
             (``NegotiationBusy``; both from :func:`negotiations.services.inbound_check`).
         InternalError: (-32603) :data:`COULD_NOT_ANSWER`, on anything unexpected (logged).
 
-    A message without a negotiation move that :func:`a2a_gateway.representative.takes` is a
+    A message without a negotiation move that :func:`a2a_gateway.routing.takes` is a
     visitor's, checked by that rule instead of the move's (-32602 for a move sent on a
     representative's task).
     """
@@ -177,8 +179,8 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
         raise InvalidParamsError(message=f"message.contextId {problem}")
     incoming = MessageToDict(message)
     async with _refusals(agent, task_id, wire_0_3=wire_0_3):
-        # No move: a visitor's message, for the representative face (its rule: representative.takes).
-        for_visitor = await sync_to_async(representative.takes)(agent=agent, message=message, task_id=task_id)
+        # No move: a visitor's message, for the representative face (its rule: routing.takes).
+        for_visitor = await sync_to_async(takes)(agent=agent, message=message, task_id=task_id)
         if not for_visitor:
             await sync_to_async(services.inbound_check)(agent=agent, task_id=task_id or "", incoming=incoming)
     # The whole message is stored (the turn's raw JSON, the Task), and jsonb holds no NUL.
@@ -332,7 +334,7 @@ def evaluation_artifacts(reply: services.InboundReply) -> list[Artifact]:
 async def _answer_visitor(
     agent: Agent, context: RequestContext, event_queue: EventQueue, *, message: Message, ids: tuple[str, str]
 ) -> None:
-    """Let ``agent``'s representative answer a visitor's message (:mod:`a2a_gateway.representative`).
+    """Let ``agent``'s representative answer a visitor's message (:mod:`representative.answers`).
 
     The answer contract and the reply's shape are a move's: one reply in time
     (else the try-again text), as the last history entry and the
@@ -364,13 +366,13 @@ async def _answer_visitor(
 
 def _visitor_turn(
     *, agent: Agent, text: str, caller: str, context_id: str, task_id: str
-) -> representative.Reply | None:
-    """:func:`a2a_gateway.representative.visitor_turn`; None if the task was canceled while it ran.
+) -> answers.Reply | None:
+    """:func:`representative.answers.visitor_turn`, given the caller's earlier exchanges of the context
+    (:func:`a2a_gateway.store.visitor_history`); None if the task was canceled while it ran.
     Runs in a thread of :func:`turn_pool`, whose database connection it closes."""
     try:
-        reply = representative.visitor_turn(
-            agent=agent, text=text, caller=caller, context_id=context_id, task_id=task_id
-        )
+        history = visitor_history(agent=agent, caller=caller, context_id=context_id, task_id=task_id)
+        reply = answers.visitor_turn(agent=agent, text=text, caller=caller, history=history)
         tasks = A2ATask.objects.for_tenant(agent.tenant_id).filter(task_id=task_id, agent=agent)
         if tasks.filter(state=TaskState.Name(TaskState.TASK_STATE_CANCELED)).exists():
             return None

@@ -1,5 +1,5 @@
-"""Forms of the operator's pages for an agent's public face: grounding documents, inbound keys and
-its Agent Exchange profile."""
+"""Forms of the operator's pages for an agent's public face: its inbound keys and its Agent
+Exchange profile."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from typing import Any
 
 from django import forms
 
-from a2a_gateway.models import GroundingDocument, InboundKey
+from a2a_gateway.models import InboundKey
 from agents.config_forms import read_json
-from agents.models import Agent
 from exchange.models import ExchangeProfile
 
 NAME_LENGTH = InboundKey._meta.get_field("name").max_length
@@ -18,28 +17,6 @@ ISSUER_LENGTH = ExchangeProfile._meta.get_field("issuer").max_length
 AUDIENCE_LENGTH = ExchangeProfile._meta.get_field("audience").max_length
 SCOPE_LENGTH = ExchangeProfile._meta.get_field("scope").max_length
 DEFAULT_SCOPE = ExchangeProfile._meta.get_field("scope").default
-
-
-class GroundingDocumentForm(forms.ModelForm):
-    """A grounding document of ``agent``: public text its representative may answer visitors from.
-
-    The row is the agent's, in the agent's tenant, whatever was posted.
-    """
-
-    class Meta:
-        model = GroundingDocument
-        fields = ["title", "text"]
-        help_texts = {"text": "Public text only: visitors may be told anything in it."}
-        widgets = {"text": forms.Textarea(attrs={"rows": 12})}
-        error_messages = {
-            "title": {"required": "Title: give the document one.", "max_length": "Title: too long."},
-            "text": {"required": "Text: the document is empty."},
-        }
-
-    def __init__(self, *args: Any, agent: Agent, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.instance.agent = agent
-        self.instance.tenant_id = agent.tenant_id
 
 
 class InboundKeyForm(forms.Form):

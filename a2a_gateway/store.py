@@ -24,6 +24,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from a2a_gateway.models import ID_LENGTH, A2ATask
 from agents.models import Agent
 from negotiations.wire import storage_problem
+from representative.answers import HISTORY_EXCHANGES, Exchange
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
@@ -161,3 +162,37 @@ def _task_write(agent: Agent, owner: str, task_id: str, fields: dict[str, Any]) 
 def _tasks(context: ServerCallContext) -> QuerySet[A2ATask]:
     """The Tasks of this call's partition, within the agent's tenant."""
     return A2ATask.objects.for_tenant(call_agent(context).tenant_id).filter(owner=owner_of(context))
+
+
+# --- A visitor's conversation -----------------------------------------------------------------------
+
+
+def visitor_history(*, agent: Agent, caller: str, context_id: str, task_id: str) -> list[Exchange]:
+    """The caller's earlier exchanges with ``agent``'s representative in ``context_id``, oldest first
+    (what :func:`representative.answers.visitor_turn` is given).
+
+    Read from the caller's own stored Tasks (the partition ``caller``), except
+    ``task_id``; a task with a data part anywhere (a negotiation) is skipped.
+    At most :data:`~representative.answers.HISTORY_EXCHANGES`. Only what the caller can already read
+    back (GetTask in its own partition) is used: nothing of another caller.
+    """
+    rows = (
+        A2ATask.objects.for_tenant(agent.tenant_id)
+        .filter(agent=agent, owner=caller, context_id=context_id)
+        .exclude(task_id=task_id)
+        .order_by("-created_at")[:HISTORY_EXCHANGES]
+    )
+    exchanges = []
+    for row in reversed(list(rows)):
+        history = row.data.get("history", [])
+        if any("data" in part for m in history for part in m.get("parts", [])):
+            continue
+        asked = [_text_of(m) for m in history if m.get("role") == "ROLE_USER"]
+        answered = [_text_of(m) for m in history if m.get("role") == "ROLE_AGENT"]
+        if asked and answered and asked[0] and answered[-1]:
+            exchanges.append(Exchange(question=asked[0], answer=answered[-1]))
+    return exchanges
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    return "\n".join(p["text"] for p in message.get("parts", []) if isinstance(p.get("text"), str))

@@ -1,4 +1,4 @@
-"""Dashboard pages of the public face, under ``/t/<tenant>/``."""
+"""Dashboard pages of the public endpoint, under ``/t/<tenant>/``."""
 
 from django.urls import path
 
@@ -6,12 +6,8 @@ from a2a_gateway import views
 
 app_name = "a2a_gateway"
 urlpatterns = [
-    path("intake/", views.IntakeRequestListView.as_view(), name="intake"),
     # An agent's public face, for its operators.
     path("agents/<uuid:pk>/card/", views.CardPreviewView.as_view(), name="card"),
-    path("agents/<uuid:pk>/documents/", views.GroundingDocumentsView.as_view(), name="documents"),
-    path("documents/<int:pk>/edit/", views.GroundingDocumentEditView.as_view(), name="document-edit"),
-    path("documents/<int:pk>/delete/", views.GroundingDocumentDeleteView.as_view(), name="document-delete"),
     path("agents/<uuid:pk>/inbound-keys/", views.InboundKeysView.as_view(), name="keys"),
     path("inbound-keys/<int:pk>/revoke/", views.InboundKeyRevokeView.as_view(), name="key-revoke"),
     path("agents/<uuid:pk>/agent-exchange/", views.ExchangeProfileView.as_view(), name="exchange"),

@@ -1,86 +1,40 @@
-"""Dashboard pages of the public face. Thin.
+"""Dashboard pages of the public endpoint, for an agent's operators (:data:`parley.roles.OPERATE`;
+anyone else gets a 403, another tenant's agent or key is a 404). Thin.
 
-* the requests visitors left with the intake tool;
-* for an agent's operators (:data:`parley.roles.OPERATE`; anyone else gets a 403, another
-  tenant's agent, document or key is a 404): its AgentCard as counterparties fetch it, its
-  grounding documents, its inbound keys (a new key is shown once, on the response that
-  issues it), and its Agent Exchange profile with the requests prepared for it (never the
-  requests themselves: they hold tokens).
+Its AgentCard as counterparties fetch it, its inbound keys (a new key is shown
+once, on the response that issues it), and its Agent Exchange profile with the
+requests prepared for it (never the requests themselves: they hold tokens). The
+representative face's pages (grounding documents, intake) are :mod:`representative.views`.
 """
 
 from __future__ import annotations
 
 import json
-from functools import cached_property
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import QuerySet
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
-from django.urls import reverse
 from django.utils import timezone
 from django.views import View
-from django.views.generic import ListView, TemplateView, UpdateView
+from django.views.generic import TemplateView
 
-from a2a_gateway import cards, representative
+from a2a_gateway import cards
 from a2a_gateway.auth import inbound_key_create, inbound_key_revoke
-from a2a_gateway.forms import ExchangeProfileForm, GroundingDocumentForm, InboundKeyForm
-from a2a_gateway.models import GroundingDocument, InboundKey, IntakeRequest
+from a2a_gateway.forms import ExchangeProfileForm, InboundKeyForm
+from a2a_gateway.models import InboundKey
 from agents import addresses
 from agents.models import Agent
+from agents.pages import AgentPageMixin
 from exchange import services as exchange_services
 from exchange import wire
 from exchange.models import PreparedExchange
-from parley.pages import TenantMixin, TooLargeFormMixin, errors_at_fields
+from parley.pages import TenantMixin, errors_at_fields
 from parley.roles import OPERATE
 
 # Prepared Agent Exchange requests the profile page lists, newest first.
 PREPARED_SHOWN = 50
-
-
-class IntakeRequestListView(TenantMixin, ListView):
-    """The tenant's intake requests, newest first, 50 a page; live (``intake.received``).
-
-    Owners and operators see all of them, and which agents cannot take
-    requests (their intake owner is not set); an agent's intake owner sees the
-    requests addressed to them. Anyone else gets a 403; another tenant is a 404.
-    """
-
-    template_name = "a2a_gateway/intake_list.html"
-    fragment_template_name = "a2a_gateway/_intake_list.html"
-    context_object_name = "intake_requests"
-    paginate_by = 50
-
-    def get_queryset(self) -> QuerySet[IntakeRequest]:
-        rows = representative.intake_requests_for(membership=self.membership)
-        if rows is None:
-            raise PermissionDenied("Only an intake owner, an owner or an operator can see intake requests.")
-        return rows
-
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        context = super().get_context_data(**kwargs)
-        context["unconfigured"] = representative.agents_without_intake(membership=self.membership)
-        return context
-
-
-class AgentPageMixin(TenantMixin):
-    """A page about one agent of the tenant, for its operators: the agent is the URL's ``pk``, or
-    the agent of the row the URL names (:meth:`agent_of`)."""
-
-    allowed_roles = OPERATE
-    kwargs: dict[str, Any]
-
-    @cached_property
-    def agent(self) -> Agent:
-        """The agent; another tenant's (or none) is a 404."""
-        return get_object_or_404(Agent.objects.for_tenant(self.tenant), pk=self.kwargs["pk"])
-
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        context = super().get_context_data(**kwargs)
-        context["agent"] = self.agent
-        return context
 
 
 def card_text(agent: Agent, *, host_name: str | None = None) -> str:
@@ -109,73 +63,6 @@ class CardPreviewView(AgentPageMixin, TemplateView):
                 host_card_json=card_text(agent, host_name=agent.host_name),
             )
         return context
-
-
-class GroundingDocumentsView(TooLargeFormMixin, AgentPageMixin, TemplateView):
-    """The agent's grounding documents, by title; POST a new one (title, text). A document too large
-    to send is refused at its form (:class:`parley.pages.TooLargeFormMixin`)."""
-
-    template_name = "a2a_gateway/documents.html"
-
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        context = super().get_context_data(**kwargs)
-        context.setdefault("form", GroundingDocumentForm(agent=self.agent))
-        context["documents"] = GroundingDocument.objects.for_tenant(self.tenant).filter(agent=self.agent)
-        return context
-
-    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        form = GroundingDocumentForm(request.POST, agent=self.agent)
-        if not form.is_valid():
-            return self.render_to_response(self.get_context_data(form=form))
-        document = form.save()
-        messages.success(request, f"Added the document “{document.title}”.")
-        return redirect("a2a_gateway:documents", tenant=self.tenant.slug, pk=self.agent.pk)
-
-
-class GroundingDocumentMixin(AgentPageMixin):
-    """A page about one grounding document of the tenant, the URL's ``pk``; its agent is the page's."""
-
-    @cached_property
-    def document(self) -> GroundingDocument:
-        """The document; another tenant's (or none) is a 404."""
-        documents = GroundingDocument.objects.for_tenant(self.tenant).select_related("agent")
-        return get_object_or_404(documents, pk=self.kwargs["pk"])
-
-    @cached_property
-    def agent(self) -> Agent:
-        return self.document.agent
-
-
-class GroundingDocumentEditView(TooLargeFormMixin, GroundingDocumentMixin, UpdateView):
-    """Change one grounding document's title or text (too large to send: refused at the form)."""
-
-    template_name = "a2a_gateway/document_form.html"
-    form_class = GroundingDocumentForm
-    context_object_name = "document"
-
-    def get_object(self, queryset: QuerySet[GroundingDocument] | None = None) -> GroundingDocument:
-        return self.document
-
-    def get_form_kwargs(self) -> dict[str, Any]:
-        return {**super().get_form_kwargs(), "agent": self.agent}
-
-    def form_valid(self, form: GroundingDocumentForm) -> HttpResponse:
-        document = form.save()
-        messages.success(self.request, f"Saved the document “{document.title}”.")
-        return redirect(self.get_success_url())
-
-    def get_success_url(self) -> str:
-        return reverse("a2a_gateway:documents", kwargs={"tenant": self.tenant.slug, "pk": self.agent.pk})
-
-
-class GroundingDocumentDeleteView(GroundingDocumentMixin, View):
-    """POST: delete one grounding document, then back to its agent's documents."""
-
-    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        document = self.document
-        document.delete()
-        messages.success(request, f"Deleted the document “{document.title}”.")
-        return redirect("a2a_gateway:documents", tenant=self.tenant.slug, pk=self.agent.pk)
 
 
 class InboundKeysView(AgentPageMixin, TemplateView):

@@ -5,7 +5,7 @@ share lives here — the inbox's live regions (the member's open questions with
 the negotiations waiting under them, what is parked on the party, the latest
 runs), an htmx region answered with the request's messages, and the small
 renderings every page of the loop uses (JSON, a move's terms, a one-line
-form's errors).
+form's errors), and the base of every page about one agent (:class:`AgentPageMixin`).
 """
 
 from __future__ import annotations
@@ -13,16 +13,20 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
 from django.template.loader import render_to_string
 
 from agents import selectors
 from agents.forms import AnswerForm, ApprovalForm
-from agents.models import Question
+from agents.models import Agent, Question
 from parley.models import Membership, Tenant
+from parley.pages import TenantMixin
+from parley.roles import OPERATE
 
 # How many of the latest runs the inbox lists; the runs page lists them all, a page at a time.
 INBOX_RUNS = 20
@@ -153,3 +157,22 @@ def region_response(
         "agents/_action_status.html", {}, request
     )
     return HttpResponse(html)
+
+
+class AgentPageMixin(TenantMixin):
+    """A page about one agent of the tenant, for its operators (the gateway's and the representative
+    face's pages too): the agent is the URL's ``pk``, or the agent of the row the URL names (a
+    subclass overrides :attr:`agent`)."""
+
+    allowed_roles = OPERATE
+    kwargs: dict[str, Any]
+
+    @cached_property
+    def agent(self) -> Agent:
+        """The agent; another tenant's (or none) is a 404."""
+        return get_object_or_404(Agent.objects.for_tenant(self.tenant), pk=self.kwargs["pk"])
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["agent"] = self.agent
+        return context

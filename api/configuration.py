@@ -5,7 +5,7 @@ serializer fields both share.
 ``/api/v1/intents``, ``/api/v1/tools``, ``/api/v1/model-endpoints``,
 ``/api/v1/grounding-documents`` and ``/api/v1/counterparty-credentials``. GETs need the ``read``
 scope, every write ``admin``. Writes go through :mod:`agents.configuration`,
-:mod:`a2a_gateway.documents` and :mod:`negotiations.credentials`, which judge them as the
+:mod:`representative.documents` and :mod:`negotiations.credentials`, which judge them as the
 dashboard's forms do: a refused write is a 400 naming the field, and writes nothing. Secrets
 (a tool's ``secret``, an endpoint's ``api_key``) are write-only: responses say only whether one
 is set; a counterparty credential's ``secret`` is not shown at all.
@@ -24,8 +24,6 @@ from rest_framework import mixins, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from a2a_gateway import documents
-from a2a_gateway.models import GroundingDocument
 from agents import configuration
 from agents.config_forms import tenant_members
 from agents.models import Agent, Intent, ModelEndpoint, Tool
@@ -34,6 +32,8 @@ from api.fields import TenantRowField, of_tenant
 from negotiations import credentials
 from negotiations.models import CounterpartyCredential
 from parley.models import ApiKey
+from representative import documents
+from representative.models import GroundingDocument
 
 # --- Fields -----------------------------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from a2a_gateway.models import IntakeRequest
 from agents.forms import MAX_TEXT
 from agents.models import Agent, Intent
 from agents.selectors import agent_currency
@@ -31,6 +30,7 @@ from api.runs import UnderstoodSerializer, understood_data
 from api.schema import ERROR_SCHEMA
 from negotiations import negotiator, selectors, services
 from negotiations.models import Negotiation, Settlement, Turn
+from representative.models import IntakeRequest
 
 # Longest counterparty name or URL part the filter searches for, as on the dashboard's board.
 MAX_COUNTERPARTY = 200

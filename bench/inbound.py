@@ -10,7 +10,7 @@ Two cases, each a JSON-RPC 1.0 ``SendMessage`` opening a new task (a
 different counterparty or visitor each), sent 1 at a time and 20 at once:
 
 * **visitor** — a visitor's plain-text question to the representative face of
-  an agent with two grounding documents (``a2a_gateway.representative``). The
+  an agent with two grounding documents (``representative.answers``). The
   model answers text. Every answer is checked to be a COMPLETED task whose
   reply is exactly the model's text (not the try-again text, not the offline
   fallback the face gives when the model fails).
@@ -246,11 +246,11 @@ def main() -> None:
     import redis
     from django.conf import settings
 
-    from a2a_gateway.documents import grounding_document_create
     from agents.addresses import agent_url
     from agents.models import Agent, ModelEndpoint
     from parley import devstack
     from parley.models import Tenant
+    from representative.documents import grounding_document_create
 
     model = SlowModel(args.model_seconds)
     redis.Redis.from_url(redis_url).flushdb()

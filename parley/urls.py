@@ -32,6 +32,7 @@ urlpatterns = [
     path("invitations/<str:token>/", organisation_views.InvitationView.as_view(), name="invitation"),
     path("t/<slug:tenant>/", include("agents.urls")),
     path("t/<slug:tenant>/", include("negotiations.urls")),
+    path("t/<slug:tenant>/", include("representative.urls")),
     path("t/<slug:tenant>/", include("a2a_gateway.urls")),
     path("t/<slug:tenant>/", include("parley.tenant_urls")),
     path("", home, name="home"),

@@ -33,7 +33,9 @@ from django.test import Client
 from agents.models import Agent, Intent, ModelEndpoint, Run
 from parley import devstack, live
 from parley.models import Membership, Tenant
+from representative.models import GroundingDocument
 from tests.chat_server import ChatServer
+from tests.representative import studio
 
 PASSWORD = "correct-horse-battery"
 # Index Network's scenario files, shipped in scenarios/index-network (MIT; SOURCE.md says where from).
@@ -352,3 +354,29 @@ def on_chat_model(
     agent.model = name
     agent.save()
     return agent
+
+
+# --- The studio's agent, for the representative face ---
+
+
+@pytest.fixture
+def vera(tenant: Tenant, principal: AbstractUser) -> Agent:
+    """A studio's agent with two grounding documents, Tomas as its intake owner, a private prompt."""
+    agent = Agent.objects.create(
+        tenant=tenant,
+        slug="vera",
+        name="Vera Studio",
+        system_prompt="Private: never quote below 1,000 EUR.",
+        intake_owner=principal,
+    )
+    GroundingDocument.objects.create(tenant=tenant, agent=agent, title="Opening hours", text=studio.HOURS)
+    GroundingDocument.objects.create(
+        tenant=tenant, agent=agent, title="Services and prices", text=f"{studio.PRICES}\n\n{studio.LANGUAGES}"
+    )
+    return agent
+
+
+@pytest.fixture
+def chat_vera(vera: Agent, chat: ChatServer) -> Agent:
+    """``vera`` on the loopback chat model: 2 per million input tokens, 8 per million output tokens."""
+    return on_chat_model(vera, chat)

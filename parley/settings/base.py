@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "agents",
     "negotiations",
     "exchange",
+    "representative",
     "a2a_gateway",
     "api",
 ]

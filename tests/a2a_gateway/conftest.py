@@ -20,16 +20,12 @@ import pytest
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.helpers import new_data_message
 from a2a.types import AgentCard, Message, Role, SendMessageRequest, Task
-from django.contrib.auth.models import AbstractUser
 from django.db import models
 
-from a2a_gateway.models import A2ATask, GroundingDocument
+from a2a_gateway.models import A2ATask
 from agents.models import Agent
 from negotiations.models import Negotiation, Settlement, Turn
-from parley.models import Tenant
-from tests.a2a_gateway import studio
-from tests.chat_server import ChatServer
-from tests.conftest import LiveStack, on_chat_model
+from tests.conftest import LiveStack
 
 T = TypeVar("T")
 TIMEOUT = 30.0
@@ -138,29 +134,3 @@ def counts() -> dict[str, int]:
     """How many rows each table the gateway may write holds."""
     tables: list[type[models.Model]] = [Negotiation, Turn, Settlement, A2ATask]
     return {model.__name__: model._default_manager.count() for model in tables}
-
-
-# --- The studio's agent, for the representative face ---
-
-
-@pytest.fixture
-def vera(tenant: Tenant, principal: AbstractUser) -> Agent:
-    """A studio's agent with two grounding documents, Tomas as its intake owner, a private prompt."""
-    agent = Agent.objects.create(
-        tenant=tenant,
-        slug="vera",
-        name="Vera Studio",
-        system_prompt="Private: never quote below 1,000 EUR.",
-        intake_owner=principal,
-    )
-    GroundingDocument.objects.create(tenant=tenant, agent=agent, title="Opening hours", text=studio.HOURS)
-    GroundingDocument.objects.create(
-        tenant=tenant, agent=agent, title="Services and prices", text=f"{studio.PRICES}\n\n{studio.LANGUAGES}"
-    )
-    return agent
-
-
-@pytest.fixture
-def chat_vera(vera: Agent, chat: ChatServer) -> Agent:
-    """``vera`` on the loopback chat model: 2 per million input tokens, 8 per million output tokens."""
-    return on_chat_model(vera, chat)

@@ -22,12 +22,14 @@ from django.test import Client
 from django.urls import reverse
 from jwt import PyJWK
 
-from a2a_gateway import auth, representative
-from a2a_gateway.models import GroundingDocument, InboundKey
+from a2a_gateway import auth
+from a2a_gateway.models import InboundKey
 from a2a_gateway.signing import signing_key_create
 from agents.models import Agent
 from parley import edge, keys
 from parley.models import Membership, Tenant
+from representative.models import GroundingDocument
+from representative.selectors import face_on
 from tests.a2a_gateway.servers import InProcessGateway
 from tests.agents.test_config_pages import page_form
 from tests.conftest import LiveStack, make_user, wait_until
@@ -35,9 +37,14 @@ from tests.conftest import LiveStack, make_user, wait_until
 HOST = "tomas.example.com"
 
 
+# The grounding documents' pages are the representative face's; the others the gateway's.
+FACE_PAGES = {"documents", "document-edit", "document-delete"}
+
+
 def page(name: str, pk: Any, tenant: str = "acme") -> str:
     """The page ``name`` about ``pk`` (an agent's, a document's or a key's) in ``tenant``'s URLs."""
-    return reverse(f"a2a_gateway:{name}", kwargs={"tenant": tenant, "pk": pk})
+    app = "representative" if name in FACE_PAGES else "a2a_gateway"
+    return reverse(f"{app}:{name}", kwargs={"tenant": tenant, "pk": pk})
 
 
 def as_member(client: Client, tenant: Tenant, role: str) -> Client:
@@ -170,7 +177,7 @@ def test_another_tenants_agent_document_and_key_are_not_found_and_unchanged(
 
 @pytest.mark.django_db
 def test_documents_are_added_edited_and_deleted(ops: Client, agent: Agent) -> None:
-    assert not representative.face_on(agent)
+    assert not face_on(agent)
 
     added = ops.post(page("documents", agent.pk), {"title": "Rates", "text": "Up to 1,100 EUR a day."})
 
@@ -186,7 +193,7 @@ def test_documents_are_added_edited_and_deleted(ops: Client, agent: Agent) -> No
     assert "Added the document “Rates”." in listed
     assert "Up to 1,100 EUR a day." in listed
     # The agent now answers visitors, and its card says so.
-    assert representative.face_on(agent)
+    assert face_on(agent)
     card = json.loads(ops.get(page("card", agent.pk)).context["card_json"])
     assert [s["id"] for s in card["skills"]] == ["negotiate", "ask"]
 

@@ -22,9 +22,9 @@ from negotiations.models import Negotiation, Turn
 from negotiations.rules import NEGOTIATION_EXTENSION
 from tests.a2a_gateway.conftest import Endpoint, counts, endpoint_of, move, proposal, run, user_message
 from tests.a2a_gateway.servers import on_wire
-from tests.a2a_gateway.studio import HOURS, answer_of, question, quoted
 from tests.a2a_gateway.test_errors import snapshot
 from tests.conftest import LiveStack
+from tests.representative.studio import HOURS, answer_of, question, quoted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -299,7 +299,7 @@ def test_the_agent_page_links_the_operator_pages(
         "Edit": url("agent-edit", pk=agent.pk),
         "Card preview": reverse("a2a_gateway:card", kwargs={"tenant": "acme", "pk": agent.pk}),
         "Preview its system message": url("system-message", pk=agent.pk),
-        "Grounding documents": reverse("a2a_gateway:documents", kwargs={"tenant": "acme", "pk": agent.pk}),
+        "Grounding documents": reverse("representative:documents", kwargs={"tenant": "acme", "pk": agent.pk}),
         "Inbound keys": reverse("a2a_gateway:keys", kwargs={"tenant": "acme", "pk": agent.pk}),
         "Agent Exchange": reverse("a2a_gateway:exchange", kwargs={"tenant": "acme", "pk": agent.pk}),
     }
@@ -1285,7 +1285,7 @@ def test_the_system_message_preview_and_the_editor_have_the_agents_sub_navigatio
         "Edit": url("agent-edit", pk=agent.pk),
         "System message": url("system-message", pk=agent.pk),
         "Card preview": reverse("a2a_gateway:card", kwargs={"tenant": "acme", "pk": agent.pk}),
-        "Grounding documents": reverse("a2a_gateway:documents", kwargs={"tenant": "acme", "pk": agent.pk}),
+        "Grounding documents": reverse("representative:documents", kwargs={"tenant": "acme", "pk": agent.pk}),
         "Inbound keys": reverse("a2a_gateway:keys", kwargs={"tenant": "acme", "pk": agent.pk}),
         "Agent Exchange": reverse("a2a_gateway:exchange", kwargs={"tenant": "acme", "pk": agent.pk}),
     }

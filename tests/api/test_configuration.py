@@ -22,12 +22,12 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from a2a_gateway.models import GroundingDocument
 from a2a_gateway.signing import signing_key_create
 from agents import services
 from agents.instructions import system_message
 from agents.models import SYSTEM_PROMPT_MAX_LENGTH, Agent, Intent, ModelEndpoint, Run, Tool
 from parley.models import Membership, Tenant
+from representative.models import GroundingDocument
 from tests.conftest import make_user
 
 pytestmark = pytest.mark.django_db

@@ -17,11 +17,11 @@ from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
-from a2a_gateway.models import GroundingDocument, IntakeRequest
 from agents.models import Agent, Intent, ModelEndpoint, Question, Run, Tool
 from exchange.models import ExchangeProfile, OutboundExchange
 from negotiations.models import CounterpartyCredential, Negotiation, Settlement, Turn
 from parley.models import Event, Tenant, TenantOwnedModel, WebhookDelivery, WebhookEndpoint
+from representative.models import GroundingDocument, IntakeRequest
 
 pytestmark = pytest.mark.django_db
 

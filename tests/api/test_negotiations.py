@@ -13,11 +13,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from a2a_gateway.representative import intake_capture
 from agents.models import Agent, Intent, ModelEndpoint
 from negotiations import selectors, services
 from negotiations.models import Negotiation, Settlement, Turn
 from parley.models import Tenant
+from representative.intake import intake_capture
 from tests.chat_server import ChatServer
 from tests.conftest import on_chat_model
 from tests.negotiating_policy import NegotiatingPolicy

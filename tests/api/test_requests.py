@@ -14,11 +14,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.test import APIClient
 
-from a2a_gateway.models import GroundingDocument
 from agents.models import Agent
 from api.base import TenantScoped
 from api.models import IdempotencyKey
 from negotiations.models import Settlement
+from representative.models import GroundingDocument
 from tests.negotiations.pages import outbound
 
 pytestmark = pytest.mark.django_db

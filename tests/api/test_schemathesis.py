@@ -48,12 +48,12 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from a2a_gateway.models import GroundingDocument, IntakeRequest
 from agents import services
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from negotiations.models import Negotiation, Settlement, Turn
 from parley import live, webhooks
 from parley.models import Tenant, WebhookDelivery
+from representative.models import GroundingDocument, IntakeRequest
 from tests.agents.conftest import step
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,6 @@ from decimal import Decimal
 from django.contrib.auth import get_user_model
 
 from a2a_gateway.auth import inbound_key_create
-from a2a_gateway.models import GroundingDocument
 from agents.addresses import agent_url
 from agents.models import Agent, Intent, ModelEndpoint, Question, Run, Tool
 from agents.services import question_answer, run_start
@@ -24,6 +23,7 @@ from negotiations import demo
 from negotiations.models import Negotiation, Settlement
 from parley.models import Membership
 from parley.services import api_key_create, invitation_create, placeholder_create, placeholder_invite
+from representative.models import GroundingDocument
 from tests.conftest import make_user, wait_until
 
 DEMO_QUESTION = (

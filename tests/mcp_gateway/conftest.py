@@ -20,11 +20,11 @@ from mcp.client import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
-from a2a_gateway.models import GroundingDocument
 from agents.models import Agent
 from parley.models import Tenant
-from tests.a2a_gateway import studio
+from representative.models import GroundingDocument
 from tests.conftest import LiveStack
+from tests.representative import studio
 
 T = TypeVar("T")
 TIMEOUT = 60.0

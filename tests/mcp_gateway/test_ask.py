@@ -16,12 +16,12 @@ from a2a_gateway.auth import inbound_key_create
 from a2a_gateway.models import A2ATask
 from agents.models import Agent
 from negotiations.models import Negotiation, Settlement
-from tests.a2a_gateway import studio
 from tests.a2a_gateway.conftest import counts, move, proposal
 from tests.a2a_gateway.rpc import call, endpoint_on, inbound_contexts, message, refusal, task_of, tune
 from tests.a2a_gateway.servers import web_process
 from tests.conftest import LiveStack
 from tests.mcp_gateway.conftest import call_tool, mcp_url, structured, tool_error
+from tests.representative import studio
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

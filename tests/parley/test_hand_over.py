@@ -19,11 +19,11 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from a2a_gateway.models import IntakeRequest
 from agents.models import Agent, Intent, Question
 from agents.scenarios import scenario_import
 from parley import services
 from parley.models import Invitation, Membership, Tenant
+from representative.models import IntakeRequest
 from tests.agents.pages import QUESTION, waiting_question
 from tests.conftest import PASSWORD, make_user
 from tests.parley.tenancy import member, tenancy_rows

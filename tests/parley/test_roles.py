@@ -26,12 +26,13 @@ from django.utils import timezone
 from django.utils.html import escape
 
 from a2a_gateway.auth import inbound_key_create
-from a2a_gateway.models import GroundingDocument, InboundKey
+from a2a_gateway.models import InboundKey
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from exchange.models import ExchangeProfile, PreparedExchange
 from negotiations.models import Negotiation
 from parley import services, webhooks
 from parley.models import ApiKey, Event, Invitation, Membership, Tenant, WebhookDelivery, WebhookEndpoint
+from representative.models import GroundingDocument
 from tests.agents.pages import waiting_question
 from tests.exchange.issuer import ISSUER, Issuer
 from tests.parley.tenancy import member
@@ -165,28 +166,28 @@ PAGES = [
         data=lambda w: {"answer": "At least 1,000 a day."},
         ok=302,
     ),
-    # the public face: intake owners see theirs too (tests/a2a_gateway/test_intake.py); none here is one
-    Page("a2a_gateway:intake", "get", OPERATORS),
+    # the public face: intake owners see theirs too (tests/representative/test_intake.py); none here is one
+    Page("representative:intake", "get", OPERATORS),
     Page("a2a_gateway:card", "get", OPERATORS, pk=lambda w: w.agent.pk),
-    Page("a2a_gateway:documents", "get", OPERATORS, pk=lambda w: w.agent.pk),
+    Page("representative:documents", "get", OPERATORS, pk=lambda w: w.agent.pk),
     Page(
-        "a2a_gateway:documents",
+        "representative:documents",
         "post",
         OPERATORS,
         pk=lambda w: w.agent.pk,
         data=lambda w: {"title": "Rates", "text": "From 900 EUR a day."},
         ok=302,
     ),
-    Page("a2a_gateway:document-edit", "get", OPERATORS, pk=lambda w: w.document.pk),
+    Page("representative:document-edit", "get", OPERATORS, pk=lambda w: w.document.pk),
     Page(
-        "a2a_gateway:document-edit",
+        "representative:document-edit",
         "post",
         OPERATORS,
         pk=lambda w: w.document.pk,
         data=lambda w: {"title": "About", "text": "Changed."},
         ok=302,
     ),
-    Page("a2a_gateway:document-delete", "post", OPERATORS, pk=lambda w: w.document.pk, ok=302),
+    Page("representative:document-delete", "post", OPERATORS, pk=lambda w: w.document.pk, ok=302),
     Page("a2a_gateway:keys", "get", OPERATORS, pk=lambda w: w.agent.pk),
     Page("a2a_gateway:keys", "post", OPERATORS, pk=lambda w: w.agent.pk, data=lambda w: {"name": "Globex"}),
     Page("a2a_gateway:key-revoke", "post", OPERATORS, pk=lambda w: w.inbound_key.pk, ok=302),
@@ -415,8 +416,8 @@ TOO_LARGE = {"text": "x" * 3_000_000}
 AT_THE_FORM = frozenset(
     {
         *(f"agents:{kind}-{verb}" for kind in ("agent", "tool", "model") for verb in ("create", "edit")),
-        "a2a_gateway:documents",
-        "a2a_gateway:document-edit",
+        "representative:documents",
+        "representative:document-edit",
     }
 )
 
@@ -482,7 +483,7 @@ def test_each_kind_of_form_is_answered_with_its_own_page(
         assert '<a href="/">Back to the page the form was on</a>' in response.content.decode()
 
 
-@pytest.mark.parametrize("name", ["a2a_gateway:documents", "a2a_gateway:document-edit"])
+@pytest.mark.parametrize("name", ["representative:documents", "representative:document-edit"])
 def test_a_grounding_document_too_large_to_read_is_refused_at_its_form(
     client: Client, people: dict[str, AbstractUser], world: World, name: str
 ) -> None:

@@ -1,6 +1,6 @@
 """Writes of an agent's grounding documents: the public text its representative answers visitors from.
 
-For the host API (the dashboard's pages save through :class:`a2a_gateway.forms.GroundingDocumentForm`,
+For the host API (the dashboard's pages save through :class:`representative.forms.GroundingDocumentForm`,
 which checks the same: a title of at most 200 characters and a text, both required). Each write
 is one transaction; an edit locks the row. Errors are ``ValidationError`` keyed by field, nothing
 written.
@@ -13,8 +13,8 @@ from typing import Any
 
 from django.db import transaction
 
-from a2a_gateway.models import GroundingDocument
 from agents.models import Agent
+from representative.models import GroundingDocument
 
 
 def grounding_document_create(*, agent: Agent, title: str, text: str) -> GroundingDocument:

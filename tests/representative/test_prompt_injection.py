@@ -25,16 +25,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from a2a_gateway.models import GroundingDocument, IntakeRequest
 from agents.models import Agent, Intent, Message, Run
 from negotiations.models import Negotiation, Turn
 from parley.models import Event, Tenant
-from tests.a2a_gateway import studio
+from representative.models import GroundingDocument, IntakeRequest
 from tests.a2a_gateway.conftest import Endpoint, endpoint_of
-from tests.a2a_gateway.studio import answer_of, question
 from tests.chat_server import ChatServer, text, tool_calls
 from tests.conftest import LiveStack, on_chat_model
 from tests.loopback import LoopbackServer
+from tests.representative import studio
+from tests.representative.studio import answer_of, question
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

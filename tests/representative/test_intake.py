@@ -12,14 +12,16 @@ from django.contrib.auth.models import AbstractUser
 from django.core import mail
 from django.test import Client
 
-from a2a_gateway import representative
-from a2a_gateway.models import A2ATask, GroundingDocument, IntakeRequest
+from a2a_gateway.models import A2ATask
 from agents.models import Agent
 from parley.models import Event, Membership, Tenant
+from representative.answers import MAX_ROUNDS, visitor_answer
+from representative.intake import intake_capture
+from representative.models import GroundingDocument, IntakeRequest
 from tests.a2a_gateway.conftest import endpoint_of
-from tests.a2a_gateway.studio import answer_of, question
 from tests.chat_server import ChatServer, text, tool_calls
 from tests.conftest import LiveStack, free_port, make_user
+from tests.representative.studio import answer_of, question
 
 ASKED = "Request: Please call me back about a logo.\nI am Ana, ana@example.org, +351 912 345 678."
 TAKEN_IN = (
@@ -89,7 +91,7 @@ def test_without_an_intake_owner_the_visitor_is_told_and_nothing_is_kept(
     ],
 )
 def test_offline_intake_markers(vera: Agent, asked: str, summary: str, details: str) -> None:
-    reply = representative.visitor_answer(agent=vera, text=asked, caller="acme|ana")
+    reply = visitor_answer(agent=vera, text=asked, caller="acme|ana")
 
     request = IntakeRequest.across_tenants.get()
     assert reply.text == TAKEN_IN
@@ -99,7 +101,7 @@ def test_offline_intake_markers(vera: Agent, asked: str, summary: str, details: 
 
 @pytest.mark.django_db
 def test_an_empty_request_asks_what_it_is(vera: Agent) -> None:
-    reply = representative.visitor_answer(agent=vera, text="Request:   ", caller="c")
+    reply = visitor_answer(agent=vera, text="Request:   ", caller="c")
 
     assert reply.text == 'Say what the request is after "Request:".'
     assert IntakeRequest.across_tenants.count() == 0
@@ -112,8 +114,8 @@ def test_unconfigured_intake_logs_an_error_for_the_operator(
     vera.intake_owner = None
     vera.save()
 
-    with caplog.at_level(logging.INFO, logger="a2a_gateway.representative"):
-        reply = representative.visitor_answer(agent=vera, text=ASKED, caller="acme|ana")
+    with caplog.at_level(logging.INFO, logger="representative.intake"):
+        reply = visitor_answer(agent=vera, text=ASKED, caller="acme|ana")
 
     assert reply.text == UNCONFIGURED
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
@@ -133,7 +135,7 @@ def test_an_intake_owner_outside_the_tenant_counts_as_unconfigured(vera: Agent, 
     vera.intake_owner = stranger
     vera.save()
 
-    reply = representative.visitor_answer(agent=vera, text=ASKED, caller="c")
+    reply = visitor_answer(agent=vera, text=ASKED, caller="c")
 
     assert reply.text == UNCONFIGURED
     assert IntakeRequest.across_tenants.count() == 0
@@ -144,10 +146,10 @@ def test_the_audit_log_carries_ids_only(
     vera: Agent, principal: AbstractUser, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.DEBUG):
-        representative.visitor_answer(agent=vera, text=ASKED, caller="acme|ana-caller")
+        visitor_answer(agent=vera, text=ASKED, caller="acme|ana-caller")
 
     request = IntakeRequest.across_tenants.get()
-    lines = [r.getMessage() for r in caplog.records if r.name.startswith("a2a_gateway")]
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("representative")]
     assert lines == [
         f"Intake request {request.pk} taken in for agent {vera.pk} of tenant {vera.tenant_id}, "
         f"recipient user {principal.pk}"
@@ -164,7 +166,7 @@ def test_the_owner_gets_an_email_when_they_have_an_address(
     principal.email = "tomas@acme.example"
     principal.save()
 
-    representative.visitor_answer(agent=vera, text=ASKED, caller="c")
+    visitor_answer(agent=vera, text=ASKED, caller="c")
 
     request = IntakeRequest.across_tenants.get()
     [sent] = mail.outbox
@@ -185,7 +187,7 @@ def test_a_failed_email_is_recorded_and_never_raises(
     principal.email = "tomas@acme.example"
     principal.save()
 
-    reply = representative.visitor_answer(agent=vera, text=ASKED, caller="c")
+    reply = visitor_answer(agent=vera, text=ASKED, caller="c")
 
     request = IntakeRequest.across_tenants.get()
     assert reply.text == TAKEN_IN
@@ -209,7 +211,7 @@ def test_the_model_leaves_a_request_for_the_fixed_recipient(
     arguments = json.dumps({"summary": "Logo quote", "details": "Ana, ana@example.org"})
     chat.script(tool_calls(("c1", "leave_request", arguments)), text("I passed it on."))
 
-    reply = representative.visitor_answer(agent=chat_vera, text="Can someone quote me a logo?", caller="c")
+    reply = visitor_answer(agent=chat_vera, text="Can someone quote me a logo?", caller="c")
 
     request = IntakeRequest.across_tenants.get()
     assert (reply.text, reply.intake_request_id) == ("I passed it on.", request.pk)
@@ -244,7 +246,7 @@ def test_arguments_beyond_summary_and_details_are_refused(
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
     chat.script(tool_calls(("c1", "leave_request", raw)), text("Sorry."))
 
-    reply = representative.visitor_answer(agent=chat_vera, text="Pass this on.", caller="c")
+    reply = visitor_answer(agent=chat_vera, text="Pass this on.", caller="c")
 
     assert reply.text == "Sorry."
     assert reply.intake_request_id is None
@@ -259,7 +261,7 @@ def test_one_request_per_turn(chat_vera: Agent, chat: ChatServer) -> None:
     second = json.dumps({"summary": "Two"})
     chat.script(tool_calls(("c1", "leave_request", first), ("c2", "leave_request", second)), text("Done."))
 
-    representative.visitor_answer(agent=chat_vera, text="Pass these on.", caller="c")
+    visitor_answer(agent=chat_vera, text="Pass these on.", caller="c")
 
     assert list(IntakeRequest.across_tenants.values_list("summary", flat=True)) == ["One"]
     assert chat.requests[1].body["messages"][-1]["content"] == (
@@ -270,12 +272,12 @@ def test_one_request_per_turn(chat_vera: Agent, chat: ChatServer) -> None:
 @pytest.mark.django_db
 def test_a_model_that_only_calls_tools_ends_with_the_receipt(chat_vera: Agent, chat: ChatServer) -> None:
     call = json.dumps({"summary": "Logo quote"})
-    chat.script(*(tool_calls((f"c{n}", "leave_request", call)) for n in range(representative.MAX_ROUNDS)))
+    chat.script(*(tool_calls((f"c{n}", "leave_request", call)) for n in range(MAX_ROUNDS)))
 
-    reply = representative.visitor_answer(agent=chat_vera, text="Pass this on.", caller="c")
+    reply = visitor_answer(agent=chat_vera, text="Pass this on.", caller="c")
 
     assert reply.text == TAKEN_IN
-    assert len(chat.requests) == representative.MAX_ROUNDS
+    assert len(chat.requests) == MAX_ROUNDS
     assert IntakeRequest.across_tenants.count() == 1
 
 
@@ -283,7 +285,7 @@ def test_a_model_that_only_calls_tools_ends_with_the_receipt(chat_vera: Agent, c
 
 
 def leave(agent: Agent, summary: str) -> IntakeRequest:
-    return representative.intake_capture(agent=agent, caller="c", summary=summary, details="")
+    return intake_capture(agent=agent, caller="c", summary=summary, details="")
 
 
 @pytest.fixture
@@ -363,13 +365,13 @@ def test_grounding_documents_are_managed_in_the_admin(client: Client, vera: Agen
     leave(vera, "For Tomas")
 
     response = client.post(
-        "/admin/a2a_gateway/groundingdocument/add/",
+        "/admin/representative/groundingdocument/add/",
         {"agent": vera.pk, "title": "Parking", "text": "Parking is free."},
     )
 
     assert response.status_code == 302
     document = GroundingDocument.across_tenants.get(title="Parking")
     assert (document.tenant_id, document.agent_id) == (vera.tenant_id, vera.pk)
-    assert client.get("/admin/a2a_gateway/groundingdocument/").status_code == 200
-    assert client.get("/admin/a2a_gateway/intakerequest/").status_code == 200
-    assert client.get("/admin/a2a_gateway/intakerequest/add/").status_code == 403
+    assert client.get("/admin/representative/groundingdocument/").status_code == 200
+    assert client.get("/admin/representative/intakerequest/").status_code == 200
+    assert client.get("/admin/representative/intakerequest/add/").status_code == 403

@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from a2a_gateway.models import GroundingDocument, IntakeRequest
+from representative.models import GroundingDocument, IntakeRequest
 
 
 @admin.register(GroundingDocument)

@@ -10,20 +10,22 @@ from typing import Any
 import httpx
 import pytest
 from a2a.client import ClientConfig, ClientFactory
-from a2a.helpers import get_artifact_text, new_data_part
-from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
-from a2a.utils.errors import InvalidParamsError
+from a2a.helpers import get_artifact_text
+from a2a.types import Role, SendMessageRequest, StreamResponse, TaskState
 from django.contrib.auth.models import AbstractUser
 
-from a2a_gateway import representative
-from a2a_gateway.models import A2ATask, GroundingDocument, IntakeRequest
+from a2a_gateway.models import A2ATask
+from agents.llm import Usage
 from agents.models import Agent
 from negotiations.models import Negotiation
+from representative.answers import Exchange, system_message, visitor_answer
+from representative.models import GroundingDocument, IntakeRequest
+from representative.retrieval import PASSAGE_CHARS, retrieve
 from tests.a2a_gateway.conftest import Endpoint, endpoint_of, proposal, run, user_message
 from tests.a2a_gateway.servers import InProcessGateway
-from tests.a2a_gateway.studio import HOURS, LANGUAGES, PRICES, answer_of, question, quoted, reply_of
 from tests.chat_server import ChatServer, hang, status, text
 from tests.conftest import LiveStack, wait_until
+from tests.representative.studio import HOURS, LANGUAGES, PRICES, answer_of, question, quoted, reply_of
 
 # --- Offline: retrieval --------------------------------------------------------------------------
 
@@ -40,16 +42,16 @@ from tests.conftest import LiveStack, wait_until
 def test_offline_quotes_the_best_passage_with_its_title(
     vera: Agent, asked: str, title: str, passage: str
 ) -> None:
-    reply = representative.visitor_answer(agent=vera, text=asked, caller="c")
+    reply = visitor_answer(agent=vera, text=asked, caller="c")
 
     assert reply.text == quoted(title, passage)
     assert reply.intake_request_id is None
-    assert reply.usage == representative.Usage(model="offline")
+    assert reply.usage == Usage(model="offline")
 
 
 @pytest.mark.django_db
 def test_offline_says_plainly_what_the_documents_do_not_cover(vera: Agent) -> None:
-    reply = representative.visitor_answer(agent=vera, text="Who won the football match?", caller="c")
+    reply = visitor_answer(agent=vera, text="Who won the football match?", caller="c")
 
     assert reply.text == (
         "Vera Studio's documents do not cover that, so I cannot answer it. To leave a request for "
@@ -62,7 +64,7 @@ def test_offline_without_intake_owner_does_not_offer_requests(vera: Agent) -> No
     vera.intake_owner = None
     vera.save()
 
-    reply = representative.visitor_answer(agent=vera, text="Who won the football match?", caller="c")
+    reply = visitor_answer(agent=vera, text="Who won the football match?", caller="c")
 
     assert reply.text == "Vera Studio's documents do not cover that, so I cannot answer it."
 
@@ -76,15 +78,15 @@ def test_another_agents_grounding_is_never_retrieved(vera: Agent, agent: Agent, 
         tenant=seller.tenant, agent=seller, title="Football", text="Idris plays football on Sundays."
     )
 
-    assert representative.retrieve(agent=vera, question="football club") == []
-    assert [p.title for p in representative.retrieve(agent=agent, question="football club")] == ["Football"]
+    assert retrieve(agent=vera, question="football club") == []
+    assert [p.title for p in retrieve(agent=agent, question="football club")] == ["Football"]
 
 
 @pytest.mark.django_db
 def test_retrieval_needs_a_third_of_the_question(vera: Agent) -> None:
     # "studio" alone is one word of four: too little to say the passage answers the question.
-    assert representative.retrieve(agent=vera, question="studio revenue profit margin") == []
-    found = representative.retrieve(agent=vera, question="studio holidays closed")
+    assert retrieve(agent=vera, question="studio revenue profit margin") == []
+    found = retrieve(agent=vera, question="studio holidays closed")
     assert [(p.title, p.text) for p in found] == [("Opening hours", HOURS)]
 
 
@@ -95,11 +97,11 @@ def test_long_paragraphs_are_quoted_in_pieces(vera: Agent) -> None:
         tenant=vera.tenant, agent=vera, title="Long", text=" ".join([*sentences, "Parking is free."])
     )
 
-    [found] = representative.retrieve(agent=vera, question="Is parking free?")
+    [found] = retrieve(agent=vera, question="Is parking free?")
 
     assert found.title == "Long"
     assert found.text.endswith("Parking is free.")
-    assert len(found.text) <= representative.PASSAGE_CHARS
+    assert len(found.text) <= PASSAGE_CHARS
 
 
 # --- Chat model -----------------------------------------------------------------------------------
@@ -111,14 +113,14 @@ def test_chat_model_gets_only_instructions_and_grounding_and_usage_comes_back(
 ) -> None:
     chat.script(text("We open at nine.", input_tokens=1000, output_tokens=500))
 
-    reply = representative.visitor_answer(agent=chat_vera, text="When do you open?", caller="c")
+    reply = visitor_answer(agent=chat_vera, text="When do you open?", caller="c")
 
     assert reply.text == "We open at nine."
-    assert reply.usage == representative.Usage(
+    assert reply.usage == Usage(
         model="house-model", input_tokens=1000, output_tokens=500, cost=Decimal("0.006")
     )
     [request] = chat.requests
-    system = representative.system_message(chat_vera)
+    system = system_message(chat_vera)
     assert request.body["messages"] == [
         {"role": "system", "content": system},
         {"role": "user", "content": "When do you open?"},
@@ -131,9 +133,9 @@ def test_chat_model_gets_only_instructions_and_grounding_and_usage_comes_back(
 
 @pytest.mark.django_db
 def test_chat_model_sees_the_earlier_exchanges(chat_vera: Agent, chat: ChatServer) -> None:
-    history = [representative.Exchange(question="Hi?", answer="Hello.")]
+    history = [Exchange(question="Hi?", answer="Hello.")]
 
-    representative.visitor_answer(agent=chat_vera, text="And prices?", caller="c", history=history)
+    visitor_answer(agent=chat_vera, text="And prices?", caller="c", history=history)
 
     assert chat.requests[0].body["messages"][1:] == [
         {"role": "user", "content": "Hi?"},
@@ -149,51 +151,9 @@ def test_chat_model_without_an_answer_falls_back_on_the_offline_answer(
 ) -> None:
     chat.script(failure)
 
-    reply = representative.visitor_answer(agent=chat_vera, text="When are you open?", caller="c")
+    reply = visitor_answer(agent=chat_vera, text="When are you open?", caller="c")
 
     assert reply.text == quoted("Opening hours", HOURS)
-
-
-# --- Which face takes a message ------------------------------------------------------------------
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize(
-    ("parts", "face_on", "taken"),
-    [
-        ([Part(text="When are you open?")], True, True),
-        ([Part(text="When are you open?")], False, False),
-        ([Part(text="   ")], True, False),
-        ([Part(text="Hello"), new_data_part({"action": "propose"})], True, False),
-    ],
-    ids=["text", "face-off", "blank", "with-data"],
-)
-def test_a_first_message_without_a_move_is_the_representatives(
-    vera: Agent, parts: list[Part], face_on: bool, taken: bool
-) -> None:
-    if not face_on:
-        vera.grounding_documents.all().delete()
-        vera.intake_owner = None
-        vera.save()
-    message = Message(message_id="m", role=Role.ROLE_USER, parts=parts)
-
-    assert representative.takes(agent=vera, message=message, task_id=None) is taken
-
-
-@pytest.mark.django_db
-def test_a_follow_up_keeps_its_tasks_face(vera: Agent) -> None:
-    Negotiation.objects.create(
-        tenant=vera.tenant, agent=vera, direction=Negotiation.Direction.INBOUND, task_id="t-neg"
-    )
-    words = Message(message_id="m", role=Role.ROLE_USER, parts=[Part(text="When are you open?")])
-    move = user_message(proposal(800))
-
-    assert representative.takes(agent=vera, message=words, task_id="t-neg") is False
-    assert representative.takes(agent=vera, message=words, task_id="t-rep") is True
-    with pytest.raises(
-        InvalidParamsError, match="Task t-rep is a conversation with the agent's representative"
-    ):
-        representative.takes(agent=vera, message=move, task_id="t-rep")
 
 
 # --- Over A2A -------------------------------------------------------------------------------------
