@@ -6,7 +6,7 @@ one of three outcomes:
 * :class:`Result` — the text the model sees as the tool call's result;
 * :class:`Suspend` — a question for the party; the run stops ``needs_input``;
 * :class:`Defer` — the result arrives later through
-  :func:`agents.services.tool_call_complete`; the run stops ``waiting``.
+  :func:`agents.services.tool_calls.tool_call_complete`; the run stops ``waiting``.
 
 What a run offers comes from :func:`tools_for`: the agent's own
 :class:`agents.models.Tool` rows when it has any (built-in, host operation or
@@ -177,9 +177,9 @@ def _host_handler(row: ToolRow) -> Callable[[ToolContext, dict[str, Any]], Outco
 
 def _agent_handler(row: ToolRow) -> Callable[[ToolContext, dict[str, Any]], Outcome]:
     def call(context: ToolContext, arguments: dict[str, Any]) -> Outcome:
-        from agents.services import run_delegate
+        from agents.services import delegation
 
-        return run_delegate(
+        return delegation.run_delegate(
             parent=context.run, tool_call_id=context.tool_call_id, tool=row, arguments=arguments
         )
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.views import View
 from django.views.generic import DetailView, TemplateView
 
-from agents import selectors, services, tools
+from agents import selectors, tools
 from agents.forms import (
     AgentChoiceForm,
     AnswerForm,
@@ -31,6 +31,7 @@ from agents.forms import (
 )
 from agents.instructions import system_message
 from agents.models import Agent, Intent, Question, Run
+from agents.services import questions, runs
 from parley.models import Membership, Tenant
 from parley.views import FilteredListView, TenantMixin
 
@@ -282,14 +283,14 @@ class QuestionAnswerView(QuestionActionView):
             messages.error(request, form_errors(form))
         else:
             try:
-                answered = services.question_answer(
+                answered = questions.question_answer(
                     question=question, answer=form.cleaned_data["answer"], user=self.membership.user
                 )
-            except services.NotAllowed as exc:
+            except runs.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
-            except services.QuestionAlreadyAnswered:
+            except questions.QuestionAlreadyAnswered:
                 messages.error(request, already_decided(question))
-            except services.RunError as exc:
+            except runs.RunError as exc:
                 messages.error(request, str(exc))
             else:
                 messages.success(request, answer_sent(answered.understood))
@@ -314,17 +315,17 @@ class ApprovalDecideView(QuestionActionView):
         else:
             approve = form.cleaned_data["decision"] == "approve"
             try:
-                services.approval_decide(
+                questions.approval_decide(
                     question=question,
                     approve=approve,
                     reason=form.cleaned_data["reason"],
                     user=self.membership.user,
                 )
-            except services.NotAllowed as exc:
+            except runs.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
-            except services.QuestionAlreadyAnswered:
+            except questions.QuestionAlreadyAnswered:
                 messages.error(request, already_decided(question))
-            except services.RunError as exc:
+            except runs.RunError as exc:
                 messages.error(request, str(exc))
             else:
                 if approve:
@@ -381,10 +382,10 @@ class RunCancelView(TenantMixin, View):
     def post(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
         run = run_of(self.membership, pk)
         try:
-            services.run_cancel(run=run, user=self.membership.user)
-        except services.NotAllowed as exc:
+            runs.run_cancel(run=run, user=self.membership.user)
+        except runs.NotAllowed as exc:
             raise PermissionDenied(str(exc)) from exc
-        except services.RunError as exc:
+        except runs.RunError as exc:
             messages.error(request, str(exc))
         else:
             messages.success(request, "Run cancelled.")
@@ -423,9 +424,9 @@ class AgentDetailView(TenantMixin, DetailView):
 
 def start_run(*, agent: Agent, form: RunStartForm) -> Run:
     """Start a run of ``agent`` from a valid :class:`RunStartForm`. Raises what
-    :func:`services.run_start` raises (:class:`services.RunError`: busy thread, unusable limit)."""
+    :func:`runs.run_start` raises (:class:`runs.RunError`: busy thread, unusable limit)."""
     data = form.cleaned_data
-    return services.run_start(
+    return runs.run_start(
         agent=agent,
         intent=data["intent"],
         statement=data["statement"],
@@ -456,7 +457,7 @@ class RunStartView(AgentDetailView):
         if form.is_valid():
             try:
                 run = start_run(agent=agent, form=form)
-            except services.RunError as exc:
+            except runs.RunError as exc:
                 messages.error(request, str(exc))
             else:
                 messages.success(request, "Run started.")
@@ -466,7 +467,7 @@ class RunStartView(AgentDetailView):
 
 class StartWorkView(TenantMixin, TemplateView):
     """Start work: choose one of the agents the member may act for, an intent of it (or write a new
-    one), the task and optional limits, and start a run (:func:`services.run_start`), then its page.
+    one), the task and optional limits, and start a run (:func:`runs.run_start`), then its page.
 
     GET ``agent`` preselects an agent (default: the first by name); asked by
     htmx, it answers the chosen agent's intent choices alone (the select reloads
@@ -501,7 +502,7 @@ class StartWorkView(TenantMixin, TemplateView):
             if form.is_valid():
                 try:
                     run = start_run(agent=agent, form=form)
-                except services.RunError as exc:
+                except runs.RunError as exc:
                     messages.error(request, str(exc))
                 else:
                     messages.success(request, "Run started.")
