@@ -16,7 +16,7 @@ from django.views.generic import DetailView
 
 from agents.forms import AnswerForm
 from agents.selectors import OPERATE, Understood, agent_currency, visible_agents
-from agents.services import NotAllowed
+from agents.services import runs
 from agents.views import form_errors, inbox_context, pretty_json, region_response, term_pairs
 from negotiations import negotiator, selectors, services
 from negotiations.forms import BoardFilterForm
@@ -167,7 +167,7 @@ class NegotiationAnswerView(TenantMixin, View):
                 answered = services.negotiation_guidance_give(
                     negotiation=negotiation, answer=form.cleaned_data["answer"], user=self.membership.user
                 )
-            except NotAllowed as exc:
+            except runs.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
             except services.GuidanceRefused as exc:
                 messages.error(request, str(exc))
