@@ -154,23 +154,23 @@ def _measure(agent: Any, socket: Socket, count: int, *, at_once: bool) -> list[f
     when a question's frame does not arrive within 60 s.
     """
     from agents.models import Intent, Question
-    from agents.services import run_start
+    from agents.services import runs
     from parley.models import Event
 
-    runs = []
+    run_ids = []
     for _ in range(count):
         intent = Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Raise a seed round.")
-        run = run_start(agent=agent, intent=intent, task="Find out the budget.")
-        runs.append(run.pk)
+        run = runs.run_start(agent=agent, intent=intent, task="Find out the budget.")
+        run_ids.append(run.pk)
         if not at_once:
             wait(lambda run=run: _arrived(socket, run.pk), timeout=60)
     try:
-        wait(lambda: all(_arrived(socket, pk) for pk in runs), timeout=60 + count)
+        wait(lambda: all(_arrived(socket, pk) for pk in run_ids), timeout=60 + count)
     except SystemExit:
-        asked = Question.objects.filter(run_id__in=runs).count()
+        asked = Question.objects.filter(run_id__in=run_ids).count()
         arrived = len(socket.arrived)
         raise SystemExit(f"{arrived} frames arrived for {asked} questions asked by {count} runs") from None
-    questions = {str(q.pk): q.run_id for q in Question.objects.filter(run_id__in=runs)}
+    questions = {str(q.pk): q.run_id for q in Question.objects.filter(run_id__in=run_ids)}
     events = list(Event.objects.filter(kind="question.opened", payload__question__in=list(questions)))
     if len(events) != count:
         raise SystemExit(f"{count} runs opened {len(events)} questions, not one each")

@@ -47,7 +47,7 @@ def main() -> None:
 
     from a2a_gateway.cards import agent_url
     from agents.models import Agent, Intent, Run
-    from agents.services import run_start
+    from agents.services import runs
     from parley import devstack
     from parley.models import Tenant
 
@@ -90,7 +90,7 @@ def main() -> None:
             intent = Intent.objects.create(tenant=buyer_tenant, agent=buyer, statement=f"Bench with {size}")
             urls = " ".join(agent_url(s) for s in sellers[:size])
             started = time.perf_counter()
-            run = run_start(agent=buyer, intent=intent, task=f"Negotiate with {urls}")
+            run = runs.run_start(agent=buyer, intent=intent, task=f"Negotiate with {urls}")
             wait(lambda pk=run.pk: Run.objects.get(pk=pk).status not in Run.ACTIVE, timeout=600)
             elapsed = time.perf_counter() - started
             run.refresh_from_db()

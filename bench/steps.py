@@ -174,24 +174,24 @@ def _configuration(env: dict[str, str], agent: Any, *, workers: int, steps: int,
         stop(processes)
 
 
-def _measure(agent: Any, steps: int, runs: int) -> Measured:
-    """Start ``runs`` runs of ``agent`` at once, each on an intent of its own; wait for all to end.
+def _measure(agent: Any, steps: int, count: int) -> Measured:
+    """Start ``count`` runs of ``agent`` at once, each on an intent of its own; wait for all to end.
 
     Fails (SystemExit) unless every run ended ``done`` after exactly ``steps`` steps.
     """
     from django.utils import timezone
 
     from agents.models import Intent, Message, Run
-    from agents.services import ENDED, run_start
+    from agents.services import runs
 
     intents = [
         Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Look things up.")
-        for _ in range(runs)
+        for _ in range(count)
     ]
     started = timezone.now()
-    ids = [run_start(agent=agent, intent=intent, task="Look up every key.").pk for intent in intents]
-    pending = Run.objects.filter(pk__in=ids).exclude(status__in=ENDED)
-    wait(lambda: not pending.exists(), timeout=60 + runs * steps)
+    ids = [runs.run_start(agent=agent, intent=intent, task="Look up every key.").pk for intent in intents]
+    pending = Run.objects.filter(pk__in=ids).exclude(status__in=Run.ENDED)
+    wait(lambda: not pending.exists(), timeout=60 + count * steps)
 
     latencies: list[float] = []
     ended: list[datetime] = []
@@ -213,7 +213,7 @@ def _measure(agent: Any, steps: int, runs: int) -> Measured:
             latencies.append((stamp - previous).total_seconds())
             previous = stamp
         ended.append(stamps[-1])
-    return Measured(latencies=latencies, steps=runs * steps, wall=(max(ended) - started).total_seconds())
+    return Measured(latencies=latencies, steps=count * steps, wall=(max(ended) - started).total_seconds())
 
 
 if __name__ == "__main__":
