@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from agents.models import Agent, Intent, Run
-from agents.services import MAX_TOKEN_BUDGET
+from agents.services import runs
 from parley import strict_json
 from parley.models import Tenant
 
@@ -221,7 +221,7 @@ class RunStartForm(InAgentTimezone):
         label="Max tokens",
         required=False,
         min_value=1,
-        max_value=MAX_TOKEN_BUDGET,
+        max_value=runs.MAX_TOKEN_BUDGET,
         help_text="Optional. Input and output tokens together.",
         error_messages={
             "invalid": "Max tokens: enter a whole number.",

@@ -28,7 +28,7 @@ def can_ask_party(agent: Agent) -> bool:
 
     An agent with nobody to ask never asks (README, "Negotiating"): its negotiator declines where it
     would ask (:func:`negotiations.negotiator.decide`), and the loop answers a call of a tool that
-    asks the party with an error naming why (:func:`agents.services.run_step`). Owners and operators
+    asks the party with an error naming why (:func:`agents.services.steps.run_step`). Owners and operators
     answer on a party's behalf; they do not stand in for a party the agent does not have.
     """
     return agent.principal_id is not None

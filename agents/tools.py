@@ -6,7 +6,7 @@ one of three outcomes:
 * :class:`Result` — the text the model sees as the tool call's result;
 * :class:`Suspend` — a question for the party; the run stops ``needs_input``;
 * :class:`Defer` — the result arrives later through
-  :func:`agents.services.tool_call_complete`; the run stops ``waiting``.
+  :func:`agents.services.tool_calls.tool_call_complete`; the run stops ``waiting``.
 
 What a run offers comes from :func:`tools_for`: the agent's own
 :class:`agents.models.Tool` rows when it has any (built-in, host operation or

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.views import View
 from django.views.generic import DetailView, TemplateView
 
-from agents import selectors, services, tools
+from agents import selectors, tools
 from agents.forms import (
     AgentChoiceForm,
     AnswerForm,
@@ -28,6 +28,7 @@ from agents.forms import (
 from agents.instructions import PLACEHOLDER_INTENT, system_message
 from agents.models import Agent, Intent, Question, Run
 from agents.pages import form_errors, inbox_context, pretty_json, region_response, with_arguments_shown
+from agents.services import questions, runs
 from parley import roles
 from parley.models import Membership
 from parley.pages import FilteredListView, TenantMixin
@@ -64,8 +65,8 @@ def run_of(membership: Membership, pk: Any) -> Run:
     return get_object_or_404(runs.select_related("agent", "intent", "parent__agent"), pk=pk)
 
 
-def already_decided(refused: services.QuestionAlreadyAnswered, *, agent: Agent) -> str:
-    """Why a question takes no answer (:meth:`services.QuestionAlreadyAnswered.said`), when in
+def already_decided(refused: questions.QuestionAlreadyAnswered, *, agent: Agent) -> str:
+    """Why a question takes no answer (:meth:`questions.QuestionAlreadyAnswered.said`), when in
     ``agent``'s timezone."""
     zone = agent.timezone
     when = f"{timezone.localtime(refused.question.answered_at, ZoneInfo(zone)):%Y-%m-%d %H:%M} ({zone})"
@@ -140,14 +141,14 @@ class QuestionAnswerView(QuestionActionView):
             messages.error(request, form_errors(form))
         else:
             try:
-                answered = services.question_answer(
+                answered = questions.question_answer(
                     question=question, answer=form.cleaned_data["answer"], user=self.membership.user
                 )
-            except services.NotAllowed as exc:
+            except runs.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
-            except services.QuestionAlreadyAnswered as exc:
+            except questions.QuestionAlreadyAnswered as exc:
                 messages.error(request, already_decided(exc, agent=question.run.agent))
-            except services.RunError as exc:
+            except runs.RunError as exc:
                 messages.error(request, str(exc))
             else:
                 messages.success(request, answer_sent(answered.understood))
@@ -172,17 +173,17 @@ class ApprovalDecideView(QuestionActionView):
         else:
             approve = form.cleaned_data["decision"] == "approve"
             try:
-                services.approval_decide(
+                questions.approval_decide(
                     question=question,
                     approve=approve,
                     reason=form.cleaned_data["reason"],
                     user=self.membership.user,
                 )
-            except services.NotAllowed as exc:
+            except runs.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
-            except services.QuestionAlreadyAnswered as exc:
+            except questions.QuestionAlreadyAnswered as exc:
                 messages.error(request, already_decided(exc, agent=question.run.agent))
-            except services.RunError as exc:
+            except runs.RunError as exc:
                 messages.error(request, str(exc))
             else:
                 if approve:
@@ -241,10 +242,10 @@ class RunCancelView(TenantMixin, View):
     def post(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
         run = run_of(self.membership, pk)
         try:
-            services.run_cancel(run=run, user=self.membership.user)
-        except services.NotAllowed as exc:
+            runs.run_cancel(run=run, user=self.membership.user)
+        except runs.NotAllowed as exc:
             raise PermissionDenied(str(exc)) from exc
-        except services.RunError as exc:
+        except runs.RunError as exc:
             messages.error(request, str(exc))
         else:
             messages.success(request, "Run cancelled.")
@@ -283,10 +284,10 @@ class AgentDetailView(TenantMixin, DetailView):
 
 def start_run(*, agent: Agent, form: RunStartForm, membership: Membership) -> Run:
     """Start a run of ``agent`` for the member from a valid :class:`RunStartForm`. Raises what
-    :func:`services.run_start` raises (:class:`services.NotAllowed` for a member who may not start
-    it; :class:`services.RunError`: busy thread, unusable limit)."""
+    :func:`runs.run_start` raises (:class:`runs.NotAllowed` for a member who may not start
+    it; :class:`runs.RunError`: busy thread, unusable limit)."""
     data = form.cleaned_data
-    return services.run_start(
+    return runs.run_start(
         user=membership.user,
         agent=agent,
         intent=data["intent"],
@@ -315,21 +316,21 @@ class RunStartView(AgentDetailView):
         form = RunStartForm(request.POST, agent=agent)
         try:
             # Asked first: a member who may not start gets the 403 whatever they posted.
-            services.require_may_start(agent=agent, user=self.membership.user)
+            runs.require_may_start(agent=agent, user=self.membership.user)
             if form.is_valid():
                 run = start_run(agent=agent, form=form, membership=self.membership)
                 messages.success(request, "Run started.")
                 return redirect("agents:run", tenant=tenant, pk=run.pk)
-        except services.NotAllowed as exc:
+        except runs.NotAllowed as exc:
             raise PermissionDenied(str(exc)) from exc
-        except services.RunError as exc:
+        except runs.RunError as exc:
             messages.error(request, str(exc))
         return self.render_to_response(self.get_context_data(form=form))
 
 
 class StartWorkView(TenantMixin, TemplateView):
     """Start work: choose one of the agents the member may act for, an intent of it (or write a new
-    one), the task and optional limits, and start a run (:func:`services.run_start`), then its page.
+    one), the task and optional limits, and start a run (:func:`runs.run_start`), then its page.
 
     GET ``agent`` preselects an agent (default: the first by name); asked by
     htmx, it answers the chosen agent's intent choices alone (the select reloads
@@ -364,9 +365,9 @@ class StartWorkView(TenantMixin, TemplateView):
             if form.is_valid():
                 try:
                     run = start_run(agent=agent, form=form, membership=self.membership)
-                except services.NotAllowed as exc:
+                except runs.NotAllowed as exc:
                     raise PermissionDenied(str(exc)) from exc
-                except services.RunError as exc:
+                except runs.RunError as exc:
                     messages.error(request, str(exc))
                 else:
                     messages.success(request, "Run started.")

@@ -24,7 +24,7 @@ from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from agents.configuration import InUse
-from agents.services import NotAllowed, QuestionAlreadyAnswered, RunError
+from agents.services import questions, runs
 from negotiations.services import GuidanceRefused
 
 INVALID_MESSAGE = "The request is not valid; see fields."
@@ -57,11 +57,11 @@ def _translate(exc: Exception) -> Exception:
         return exceptions.ValidationError(as_serializer_error(exc))
     if isinstance(exc, Http404):
         return exceptions.NotFound()
-    if isinstance(exc, NotAllowed | PermissionDenied):
+    if isinstance(exc, runs.NotAllowed | PermissionDenied):
         return exceptions.PermissionDenied(str(exc) or None)
-    if isinstance(exc, RunError) and exc.field:  # refused for one input: the caller's to fix
+    if isinstance(exc, runs.RunError) and exc.field:  # refused for one input: the caller's to fix
         return exceptions.ValidationError({exc.field: [str(exc)]})
-    if isinstance(exc, QuestionAlreadyAnswered | RunError | InUse):
+    if isinstance(exc, questions.QuestionAlreadyAnswered | runs.RunError | InUse):
         return Conflict(str(exc))
     if isinstance(exc, GuidanceRefused):  # its code says why: outbound, not_waiting, already_answered
         return Conflict(str(exc), code=exc.code)

@@ -20,10 +20,11 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agents import selectors, services
+from agents import selectors
 from agents.forms import MAX_TEXT
 from agents.models import Agent, Intent, Message, Question, Run
 from agents.selectors import ToolCallShown
+from agents.services import questions, runs
 from api.base import TenantViewSet
 from api.configuration import JSONObjectField
 from api.errors import Conflict
@@ -283,7 +284,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet
     def create(self, request: Request) -> Response:
         start = RunStartSerializer(data=request.data, context=self.get_serializer_context())
         start.is_valid(raise_exception=True)
-        run = services.run_start(**start.validated_data)
+        run = runs.run_start(**start.validated_data)
         return Response(RunDetailSerializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -295,7 +296,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TenantViewSet
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
-        run = services.run_cancel(run=self.get_object(), user=None)
+        run = runs.run_cancel(run=self.get_object(), user=None)
         return Response(RunDetailSerializer(self.get_queryset().get(pk=run.pk)).data)
 
 
@@ -491,8 +492,8 @@ class QuestionFilter(django_filters.FilterSet):
         return queryset.filter(QUESTION_STATUS_MATCH[QuestionStatus(value)])
 
 
-def already_decided(refused: services.QuestionAlreadyAnswered) -> str:
-    """Why a question takes no answer (:meth:`services.QuestionAlreadyAnswered.said`), when in UTC."""
+def already_decided(refused: questions.QuestionAlreadyAnswered) -> str:
+    """Why a question takes no answer (:meth:`questions.QuestionAlreadyAnswered.said`), when in UTC."""
     answered_at = refused.question.answered_at
     assert answered_at is not None
     return refused.said(when=answered_at.astimezone(UTC).isoformat())
@@ -542,10 +543,10 @@ class QuestionViewSet(QuestionsBase):
         body = AnswerSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            answered = services.question_answer(
+            answered = questions.question_answer(
                 question=question, answer=body.validated_data["answer"], user=None
             )
-        except services.QuestionAlreadyAnswered as exc:
+        except questions.QuestionAlreadyAnswered as exc:
             raise Conflict(already_decided(exc)) from exc
         context = {"understood": answered.understood}
         return Response(AnsweredQuestionSerializer(self.reread(question), context=context).data)
@@ -566,10 +567,10 @@ class ApprovalViewSet(QuestionsBase):
         body = DecisionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            services.approval_decide(
+            questions.approval_decide(
                 question=approval, approve=approve, reason=body.validated_data["reason"], user=None
             )
-        except services.QuestionAlreadyAnswered as exc:
+        except questions.QuestionAlreadyAnswered as exc:
             raise Conflict(already_decided(exc)) from exc
         return Response(ApprovalSerializer(self.reread(approval)).data)
 

@@ -154,14 +154,14 @@ def _measure(agent: Any, socket: Socket, count: int, *, at_once: bool) -> list[f
     when a question's frame does not arrive within 60 s.
     """
     from agents.models import Intent, Question
-    from agents.services import run_start
+    from agents.services import runs
     from parley.models import Event
 
-    runs = []
+    run_ids = []
     for _ in range(count):
         intent = Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Raise a seed round.")
-        run = run_start(agent=agent, intent=intent, task="Find out the budget.")
-        runs.append(run.pk)
+        run = runs.run_start(agent=agent, intent=intent, task="Find out the budget.")
+        run_ids.append(run.pk)
         if not at_once:
             wait(lambda run=run: _arrived(socket, agent.tenant_id, run.pk), timeout=60)
     try:

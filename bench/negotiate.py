@@ -21,6 +21,8 @@ import time
 
 from stack import DATABASE_URL, free_port, fresh_database, wait
 
+from agents.services import runs
+
 REDIS_URL = "redis://127.0.0.1:6379/8"
 
 
@@ -47,7 +49,6 @@ def main() -> None:
 
     from agents.addresses import agent_url
     from agents.models import Agent, Intent, Run
-    from agents.services import run_start
     from parley import devstack
     from parley.models import Tenant
 
@@ -90,7 +91,7 @@ def main() -> None:
             intent = Intent.objects.create(tenant=buyer_tenant, agent=buyer, statement=f"Bench with {size}")
             urls = " ".join(agent_url(s) for s in sellers[:size])
             started = time.perf_counter()
-            run = run_start(agent=buyer, intent=intent, task=f"Negotiate with {urls}")
+            run = runs.run_start(agent=buyer, intent=intent, task=f"Negotiate with {urls}")
             wait(
                 lambda pk=run.pk: Run.objects.for_tenant(buyer_tenant).get(pk=pk).status not in Run.ACTIVE,
                 timeout=600,

@@ -40,6 +40,8 @@ from typing import Any
 
 from stack import DATABASE_URL, fresh_database, percentile, stop, wait, wait_for_workers
 
+from agents.services import runs
+
 REDIS_URL = "redis://127.0.0.1:6379/8"
 ALONE_RUNS = 3
 FINAL_TEXT = "All looked up."
@@ -174,23 +176,22 @@ def _configuration(env: dict[str, str], agent: Any, *, workers: int, steps: int,
         stop(processes)
 
 
-def _measure(agent: Any, steps: int, runs: int) -> Measured:
-    """Start ``runs`` runs of ``agent`` at once, each on an intent of its own; wait for all to end.
+def _measure(agent: Any, steps: int, count: int) -> Measured:
+    """Start ``count`` runs of ``agent`` at once, each on an intent of its own; wait for all to end.
 
     Fails (SystemExit) unless every run ended ``done`` after exactly ``steps`` steps.
     """
     from django.utils import timezone
 
     from agents.models import Intent, Message, Run
-    from agents.services import ENDED, run_start
 
     intents = [
         Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Look things up.")
-        for _ in range(runs)
+        for _ in range(count)
     ]
     started = timezone.now()
-    ids = [run_start(agent=agent, intent=intent, task="Look up every key.").pk for intent in intents]
-    pending = Run.objects.for_tenant(agent.tenant_id).filter(pk__in=ids).exclude(status__in=ENDED)
+    ids = [runs.run_start(agent=agent, intent=intent, task="Look up every key.").pk for intent in intents]
+    pending = Run.objects.for_tenant(agent.tenant_id).filter(pk__in=ids).exclude(status__in=Run.ENDED)
     wait(lambda: not pending.exists(), timeout=60 + runs * steps)
 
     latencies: list[float] = []
@@ -214,7 +215,7 @@ def _measure(agent: Any, steps: int, runs: int) -> Measured:
             latencies.append((stamp - previous).total_seconds())
             previous = stamp
         ended.append(stamps[-1])
-    return Measured(latencies=latencies, steps=runs * steps, wall=(max(ended) - started).total_seconds())
+    return Measured(latencies=latencies, steps=count * steps, wall=(max(ended) - started).total_seconds())
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from agents.configuration import is_unique_violation
 from agents.models import Agent
-from agents.services import RunError, run_start
+from agents.services import runs
 from exchange import delegation, wire
 from exchange.models import ExchangeProfile, MandateUse, PreparedExchange
 
@@ -211,8 +211,8 @@ def _run(
     if mandate is not None:
         receipt.update(mandateId=mandate.mandate_id, usesRemaining=_use(agent, mandate))
     try:
-        run = run_start(agent=agent, statement=request["purpose"], task=request["instruction"])
-    except RunError as exc:
+        run = runs.run_start(agent=agent, statement=request["purpose"], task=request["instruction"])
+    except runs.RunError as exc:
         raise ExchangeRefused(f"The request could not be run: {exc}") from None
     wire.check_receipt(receipt)
     prepared.request = None

@@ -36,7 +36,7 @@ from django.utils import timezone
 from agents import tools
 from agents.models import Agent, Intent, Run
 from agents.selectors import can_ask_party
-from agents.services import require_may_act, run_budget_spent, run_usage_add, tool_call_complete
+from agents.services import runs, steps, tool_calls
 from negotiations import client, digest, evaluation, negotiator, selectors
 from negotiations.models import Batch, Negotiation, Settlement, Turn
 from negotiations.rules import check_move
@@ -352,7 +352,7 @@ def _outbound_decide(negotiation: Negotiation) -> _Decided | dict[str, Any] | No
         negotiation.save(update_fields=["status", "updated_at"])
         return _event_of(negotiation)
     run = negotiation.batch.run if negotiation.batch else None
-    if run is not None and (spent := run_budget_spent(run)):
+    if run is not None and (spent := steps.run_budget_spent(run)):
         return _fail(negotiation, f"the run it serves can spend no more: {spent}")
     try:
         decision = negotiator.decide(
@@ -626,7 +626,7 @@ def _spend(negotiation: Negotiation, usage: negotiator.Usage, run: Run | None) -
         cost=F("cost") + usage.cost,
     )
     if run is not None:
-        run_usage_add(
+        steps.run_usage_add(
             run=run, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost=usage.cost
         )
 
@@ -1003,14 +1003,16 @@ def negotiation_guidance_give(*, negotiation: Negotiation, answer: str, user: Us
     once (the registered hooks, after commit). ``user`` None is the host
     through its API. Returns the negotiation as saved.
 
-    Raises :class:`agents.services.NotAllowed` unless ``user`` may act for the
-    agent (:func:`agents.services.require_may_act`), ``ValidationError`` at
+    Raises :class:`agents.services.runs.NotAllowed` unless ``user`` may act for the
+    agent (:func:`agents.services.runs.require_may_act`), ``ValidationError`` at
     ``answer`` for an empty one, and :class:`GuidanceRefused` for an outbound
     negotiation, one not waiting on its party, or one answered before whose
     reply has not gone out.
     """
     if user is not None:
-        require_may_act(user, negotiation.agent_id, negotiation.tenant_id, doing="answer its negotiations")
+        runs.require_may_act(
+            user, negotiation.agent_id, negotiation.tenant_id, doing="answer its negotiations"
+        )
     answer = answer.strip()
     if not answer:
         raise ValidationError({"answer": "The answer is empty."})
@@ -1355,7 +1357,9 @@ def _report(negotiation: Negotiation, event: dict[str, Any]) -> None:
         events = [*batch.events, *(n.event for n in batch.negotiations.order_by("created_at"))]
         batch.reported_at = timezone.now()
         batch.save(update_fields=["reported_at", "updated_at"])
-        tool_call_complete(run=batch.run, tool_call_id=batch.tool_call_id, result=digest.render(events))
+        tool_calls.tool_call_complete(
+            run=batch.run, tool_call_id=batch.tool_call_id, result=digest.render(events)
+        )
 
 
 def _fail(negotiation: Negotiation, error: str, *, drop_move: bool = False) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from django.views.generic import DetailView
 from agents.forms import AnswerForm
 from agents.pages import form_errors, inbox_context, pretty_json, region_response, term_pairs
 from agents.selectors import Understood, agent_currency, visible_agents
-from agents.services import NotAllowed
+from agents.services import runs
 from negotiations import negotiator, selectors, services
 from negotiations.forms import BoardFilterForm
 from negotiations.models import Negotiation, Turn
@@ -170,7 +170,7 @@ class NegotiationAnswerView(TenantMixin, View):
                 answered = services.negotiation_guidance_give(
                     negotiation=negotiation, answer=form.cleaned_data["answer"], user=self.membership.user
                 )
-            except NotAllowed as exc:
+            except runs.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
             except services.GuidanceRefused as exc:
                 messages.error(request, str(exc))

@@ -7,8 +7,8 @@ from a2a.client import A2ACardResolver
 from a2a.client.errors import AgentCardResolutionError
 from a2a.types import AgentCard
 
-from agents import services
 from agents.models import Agent, Intent
+from agents.services import runs
 from tests.a2a_gateway.conftest import Endpoint, run
 from tests.conftest import LiveStack, runs_settle
 
@@ -98,7 +98,7 @@ def test_scoping_the_agent_to_an_intent_leaves_its_card_byte_identical(
     """An intent changes the work and the system message, never the identity."""
     unscoped = run(lambda http: http.get(seller_endpoint.card_url)).content
     intent = Intent.objects.create(tenant=seller.tenant, agent=seller, statement="Sell two days a month.")
-    services.run_start(agent=seller, intent=intent, task="Find a client for two days a month.")
+    runs.run_start(agent=seller, intent=intent, task="Find a client for two days a month.")
 
     scoped = run(lambda http: http.get(seller_endpoint.card_url)).content
 

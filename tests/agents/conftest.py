@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from agents import services
 from agents.models import Agent, Run, Tool
+from agents.services import steps
 from tests.chat_server import ChatServer
 from tests.conftest import on_chat_model
 from tests.loopback import LoopbackServer
@@ -68,6 +68,6 @@ def lookup(agent: Agent, host: HostServer) -> Tool:
 
 def step(run: Run) -> Run:
     """Take one step in this process, as a worker would."""
-    services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+    steps.run_step(run_id=run.pk, tenant_id=run.tenant_id)
     run.refresh_from_db()
     return run

@@ -1,5 +1,5 @@
 """Why a question takes no second answer is said in one place, the service's refusal
-(:meth:`agents.services.QuestionAlreadyAnswered.said`): the dashboard and the API only write its
+(:meth:`agents.services.questions.QuestionAlreadyAnswered.said`): the dashboard and the API only write its
 time, in the agent's timezone or in UTC."""
 
 from __future__ import annotations

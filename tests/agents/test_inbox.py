@@ -16,9 +16,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils.html import escape
 
-from agents import services
 from agents.models import Agent, Intent, Message, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES
+from agents.services import questions, runs
 from negotiations import services as negotiation_services
 from negotiations.models import Negotiation, Turn
 from parley.models import Event, Membership, Tenant
@@ -59,7 +59,7 @@ def asked(agent: Agent, statement: str = "Bring in a fractional CFO.") -> Questi
     """A real run of ``agent`` on a new intent, stepped once: the offline model asks its party
     which agents to negotiate with, and the run waits on that question."""
     intent = Intent.objects.create(tenant=agent.tenant, agent=agent, statement=statement)
-    run = step(services.run_start(agent=agent, intent=intent, task=TASK))
+    run = step(runs.run_start(agent=agent, intent=intent, task=TASK))
     assert run.status == Run.Status.NEEDS_INPUT
     return Question.across_tenants.select_related("run__intent").get(run=run)
 
@@ -355,7 +355,7 @@ class TestAnsweringByHtmx:
         # Tomas's tab still shows the question; meanwhile an operator answers it from another tab.
         assert f'id="item-{question.pk}"' in logged_in.get(inbox_url()).content.decode()
         Agent.across_tenants.filter(pk=agent.pk).update(timezone="Europe/Berlin")
-        services.question_answer(question=question, answer="https://noor.example/a2a", user=operator)
+        questions.question_answer(question=question, answer="https://noor.example/a2a", user=operator)
         question.refresh_from_db()
         first = (question.answer, question.answered_by_id, question.answered_at)
         messages_before = Message.across_tenants.filter(run=question.run).count()
@@ -423,7 +423,7 @@ class TestLive:
     ) -> None:
         question = asked(agent)
 
-        services.question_answer(question=question, answer=ANSWER, user=operator)
+        questions.question_answer(question=question, answer=ANSWER, user=operator)
 
         assert Event.across_tenants.filter(
             kind="question.answered", payload__question=str(question.pk)

@@ -7,17 +7,17 @@ from datetime import UTC, datetime
 import pytest
 from django.contrib.auth.models import AbstractUser
 
-from agents import services
 from agents.instructions import system_message
 from agents.models import Agent, Intent, Message, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES, NO_COUNTERPARTIES
+from agents.services import questions, runs, steps
 from parley.models import Membership
 from tests.conftest import LiveStack, make_user, wait_until
 
 
 def _step(run: Run) -> Run:
     """Take one step in this process, as a worker would."""
-    services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+    steps.run_step(run_id=run.pk, tenant_id=run.tenant_id)
     run.refresh_from_db()
     return run
 
@@ -26,14 +26,14 @@ def _step(run: Run) -> Run:
 def test_suspend_answer_resume_in_a_worker(
     live_stack: LiveStack, agent: Agent, intent: Intent, principal: AbstractUser
 ) -> None:
-    run = services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
+    run = runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
 
     question = wait_until(lambda: Question.across_tenants.filter(run=run).first(), what="the question")
     run.refresh_from_db()
     assert run.status == Run.Status.NEEDS_INPUT
     assert question.question == ASK_FOR_COUNTERPARTIES
 
-    services.question_answer(question=question, answer="Nobody yet.", user=principal)
+    questions.question_answer(question=question, answer="Nobody yet.", user=principal)
 
     wait_until(
         lambda: Run.across_tenants.get(pk=run.pk).status == Run.Status.DONE,
@@ -61,12 +61,12 @@ def test_suspend_answer_resume_in_a_worker(
 def test_the_answer_is_the_suspended_calls_result_not_a_user_message(
     agent: Agent, intent: Intent, principal: AbstractUser
 ) -> None:
-    run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
+    run = _step(runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     question = Question.across_tenants.get(run=run)
     call = Message.across_tenants.get(run=run, role=Message.Role.ASSISTANT).tool_calls[0]
     assert (call["id"], call["name"]) == (question.tool_call_id, "ask_user")
 
-    services.question_answer(question=question, answer="Nobody yet.", user=principal)
+    questions.question_answer(question=question, answer="Nobody yet.", user=principal)
 
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING
@@ -88,7 +88,7 @@ def test_without_a_principal_ask_user_is_refused_and_the_offline_model_finishes_
     agent.principal = None
     agent.save()
 
-    run = _step(_step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")))
+    run = _step(_step(runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")))
 
     refusal = (
         "Error: ask_user cannot ask: this agent has no principal to ask, so nobody would answer. Go on "
@@ -108,13 +108,13 @@ def test_without_a_principal_ask_user_is_refused_and_the_offline_model_finishes_
 def test_answering_twice_is_refused_and_changes_nothing(
     agent: Agent, intent: Intent, principal: AbstractUser
 ) -> None:
-    run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
+    run = _step(runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     question = Question.across_tenants.get(run=run)
-    services.question_answer(question=question, answer="First answer.", user=principal)
+    questions.question_answer(question=question, answer="First answer.", user=principal)
     messages_before = list(Message.across_tenants.filter(run=run).values_list("seq", "content"))
 
-    with pytest.raises(services.QuestionAlreadyAnswered, match="already answered"):
-        services.question_answer(question=question, answer="Second answer.", user=principal)
+    with pytest.raises(questions.QuestionAlreadyAnswered, match="already answered"):
+        questions.question_answer(question=question, answer="Second answer.", user=principal)
 
     question.refresh_from_db()
     assert question.answer == "First answer."
@@ -123,19 +123,19 @@ def test_answering_twice_is_refused_and_changes_nothing(
 
 @pytest.mark.django_db
 def test_an_empty_answer_is_refused(agent: Agent, intent: Intent, principal: AbstractUser) -> None:
-    run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
+    run = _step(runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     question = Question.across_tenants.get(run=run)
-    with pytest.raises(services.RunError, match=r"^The answer is empty\.$"):
-        services.question_answer(question=question, answer="   ", user=principal)
+    with pytest.raises(runs.RunError, match=r"^The answer is empty\.$"):
+        questions.question_answer(question=question, answer="   ", user=principal)
     question.refresh_from_db()
     assert question.is_open
 
 
 @pytest.mark.django_db
 def test_a_second_run_on_a_busy_thread_is_refused(agent: Agent, intent: Intent) -> None:
-    first = services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
-    with pytest.raises(services.RunError, match=f"Run {first.pk} of this intent is still queued"):
-        services.run_start(agent=agent, intent=intent, task="And another thing.")
+    first = runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
+    with pytest.raises(runs.RunError, match=f"Run {first.pk} of this intent is still queued"):
+        runs.run_start(agent=agent, intent=intent, task="And another thing.")
     assert Run.across_tenants.filter(intent=intent).count() == 1
     assert Message.across_tenants.filter(intent=intent).count() == 1
 
@@ -144,8 +144,8 @@ def test_a_second_run_on_a_busy_thread_is_refused(agent: Agent, intent: Intent) 
 def test_a_run_stops_at_its_step_cap(agent: Agent, intent: Intent, principal: AbstractUser) -> None:
     agent.max_steps = 1
     agent.save()
-    run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
-    services.question_answer(
+    run = _step(runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
+    questions.question_answer(
         question=Question.across_tenants.get(run=run), answer="Nobody yet.", user=principal
     )
 
@@ -156,7 +156,7 @@ def test_a_run_stops_at_its_step_cap(agent: Agent, intent: Intent, principal: Ab
 
 @pytest.mark.django_db
 def test_a_step_taken_twice_is_applied_once(agent: Agent, intent: Intent) -> None:
-    run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
+    run = _step(runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     run = _step(run)  # the same step delivered again: the run waits on its question, nothing is added
     assert run.step_count == 1
     assert Question.across_tenants.filter(run=run).count() == 1
@@ -180,14 +180,14 @@ def test_the_system_message_carries_prompt_identity_date_and_intent(agent: Agent
 @pytest.mark.parametrize("role", [Membership.Role.VIEWER, Membership.Role.PRINCIPAL, None])
 def test_only_the_party_or_staff_may_answer(agent: Agent, intent: Intent, role: str | None) -> None:
     """A viewer, another party of the tenant, and a stranger are refused by the service itself."""
-    run = _step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
+    run = _step(runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     question = Question.across_tenants.get(run=run)
     someone = make_user("someone")
     if role is not None:
         Membership.objects.create(user=someone, tenant=agent.tenant, role=role)
 
-    with pytest.raises(services.NotAllowed, match=r"^Only the agent's party, an owner or an operator"):
-        services.question_answer(question=question, answer="Sure.", user=someone)
+    with pytest.raises(runs.NotAllowed, match=r"^Only the agent's party, an owner or an operator"):
+        questions.question_answer(question=question, answer="Sure.", user=someone)
 
     question.refresh_from_db()
     run.refresh_from_db()

@@ -16,8 +16,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from agents import configuration, services
+from agents import configuration
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
+from agents.services import questions, runs
 from tests.agents.conftest import HostServer, step
 from tests.agents.pages import start_url
 from tests.chat_server import ChatServer, text, tool_calls
@@ -47,11 +48,11 @@ def test_a_queued_runs_task_enters_the_thread_when_its_run_starts(
     llm_agent.on_busy = Agent.OnBusy.QUEUE
     llm_agent.save()
     chat.script(tool_calls(("c1", "ask_user", '{"question": "Budget?"}')), text("Noted."))
-    first = step(services.run_start(agent=llm_agent, intent=intent, task="Find a CFO."))
+    first = step(runs.run_start(agent=llm_agent, intent=intent, task="Find a CFO."))
     assert first.status == Run.Status.NEEDS_INPUT
-    services.run_start(agent=llm_agent, intent=intent, task="SECOND TASK: find a lawyer.")
+    runs.run_start(agent=llm_agent, intent=intent, task="SECOND TASK: find a lawyer.")
 
-    services.question_answer(
+    questions.question_answer(
         question=Question.across_tenants.get(run=first), answer="1200 a day", user=principal
     )
     step(first)
@@ -75,7 +76,7 @@ def test_a_tool_call_id_reused_in_a_later_step_is_replaced_by_ours(
         tool_calls(("call_0", "lookup", '{"order": "B"}')),
         text("Both ship Monday."),
     )
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Where are A and B?"))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Where are A and B?"))
     run = step(run)
 
     assert run.step_count == 2
@@ -91,7 +92,7 @@ def test_the_same_tool_call_id_twice_in_one_message_gets_each_call_its_own_resul
     llm_agent.tools.add(lookup)
     chat.script(tool_calls(("c1", "lookup", '{"order": "A"}'), ("c1", "lookup", '{"order": "B"}')))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Where are A and B?"))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Where are A and B?"))
 
     assert run.step_count == 1
     assert run.status == Run.Status.RUNNING
@@ -109,10 +110,10 @@ def test_two_ask_user_calls_with_one_id_resume_when_the_party_answers(
     chat.script(
         tool_calls(("c1", "ask_user", '{"question": "A?"}'), ("c1", "ask_user", '{"question": "B?"}'))
     )
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Go."))
     assert run.status == Run.Status.NEEDS_INPUT
 
-    services.question_answer(question=Question.across_tenants.get(run=run), answer="Yes.", user=principal)
+    questions.question_answer(question=Question.across_tenants.get(run=run), answer="Yes.", user=principal)
 
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING
@@ -127,7 +128,7 @@ def test_a_tool_call_id_too_long_to_store_is_replaced_by_ours(
     llm_agent.tools.add(lookup)
     chat.script(tool_calls(("x" * 300, "lookup", '{"order": "A"}')))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Where is A?"))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Where is A?"))
 
     assert run.step_count == 1
     [(call_id, content)] = results(run)
@@ -179,11 +180,11 @@ def test_approving_a_tool_that_asks_the_party_gives_the_call_an_error_result(
     )
     llm_agent.tools.add(ask)
     chat.script(tool_calls(("c1", "ask_user", '{"question": "Budget?"}')))
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Go."))
     approval = Question.across_tenants.get(run=run)
-    services.approval_decide(question=approval, approve=True, user=principal)
+    questions.approval_decide(question=approval, approve=True, user=principal)
 
-    services.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)
+    questions.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)
 
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING
@@ -202,7 +203,7 @@ def test_nan_in_a_final_answer_is_not_json_and_the_model_is_asked_again(
     """A final answer with ``NaN`` (which Python's JSON reader takes and Postgres does not) is not JSON:
     the model is told its answer must be JSON, and the run goes on."""
     chat.script(text('{"amount": NaN}'), text('{"amount": 1}'))
-    run = services.run_start(agent=llm_agent, intent=intent, task="Price?", output_schema={"type": "object"})
+    run = runs.run_start(agent=llm_agent, intent=intent, task="Price?", output_schema={"type": "object"})
 
     run = step(run)
 
@@ -225,7 +226,7 @@ def test_nan_in_the_arguments_of_a_tool_needing_approval_is_not_json(
     llm_agent.tools.add(lookup)
     chat.script(tool_calls(("c1", "lookup", '{"order": NaN}')))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Go."))
 
     assert run.status == Run.Status.RUNNING
     assert results(run)[0][1].startswith("Error: the arguments of lookup are not valid JSON")
@@ -250,7 +251,7 @@ def test_arguments_that_are_not_a_string_holding_an_object_are_each_an_error_res
         text("B-2 ships Monday."),
     )
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Where are my orders?"))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Where are my orders?"))
 
     bare = "Error: the arguments of lookup must be a string holding a JSON object, and the model sent"
     assert results(run) == [
@@ -293,7 +294,7 @@ def test_an_output_guardrail_applies_to_the_streamed_text_too(
     llm_agent.save()
     chat.script(text("Write to jane@example.com today."))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Who do I write to?"))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Who do I write to?"))
 
     assert run.output == "Write to [email redacted] today."
     streamed = "".join(m["payload"]["delta"] for m in listener.pushed() if m["event"] == "run.delta")
@@ -306,10 +307,10 @@ def test_input_guardrails_cover_the_intent_the_party_wrote(llm_agent: Agent, cha
     message included."""
     llm_agent.guardrails = [{"name": "no-mail", "stage": "input", "action": "redact", "match": "email"}]
     llm_agent.save()
-    intent = services.intent_create(agent=llm_agent, statement="Hire Jane (jane@example.com).")
+    intent = runs.intent_create(agent=llm_agent, statement="Hire Jane (jane@example.com).")
     chat.script(text("ok"))
 
-    step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
+    step(runs.run_start(agent=llm_agent, intent=intent, task="Go."))
 
     assert "jane@example.com" not in str(chat.requests[0].body["messages"])
 
@@ -324,7 +325,7 @@ def test_a_step_blocked_by_an_output_guardrail_still_counts_its_usage(
     llm_agent.save()
     chat.script(text("jane@example.com", input_tokens=1000, output_tokens=500))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Go."))
 
     assert run.status == Run.Status.FAILED
     assert (run.input_tokens, run.output_tokens, run.cost) == (1000, 500, Decimal("0.006"))
@@ -365,7 +366,7 @@ def test_a_run_on_models_priced_in_different_currencies_fails_without_calling_th
 ) -> None:
     """A run whose agent chains models priced in different currencies fails, naming both currencies,
     before any request reaches a model."""
-    run = step(services.run_start(agent=yen_fallback, intent=intent, task="Answer."))
+    run = step(runs.run_start(agent=yen_fallback, intent=intent, task="Answer."))
 
     assert run.status == Run.Status.FAILED
     assert run.end_reason == TWO_CURRENCIES
@@ -432,13 +433,13 @@ def test_a_question_of_a_run_that_ended_is_not_in_the_inbox(
     """A question whose run ended (here: failed when its deadline passed) is no longer listed as open
     in the inbox."""
     run = step(
-        services.run_start(
+        runs.run_start(
             agent=agent, intent=intent, task="Find me a CFO.", deadline=timezone.now() + timedelta(minutes=5)
         )
     )
     assert run.status == Run.Status.NEEDS_INPUT
     Run.across_tenants.filter(pk=run.pk).update(deadline=timezone.now() - timedelta(seconds=1))
-    services.run_expire(run_id=run.pk, tenant_id=run.tenant_id)
+    runs.run_expire(run_id=run.pk, tenant_id=run.tenant_id)
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED
 

@@ -14,8 +14,8 @@ from django.contrib.auth.models import AbstractUser
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from agents import services
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
+from agents.services import delegation, questions, runs, steps, sweeps
 from parley.models import Event
 from tests.agents.conftest import HostServer, step
 from tests.chat_server import ChatServer, Reply, drop, error_chunk, hang, status, text, tool_calls
@@ -45,7 +45,7 @@ def test_parallel_tool_calls_all_run_and_every_failure_is_a_result(
         ),
         text("Both orders ship Monday."),
     )
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Where are my orders?"))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Where are my orders?"))
 
     assert run.status == Run.Status.RUNNING
     found = dict(results(run))
@@ -75,7 +75,7 @@ def test_usage_and_cost_are_stored_per_step_and_per_run(
         tool_calls(("c1", "lookup", '{"order": "A-17"}'), input_tokens=1000, output_tokens=100),
         text("Monday.", input_tokens=3000, output_tokens=500),
     )
-    run = step(step(services.run_start(agent=llm_agent, intent=intent, task="Where is A-17?")))
+    run = step(step(runs.run_start(agent=llm_agent, intent=intent, task="Where is A-17?")))
 
     steps = list(
         Message.across_tenants.filter(run=run, role=Message.Role.ASSISTANT)
@@ -94,7 +94,7 @@ def test_a_retry_is_an_event_of_the_run_and_the_run_goes_on(
     llm_agent: Agent, intent: Intent, chat: ChatServer
 ) -> None:
     chat.script(status(429, headers={"Retry-After": "1"}), text("Done."))
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Say done."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Say done."))
 
     assert (run.status, run.output) == (Run.Status.DONE, "Done.")
     retry = Event.across_tenants.get(kind="run.retry")
@@ -114,7 +114,7 @@ def test_a_retry_after_past_the_runs_deadline_fails_the_step_naming_it(
     llm_agent: Agent, intent: Intent, chat: ChatServer
 ) -> None:
     chat.script(status(429, headers={"Retry-After": "45"}))
-    run = services.run_start(
+    run = runs.run_start(
         agent=llm_agent, intent=intent, task="Answer.", deadline=timezone.now() + timedelta(seconds=30)
     )
 
@@ -141,7 +141,7 @@ def test_a_fallback_model_takes_over_and_is_recorded(
     llm_agent.save()
     chat.script(status(503), status(503), text("From the backup."))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Answer."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Answer."))
 
     assert (run.status, run.output) == (Run.Status.DONE, "From the backup.")
     assert Message.across_tenants.get(run=run, role=Message.Role.ASSISTANT).model == "backup"
@@ -156,7 +156,7 @@ def test_a_non_retryable_model_error_fails_the_run_with_its_reason(
 ) -> None:
     chat.script(status(401, body={"error": {"message": "Incorrect API key provided"}}))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Answer."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Answer."))
 
     assert run.status == Run.Status.FAILED
     assert "401" in run.end_reason
@@ -172,7 +172,7 @@ def test_a_reply_cut_off_at_the_length_limit_never_runs_its_tools_and_fails_the_
     cut = tool_calls(("c1", "lookup", '{"order": "A-17"}'), content="Looking it up", finish_reason="length")
     chat.script(cut, cut)
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Where is A-17?"))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Where is A-17?"))
 
     assert (run.status, run.end_reason, run.output) == (
         Run.Status.FAILED,
@@ -190,7 +190,7 @@ def test_a_reply_of_nothing_is_not_a_final_answer_and_is_asked_again(
 ) -> None:
     chat.script(text(""), text("Monday."))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="When?"))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="When?"))
 
     assert (run.status, run.output) == (Run.Status.DONE, "Monday.")
     assert Event.across_tenants.get(kind="run.retry").payload["reason"] == "the model answered nothing"
@@ -202,7 +202,7 @@ def test_replies_of_nothing_on_every_try_fail_the_step_naming_it(
 ) -> None:
     chat.script(text(""), text(" "))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="When?"))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="When?"))
 
     assert (run.status, run.end_reason) == (
         Run.Status.FAILED,
@@ -225,7 +225,7 @@ def test_structured_output_is_asked_for_validated_and_stored(
         text('{"amount": "1000"}'),
         text('{"amount": 1000, "currency": "EUR"}'),
     )
-    run = services.run_start(agent=llm_agent, intent=intent, task="What is the price?", output_schema=schema)
+    run = runs.run_start(agent=llm_agent, intent=intent, task="What is the price?", output_schema=schema)
 
     run = step(run)
     assert run.status == Run.Status.RUNNING
@@ -243,8 +243,8 @@ def test_structured_output_is_asked_for_validated_and_stored(
 
 @pytest.mark.django_db
 def test_an_output_schema_that_is_not_a_schema_is_refused(llm_agent: Agent, intent: Intent) -> None:
-    with pytest.raises(services.RunError, match="The output schema is not usable: "):
-        services.run_start(agent=llm_agent, intent=intent, task="Go.", output_schema={"type": "nonsense"})
+    with pytest.raises(runs.RunError, match="The output schema is not usable: "):
+        runs.run_start(agent=llm_agent, intent=intent, task="Go.", output_schema={"type": "nonsense"})
     assert not Run.across_tenants.exists()
 
 
@@ -254,7 +254,7 @@ def test_the_models_text_streams_live_and_the_stored_run_is_the_same(
 ) -> None:
     chat.script(text("Here is a longer answer, streamed in pieces.", pieces=5))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Answer."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Answer."))
 
     deltas = [m["payload"] for m in listener.pushed() if m["event"] == "run.delta"]
     assert len(deltas) == 5
@@ -287,7 +287,7 @@ def test_text_streamed_by_a_try_that_failed_is_withdrawn_before_the_retry_stream
 ) -> None:
     chat.script(failed, text("Whole.", pieces=1))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Answer."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Answer."))
 
     assert (run.status, run.output) == (Run.Status.DONE, "Whole.")
     assert live_text(listener) == [
@@ -308,7 +308,7 @@ def test_text_streamed_before_the_fallback_takes_over_is_withdrawn(
     ModelEndpoint.across_tenants.filter(name="house-model").update(attempts=1)
     chat.script(drop(after_chunks=2), text("From the backup.", pieces=1))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Answer."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Answer."))
 
     assert (run.status, run.output) == (Run.Status.DONE, "From the backup.")
     assert live_text(listener) == [("delta", "cut of"), ("withdrawn", 1), ("delta", "From the backup.")]
@@ -322,7 +322,7 @@ def test_text_streamed_by_a_step_that_failed_is_withdrawn(
     cut = text("Two halves of noth", finish_reason="length", pieces=2)
     chat.script(cut, cut)
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Answer."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Answer."))
 
     assert run.status == Run.Status.FAILED
     assert live_text(listener) == [
@@ -355,7 +355,7 @@ def test_cancelling_stops_the_model_call_in_flight(
 
     def take_step() -> None:
         try:
-            services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+            steps.run_step(run_id=run.pk, tenant_id=run.tenant_id)
         finally:
             connection.close()  # the thread's own; left open it keeps the test database in use
 
@@ -363,7 +363,7 @@ def test_cancelling_stops_the_model_call_in_flight(
     worker.start()
     wait_until(lambda: chat.requests, what="the model call")
 
-    services.run_cancel(run=run, user=principal)
+    runs.run_cancel(run=run, user=principal)
     worker.join(timeout=10)
 
     assert not worker.is_alive()
@@ -389,7 +389,7 @@ def test_text_streamed_before_a_cancel_is_withdrawn(
 
     def take_step() -> None:
         try:
-            services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+            steps.run_step(run_id=run.pk, tenant_id=run.tenant_id)
         finally:
             connection.close()
 
@@ -400,7 +400,7 @@ def test_text_streamed_before_a_cancel_is_withdrawn(
     worker = threading.Thread(target=take_step)
     worker.start()
     wait_until(streamed, what="streamed text")
-    services.run_cancel(run=run, user=principal)
+    runs.run_cancel(run=run, user=principal)
     worker.join(timeout=10)
 
     assert not worker.is_alive()
@@ -421,7 +421,7 @@ def test_input_guardrails_redact_what_the_model_sees_not_what_is_stored(
     llm_agent.save()
     chat.script(text("Call me on +44 20 7946 0958."))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Mail tomas@example.com the terms."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Mail tomas@example.com the terms."))
 
     sent = chat.requests[0].body["messages"][-1]["content"]
     assert sent == "Mail [email redacted] the terms."
@@ -447,7 +447,7 @@ def test_a_blocking_guardrail_fails_the_run_naming_it(
     ]
     llm_agent.save()
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Pay with 4111111111111111."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Pay with 4111111111111111."))
 
     assert run.status == Run.Status.FAILED
     assert "no-card-numbers" in run.end_reason
@@ -466,7 +466,7 @@ def test_a_history_window_never_splits_a_call_from_its_results(
         text("Done."),
     )
 
-    step(step(services.run_start(agent=llm_agent, intent=intent, task="Look up A-1 and A-2.")))
+    step(step(runs.run_start(agent=llm_agent, intent=intent, task="Look up A-1 and A-2.")))
 
     sent = chat.requests[1].body["messages"]
     assert [m["role"] for m in sent] == ["system", "assistant", "tool", "tool"]
@@ -479,7 +479,7 @@ def test_a_token_budget_ends_the_run_before_the_next_step(
 ) -> None:
     llm_agent.tools.add(lookup)
     chat.script(tool_calls(("c1", "lookup", '{"order": "A-1"}'), input_tokens=150, output_tokens=60))
-    run = services.run_start(agent=llm_agent, intent=intent, task="Look up A-1.", max_tokens=200)
+    run = runs.run_start(agent=llm_agent, intent=intent, task="Look up A-1.", max_tokens=200)
 
     run = step(step(run))
 
@@ -492,7 +492,7 @@ def test_a_token_budget_ends_the_run_before_the_next_step(
 def test_a_cost_budget_ends_the_run(llm_agent: Agent, intent: Intent, lookup: Tool, chat: ChatServer) -> None:
     llm_agent.tools.add(lookup)
     chat.script(tool_calls(("c1", "lookup", '{"order": "A-1"}'), input_tokens=1_000_000, output_tokens=0))
-    run = services.run_start(agent=llm_agent, intent=intent, task="Look up A-1.", max_cost=Decimal("1.5"))
+    run = runs.run_start(agent=llm_agent, intent=intent, task="Look up A-1.", max_cost=Decimal("1.5"))
 
     run = step(step(run))
 
@@ -502,17 +502,17 @@ def test_a_cost_budget_ends_the_run(llm_agent: Agent, intent: Intent, lookup: To
 
 @pytest.mark.django_db
 def test_a_deadline_ends_a_run_waiting_on_the_party(agent: Agent, intent: Intent) -> None:
-    run = services.run_start(
+    run = runs.run_start(
         agent=agent, intent=intent, task="Find me a CFO.", deadline=timezone.now() + timedelta(hours=1)
     )
     run = step(run)
     assert run.status == Run.Status.NEEDS_INPUT
-    assert services.runs_expire_due() == 0
+    assert sweeps.runs_expire_due() == 0
     run.refresh_from_db()
     assert run.status == Run.Status.NEEDS_INPUT  # not yet due
 
     Run.across_tenants.filter(pk=run.pk).update(deadline=timezone.now() - timedelta(seconds=1))
-    assert services.runs_expire_due() == 1
+    assert sweeps.runs_expire_due() == 1
 
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED
@@ -521,15 +521,13 @@ def test_a_deadline_ends_a_run_waiting_on_the_party(agent: Agent, intent: Intent
 
 @pytest.mark.django_db
 def test_a_deadline_in_the_past_is_refused(agent: Agent, intent: Intent) -> None:
-    with pytest.raises(services.RunError, match="already passed"):
-        services.run_start(
-            agent=agent, intent=intent, task="Go.", deadline=timezone.now() - timedelta(minutes=1)
-        )
+    with pytest.raises(runs.RunError, match="already passed"):
+        runs.run_start(agent=agent, intent=intent, task="Go.", deadline=timezone.now() - timedelta(minutes=1))
 
 
 @pytest.mark.django_db
 def test_one_model_reply_per_step_is_a_database_rule(agent: Agent, intent: Intent) -> None:
-    run = step(services.run_start(agent=agent, intent=intent, task="Find me a CFO."))
+    run = step(runs.run_start(agent=agent, intent=intent, task="Find me a CFO."))
     with pytest.raises(IntegrityError), transaction.atomic():
         Message.objects.create(
             tenant=agent.tenant, intent=intent, run=run, seq=99, step=1, role=Message.Role.ASSISTANT
@@ -556,7 +554,7 @@ def test_the_agents_own_tools_replace_the_defaults_and_a_builtin_comes_back(
         ],
     ):
         llm_agent.tools.set(tools_of_agent)
-        run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
+        run = step(runs.run_start(agent=llm_agent, intent=intent, task="Go."))
         offered.append([t["function"]["name"] for t in chat.requests[-1].body.get("tools", [])])
         assert run.status == Run.Status.DONE
 
@@ -570,7 +568,7 @@ def awaiting_approval(llm_agent: Agent, intent: Intent, lookup: Tool, chat: Chat
     lookup.save()
     llm_agent.tools.add(lookup)
     chat.script(tool_calls(("c1", "lookup", '{"order": "A-17"}')))
-    return step(services.run_start(agent=llm_agent, intent=intent, task="Look up A-17."))
+    return step(runs.run_start(agent=llm_agent, intent=intent, task="Look up A-17."))
 
 
 @pytest.mark.django_db
@@ -587,17 +585,17 @@ def test_an_approved_tool_runs_with_the_original_arguments(
     )
     assert host.received == []
 
-    services.approval_decide(question=approval, approve=True, user=principal)
+    questions.approval_decide(question=approval, approve=True, user=principal)
     run.refresh_from_db()
     assert run.status == Run.Status.WAITING
-    services.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)
+    questions.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)
 
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING
     assert results(run) == [("c1", "Order A-17 ships Monday.")]
     assert [b["arguments"] for b in host.received] == [{"order": "A-17"}]
-    with pytest.raises(services.QuestionAlreadyAnswered, match="already decided"):
-        services.approval_decide(question=approval, approve=False, user=principal)
+    with pytest.raises(questions.QuestionAlreadyAnswered, match="already decided"):
+        questions.approval_decide(question=approval, approve=False, user=principal)
 
 
 @pytest.mark.django_db
@@ -606,7 +604,7 @@ def test_a_rejected_tool_gives_the_model_the_reason(
 ) -> None:
     run = awaiting_approval
 
-    services.approval_decide(
+    questions.approval_decide(
         question=Question.across_tenants.get(run=run), approve=False, reason="Not now.", user=principal
     )
 
@@ -632,7 +630,7 @@ def test_a_suspending_tool_hands_its_arguments_to_the_party(
     )
     llm_agent.tools.add(confirm)
     chat.script(tool_calls(("c1", "confirm_booking", '{"slot": "Tue 10:00"}')))
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Book me in."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Book me in."))
 
     question = Question.across_tenants.get(run=run)
     assert (run.status, question.kind, question.arguments) == (
@@ -640,7 +638,7 @@ def test_a_suspending_tool_hands_its_arguments_to_the_party(
         Question.Kind.QUESTION,
         {"slot": "Tue 10:00"},
     )
-    services.question_answer(question=question, answer="Yes, Tuesday works.", user=principal)
+    questions.question_answer(question=question, answer="Yes, Tuesday works.", user=principal)
     assert results(run) == [("c1", "Yes, Tuesday works.")]
 
 
@@ -664,7 +662,7 @@ def test_without_a_principal_a_suspending_tool_is_answered_that_nobody_would_ans
     llm_agent.tools.add(confirm)
     chat.script(tool_calls(("c1", "confirm_booking", '{"slot": "Tue 10:00"}')))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Book me in."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Book me in."))
 
     assert run.status == Run.Status.RUNNING
     assert not Question.across_tenants.filter(run=run).exists()
@@ -679,15 +677,15 @@ def test_without_a_principal_a_suspending_tool_is_answered_that_nobody_would_ans
 
 @pytest.mark.django_db
 def test_a_cancelled_run_takes_no_answer(agent: Agent, intent: Intent, principal: AbstractUser) -> None:
-    run = step(services.run_start(agent=agent, intent=intent, task="Find me a CFO."))
-    services.run_cancel(run=run, user=principal)
+    run = step(runs.run_start(agent=agent, intent=intent, task="Find me a CFO."))
+    runs.run_cancel(run=run, user=principal)
 
-    with pytest.raises(services.RunError, match="cancelled; it no longer takes answers"):
-        services.question_answer(
+    with pytest.raises(runs.RunError, match="cancelled; it no longer takes answers"):
+        questions.question_answer(
             question=Question.across_tenants.get(run=run), answer="Later.", user=principal
         )
-    with pytest.raises(services.RunError, match=r"already ended \(cancelled\)"):
-        services.run_cancel(run=run, user=None)
+    with pytest.raises(runs.RunError, match=r"already ended \(cancelled\)"):
+        runs.run_cancel(run=run, user=None)
 
 
 @pytest.fixture
@@ -723,7 +721,7 @@ def test_an_agent_runs_another_as_a_tool_and_gets_its_final_text(
         text("Between 900 and 1,400 EUR a day."),
         text("The going rate is 900 to 1,400 EUR."),
     )
-    parent = step(services.run_start(agent=llm_agent, intent=intent, task="What should I budget?"))
+    parent = step(runs.run_start(agent=llm_agent, intent=intent, task="What should I budget?"))
     assert parent.status == Run.Status.WAITING
     child = Run.across_tenants.get(parent=parent)
     assert (child.agent_id, child.parent_tool_call_id) == (researcher.pk, "c1")
@@ -731,7 +729,7 @@ def test_an_agent_runs_another_as_a_tool_and_gets_its_final_text(
 
     child = step(child)
     assert child.status == Run.Status.DONE
-    services.delegate_return(run_id=child.pk, tenant_id=child.tenant_id)
+    delegation.delegate_return(run_id=child.pk, tenant_id=child.tenant_id)
 
     parent.refresh_from_db()
     assert parent.status == Run.Status.RUNNING
@@ -746,9 +744,9 @@ def test_cancelling_the_caller_cancels_the_agent_it_called(
 ) -> None:
     llm_agent.tools.add(research_tool)
     chat.script(tool_calls(("c1", "research", '{"task": "Rates?"}')))
-    parent = step(services.run_start(agent=llm_agent, intent=intent, task="Budget?"))
+    parent = step(runs.run_start(agent=llm_agent, intent=intent, task="Budget?"))
 
-    services.run_cancel(run=parent, user=None)
+    runs.run_cancel(run=parent, user=None)
 
     child = Run.across_tenants.get(parent=parent)
     assert (child.status, child.end_reason) == (
@@ -773,7 +771,7 @@ def test_an_agent_cannot_call_itself_through_a_tool(
     llm_agent.tools.add(itself)
     chat.script(tool_calls(("c1", "me", '{"task": "Loop forever."}')))
 
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Go."))
 
     assert run.status == Run.Status.RUNNING
     assert results(run) == [
@@ -791,12 +789,12 @@ def test_a_busy_thread_queues_the_next_run_when_the_agent_says_so(
 ) -> None:
     agent.on_busy = Agent.OnBusy.QUEUE
     agent.save()
-    first = step(services.run_start(agent=agent, intent=intent, task="Find me a CFO."))
-    second = services.run_start(agent=agent, intent=intent, task="And a lawyer.")
+    first = step(runs.run_start(agent=agent, intent=intent, task="Find me a CFO."))
+    second = runs.run_start(agent=agent, intent=intent, task="And a lawyer.")
     assert second.status == Run.Status.PENDING
     assert step(second).step_count == 0  # a pending run takes no step
 
-    services.run_cancel(run=first, user=principal)
+    runs.run_cancel(run=first, user=principal)
 
     second.refresh_from_db()
     assert second.status == Run.Status.QUEUED
@@ -806,6 +804,6 @@ def test_a_busy_thread_queues_the_next_run_when_the_agent_says_so(
 
 @pytest.mark.django_db
 def test_a_busy_thread_refuses_by_default(agent: Agent, intent: Intent) -> None:
-    first = services.run_start(agent=agent, intent=intent, task="Find me a CFO.")
-    with pytest.raises(services.RunBusy, match=f"Run {first.pk} of this intent is still queued"):
-        services.run_start(agent=agent, intent=intent, task="Again.")
+    first = runs.run_start(agent=agent, intent=intent, task="Find me a CFO.")
+    with pytest.raises(runs.RunBusy, match=f"Run {first.pk} of this intent is still queued"):
+        runs.run_start(agent=agent, intent=intent, task="Again.")

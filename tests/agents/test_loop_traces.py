@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agents import services
 from agents.models import Agent, Intent, Run, Tool
+from agents.services import runs
 from parley import telemetry
 from tests.agents.conftest import step
 from tests.chat_server import ChatServer, status, text, tool_calls
@@ -54,7 +54,7 @@ def test_a_run_is_one_trace_of_steps_model_calls_and_tool_calls(
         text("It ships Monday.", input_tokens=60, output_tokens=9),
     )
     with django_capture_on_commit_callbacks(execute=True):
-        run = step(step(services.run_start(agent=llm_agent, intent=intent, task="Where is A-17?")))
+        run = step(step(runs.run_start(agent=llm_agent, intent=intent, task="Where is A-17?")))
     assert run.status == Run.Status.DONE
 
     recorded: list[ReadableSpan] = list(spans.get_finished_spans())
@@ -108,7 +108,7 @@ def test_a_failed_model_call_is_an_error_span_and_the_run_span_says_why(
 ) -> None:
     chat.script(status(400, body={"error": {"message": "bad request"}}))
     with django_capture_on_commit_callbacks(execute=True):
-        run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
+        run = step(runs.run_start(agent=llm_agent, intent=intent, task="Go."))
 
     assert run.status == Run.Status.FAILED
     by_name = {span.name: span for span in spans.get_finished_spans()}

@@ -13,9 +13,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils.html import escape
 
-from agents import services
 from agents.instructions import system_message
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
+from agents.services import questions, runs, steps
 from parley.models import Event, Membership, Tenant
 from tests.agents.conftest import HostServer, step
 from tests.agents.pages import member, run_url, start_url, waiting_question
@@ -448,7 +448,7 @@ class TestApprovals:
         run.refresh_from_db()
         assert run.status == Run.Status.RUNNING
         # The step the worker would take: the model sees the rejection as the call's result.
-        services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+        steps.run_step(run_id=run.pk, tenant_id=run.tenant_id)
         run.refresh_from_db()
         assert (run.status, run.output) == (
             Run.Status.DONE,
@@ -479,7 +479,7 @@ class TestApprovals:
         run.refresh_from_db()
         assert run.status == Run.Status.WAITING
         # What the worker does next: the tool runs with the arguments the party approved.
-        services.approved_tool_run(question_id=approval.pk, tenant_id=approval.tenant_id)
+        questions.approved_tool_run(question_id=approval.pk, tenant_id=approval.tenant_id)
         child = Run.across_tenants.get(parent=run)
         assert (child.agent_id, child.parent_tool_call_id) == (designer_tool.target_agent_id, "call-1")
         assert Message.across_tenants.get(run=child).content == ARGUMENTS["task"]
@@ -719,7 +719,7 @@ class TestTimeline:
             ),
             text("Both ship Monday.", input_tokens=3000, output_tokens=500),
         )
-        run = step(step(services.run_start(agent=llm_agent, intent=intent, task=TASK)))
+        run = step(step(runs.run_start(agent=llm_agent, intent=intent, task=TASK)))
         assert run.status == Run.Status.DONE
 
         html = logged_in.get(run_url(run)).content.decode()
@@ -750,7 +750,7 @@ class TestTimeline:
         self, logged_in: Client, llm_agent: Agent, intent: Intent, chat: ChatServer
     ) -> None:
         chat.script(status(503), status(503))
-        run = step(services.run_start(agent=llm_agent, intent=intent, task=TASK))
+        run = step(runs.run_start(agent=llm_agent, intent=intent, task=TASK))
         assert run.status == Run.Status.FAILED
 
         html = logged_in.get(run_url(run)).content.decode()
@@ -762,7 +762,7 @@ class TestTimeline:
     def test_a_question_asked_then_answered_shows_the_suspension_and_the_resumption(
         self, logged_in: Client, agent: Agent, intent: Intent
     ) -> None:
-        run = step(services.run_start(agent=agent, intent=intent, task=TASK))
+        run = step(runs.run_start(agent=agent, intent=intent, task=TASK))
         question = Question.across_tenants.get(run=run)
 
         waiting = logged_in.get(run_url(run)).content.decode()
@@ -809,7 +809,7 @@ class TestTimeline:
         Agent.across_tenants.filter(pk=agent.pk).update(on_busy=Agent.OnBusy.QUEUE)
         Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.RUNNING)
         agent.refresh_from_db()
-        pending = services.run_start(agent=agent, intent=intent, task=TASK)
+        pending = runs.run_start(agent=agent, intent=intent, task=TASK)
 
         html = logged_in.get(run_url(pending)).content.decode()
 

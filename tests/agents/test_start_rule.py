@@ -1,6 +1,6 @@
-"""Who may start a run is the service's rule (:func:`agents.services.require_may_start`), as for
+"""Who may start a run is the service's rule (:func:`agents.services.runs.require_may_start`), as for
 answering and cancelling: the start page, the agent page and every caller that names a member go
-through :func:`agents.services.run_start`; the host through its API and the platform name none."""
+through :func:`agents.services.runs.run_start`; the host through its API and the platform name none."""
 
 from __future__ import annotations
 

@@ -13,17 +13,17 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from django.utils import timezone
 
-from agents import services
 from agents.models import Agent, Intent, Message, Question, Run, Tool
+from agents.services import delegation, questions, runs, steps, sweeps
 from tests.agents.conftest import step
 from tests.chat_server import ChatServer, text, tool_calls
 
 BOUND = timedelta(minutes=15)
 
 
-def stalled() -> services.Stalled:
+def stalled() -> sweeps.Stalled:
     """What the sweep finds now, with a bound of :data:`BOUND`."""
-    return services.stalled_work(before=timezone.now() - BOUND)
+    return sweeps.stalled_work(before=timezone.now() - BOUND)
 
 
 def age(*rows: Run | Question, by: timedelta = BOUND + timedelta(minutes=1)) -> None:
@@ -183,14 +183,14 @@ def test_sending_the_stalled_work_again_stamps_it_and_starts_a_pending_run(
     pending = run_in(agent, Run.Status.PENDING, task="Start me.")
     age(lost, pending)
 
-    found = services.stalled_work_resend()
+    found = sweeps.stalled_work_resend()
 
     assert found.steps == [(str(lost.pk), agent.tenant_id, 1)]
     assert found.pending == [(str(pending.intent_id), agent.tenant_id)]
     pending.refresh_from_db()
     assert pending.status == Run.Status.QUEUED
     assert list(pending.messages.values_list("role", "content")) == [("user", "Start me.")]
-    assert len(services.stalled_work_resend()) == 0
+    assert len(sweeps.stalled_work_resend()) == 0
 
 
 # A message that comes twice applies nothing twice.
@@ -204,17 +204,17 @@ def test_a_second_message_for_a_step_already_taken_takes_no_step(
     message for step 1 coming again asks no model and writes nothing, as does one for a step not yet
     due; the message for step 2 takes it."""
     chat.script(tool_calls(("c1", "missing", "{}")), text("Done."))
-    run = services.run_start(agent=llm_agent, intent=intent, task="Go.")
-    services.run_step(run_id=run.pk, tenant_id=run.tenant_id, step=1)
+    run = runs.run_start(agent=llm_agent, intent=intent, task="Go.")
+    steps.run_step(run_id=run.pk, tenant_id=run.tenant_id, step=1)
     run.refresh_from_db()
     assert (run.status, run.step_count, len(chat.requests)) == (Run.Status.RUNNING, 1, 1)
 
-    services.run_step(run_id=run.pk, tenant_id=run.tenant_id, step=1)
-    services.run_step(run_id=run.pk, tenant_id=run.tenant_id, step=3)
+    steps.run_step(run_id=run.pk, tenant_id=run.tenant_id, step=1)
+    steps.run_step(run_id=run.pk, tenant_id=run.tenant_id, step=3)
 
     run.refresh_from_db()
     assert (run.status, run.step_count, len(chat.requests)) == (Run.Status.RUNNING, 1, 1)
-    services.run_step(run_id=run.pk, tenant_id=run.tenant_id, step=2)
+    steps.run_step(run_id=run.pk, tenant_id=run.tenant_id, step=2)
     run.refresh_from_db()
     assert (run.status, run.step_count, run.output, len(chat.requests)) == (Run.Status.DONE, 2, "Done.", 2)
 
@@ -229,12 +229,12 @@ def test_an_approved_delegation_sent_twice_starts_one_delegate(
     delegating.save()
     llm_agent.tools.add(delegating)
     chat.script(tool_calls(("c1", "delegate", '{"task": "Look."}')))
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Go."))
     approval = Question.across_tenants.get(run=run)
-    services.approval_decide(question=approval, approve=True, user=principal)
+    questions.approval_decide(question=approval, approve=True, user=principal)
 
-    services.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)
-    services.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)
+    questions.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)
+    questions.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)
 
     assert Run.across_tenants.filter(parent=run).count() == 1
     run.refresh_from_db()
@@ -249,11 +249,11 @@ def test_a_delegates_result_sent_twice_is_recorded_once(
 ) -> None:
     llm_agent.tools.add(delegating)
     chat.script(tool_calls(("c1", "delegate", '{"task": "Look."}')))
-    run = step(services.run_start(agent=llm_agent, intent=intent, task="Go."))
-    child = services.run_cancel(run=Run.across_tenants.get(parent=run), user=None)
+    run = step(runs.run_start(agent=llm_agent, intent=intent, task="Go."))
+    child = runs.run_cancel(run=Run.across_tenants.get(parent=run), user=None)
 
-    services.delegate_return(run_id=child.pk, tenant_id=child.tenant_id)
-    services.delegate_return(run_id=child.pk, tenant_id=child.tenant_id)
+    delegation.delegate_return(run_id=child.pk, tenant_id=child.tenant_id)
+    delegation.delegate_return(run_id=child.pk, tenant_id=child.tenant_id)
 
     assert Message.across_tenants.filter(run=run, role=Message.Role.TOOL, tool_call_id="c1").count() == 1
     run.refresh_from_db()

@@ -23,9 +23,9 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from a2a_gateway.signing import signing_key_create
-from agents import services
 from agents.instructions import system_message
 from agents.models import SYSTEM_PROMPT_MAX_LENGTH, Agent, Intent, ModelEndpoint, Run, Tool
+from agents.services import runs
 from parley.models import Membership, Tenant
 from representative.models import GroundingDocument
 from tests.conftest import make_user
@@ -402,7 +402,7 @@ def test_the_shape_of_a_write_is_judged_before_its_rules(api: APIClient, agent: 
 def test_an_agent_with_a_run_that_has_not_ended_is_not_deleted(
     api: APIClient, agent: Agent, intent: Intent
 ) -> None:
-    run = services.run_start(agent=agent, intent=intent, task="Find a CFO.")
+    run = runs.run_start(agent=agent, intent=intent, task="Find a CFO.")
     before = stored()
 
     response = api.delete(f"/api/v1/agents/{agent.pk}")
@@ -414,7 +414,7 @@ def test_an_agent_with_a_run_that_has_not_ended_is_not_deleted(
     }
     assert stored() == before
 
-    services.run_cancel(run=run, user=None)
+    runs.run_cancel(run=run, user=None)
     assert api.delete(f"/api/v1/agents/{agent.pk}").status_code == 204
     assert not Run.across_tenants.filter(pk=run.pk).exists()
     assert not Intent.across_tenants.filter(pk=intent.pk).exists()

@@ -13,9 +13,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from agents import services
 from agents.models import Agent, Message, Question, Run, Tool
 from agents.offline import ASK_FOR_COUNTERPARTIES, NO_COUNTERPARTIES
+from agents.services import questions, runs
 from negotiations.models import Negotiation
 from parley.models import Tenant
 from tests.agents.conftest import LOOKUP_SCHEMA, HostServer, step
@@ -34,7 +34,7 @@ WHEN = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00"
 def asked(agent: Agent, statement: str = "Bring in a fractional CFO.") -> Question:
     """A real run of ``agent`` on a new intent, stepped once: the offline model asks its party which
     agents to negotiate with, and the run waits on that question."""
-    run = step(services.run_start(agent=agent, statement=statement, task=TASK))
+    run = step(runs.run_start(agent=agent, statement=statement, task=TASK))
     assert run.status == Run.Status.NEEDS_INPUT
     return Question.across_tenants.get(run=run)
 
@@ -74,7 +74,7 @@ def approval(tenant: Tenant, principal: AbstractUser, chat: ChatServer, host: Ho
     )
     agent.tools.add(lookup)
     chat.script(tool_calls(("c1", "lookup", '{"order": "A-17"}')), text("Done."))
-    run = step(services.run_start(agent=agent, statement="Orders.", task="Look up A-17."))
+    run = step(runs.run_start(agent=agent, statement="Orders.", task="Look up A-17."))
     assert run.status == Run.Status.NEEDS_INPUT
     return Question.across_tenants.get(run=run)
 
@@ -170,7 +170,7 @@ def test_a_question_answered_before_is_409_saying_by_whom_and_when(
     api: APIClient, agent: Agent, principal: AbstractUser
 ) -> None:
     question = asked(agent)
-    services.question_answer(question=question, answer="Nobody yet.", user=principal)
+    questions.question_answer(question=question, answer="Nobody yet.", user=principal)
 
     refused = error(
         api.post(f"/api/v1/questions/{question.pk}/answer", {"answer": "Someone."}, format="json"), 409
@@ -181,7 +181,7 @@ def test_a_question_answered_before_is_409_saying_by_whom_and_when(
     question.refresh_from_db()
     assert (question.answer, question.answered_by_id) == ("Nobody yet.", principal.pk)
 
-    services.run_cancel(run=question.run, user=None)
+    runs.run_cancel(run=question.run, user=None)
     by_host = asked(agent, statement="Another thread.")
     assert (
         api.post(f"/api/v1/questions/{by_host.pk}/answer", {"answer": "No."}, format="json").status_code
@@ -215,7 +215,7 @@ def test_an_empty_answer_is_400_naming_answer(
 @pytest.mark.django_db
 def test_a_question_of_a_run_that_ended_is_closed_and_takes_no_answer(api: APIClient, agent: Agent) -> None:
     question = asked(agent)
-    services.run_cancel(run=question.run, user=None)
+    runs.run_cancel(run=question.run, user=None)
 
     refused = error(
         api.post(f"/api/v1/questions/{question.pk}/answer", {"answer": "Later."}, format="json"), 409
@@ -235,9 +235,9 @@ def test_the_questions_list_filters_by_status_agent_and_run(
         tenant=tenant, slug="noor", name="Noor's agent", principal=principal_member(tenant, "noor")
     )
     answered = asked(agent, statement="First thread.")
-    services.question_answer(question=answered, answer="Nobody.", user=None)
+    questions.question_answer(question=answered, answer="Nobody.", user=None)
     closed = asked(agent, statement="Second thread.")
-    services.run_cancel(run=closed.run, user=None)
+    runs.run_cancel(run=closed.run, user=None)
     hers = asked(noor)
 
     def listed(query: str = "") -> list[str]:
@@ -301,7 +301,7 @@ def test_approving_runs_the_tool_with_the_arguments_shown(
     run = approval.run
     run.refresh_from_db()
     assert run.status == Run.Status.WAITING
-    services.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)  # as the worker does
+    questions.approved_tool_run(question_id=approval.pk, tenant_id=run.tenant_id)  # as the worker does
     assert [b["arguments"] for b in host.received] == [{"order": "A-17"}]
     step(run)
     assert (run.status, run.output) == (Run.Status.DONE, "Done.")
@@ -424,7 +424,7 @@ def test_the_list_reads_in_a_fixed_number_of_queries(
             assert api.get("/api/v1/questions").status_code == 200
         return len(captured)
 
-    services.question_answer(question=asked(agent, statement="One."), answer="No.", user=principal)
+    questions.question_answer(question=asked(agent, statement="One."), answer="No.", user=principal)
     queries()  # the key's first use is recorded once
     one = queries()
     for n in range(3):

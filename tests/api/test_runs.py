@@ -12,9 +12,9 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agents import services
 from agents.models import Agent, Intent, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES
+from agents.services import runs
 from parley.models import Tenant
 from tests.agents.conftest import step
 
@@ -160,7 +160,7 @@ def test_another_tenants_agent_or_intent_is_400_at_its_field_never_a_run(
 
 
 def test_a_busy_thread_is_a_409(api: APIClient, agent: Agent, intent: Intent) -> None:
-    first = services.run_start(agent=agent, intent=intent, task=TASK)
+    first = runs.run_start(agent=agent, intent=intent, task=TASK)
 
     response = start(api, agent=str(agent.pk), intent=str(intent.pk), task="Another thing.")
 
@@ -193,7 +193,7 @@ def test_a_retried_start_with_the_same_idempotency_key_makes_one_run(
 
 
 def test_cancel_ends_an_active_run_once(api: APIClient, agent: Agent, intent: Intent) -> None:
-    run = step(services.run_start(agent=agent, intent=intent, task=TASK))
+    run = step(runs.run_start(agent=agent, intent=intent, task=TASK))
 
     response = api.post(f"/api/v1/runs/{run.pk}/cancel")
 
@@ -213,7 +213,7 @@ def test_cancel_ends_an_active_run_once(api: APIClient, agent: Agent, intent: In
 def test_another_tenants_run_is_404_and_is_not_cancelled(
     other_api: APIClient, agent: Agent, intent: Intent
 ) -> None:
-    run = services.run_start(agent=agent, intent=intent, task=TASK)
+    run = runs.run_start(agent=agent, intent=intent, task=TASK)
 
     assert other_api.get(f"/api/v1/runs/{run.pk}").status_code == 404
     cancel = other_api.post(f"/api/v1/runs/{run.pk}/cancel")
@@ -241,7 +241,7 @@ def test_a_read_only_key_reads_runs_but_cannot_start_or_cancel_one(
     client_for: Callable[[str], APIClient],
 ) -> None:
     reader = client_for(key_for(tenant, scopes=("read",), name="reader"))
-    run = services.run_start(agent=agent, intent=intent, task=TASK)
+    run = runs.run_start(agent=agent, intent=intent, task=TASK)
 
     assert reader.get(f"/api/v1/runs/{run.pk}").status_code == 200
     refused = start(reader, agent=str(agent.pk), statement="More.", task=TASK)
@@ -257,10 +257,10 @@ def test_the_list_is_newest_first_and_filters_by_agent_intent_and_status(
     api: APIClient, agent: Agent, intent: Intent, tenant: Tenant
 ) -> None:
     noor = Agent.objects.create(tenant=tenant, slug="noor", name="Noor's agent")
-    first = services.run_start(agent=agent, intent=intent, task="One.")
-    services.run_cancel(run=first, user=None)
-    second = services.run_start(agent=agent, intent=intent, task="Two.")
-    hers = services.run_start(agent=noor, statement="Hire a designer.", task="Three.")
+    first = runs.run_start(agent=agent, intent=intent, task="One.")
+    runs.run_cancel(run=first, user=None)
+    second = runs.run_start(agent=agent, intent=intent, task="Two.")
+    hers = runs.run_start(agent=noor, statement="Hire a designer.", task="Three.")
 
     def listed(query: str = "") -> list[str]:
         response = api.get(f"/api/v1/runs{query}")
@@ -278,7 +278,7 @@ def test_the_list_is_newest_first_and_filters_by_agent_intent_and_status(
 
 def test_the_list_pages_by_cursor(api: APIClient, agent: Agent) -> None:
     for n in range(3):
-        services.run_start(agent=agent, statement=f"Thread {n}.", task=f"Task {n}.")
+        runs.run_start(agent=agent, statement=f"Thread {n}.", task=f"Task {n}.")
 
     page = api.get("/api/v1/runs?page_size=2").json()
     rest = api.get(page["next"]).json()
@@ -307,7 +307,7 @@ def test_a_bad_filter_is_400_naming_it(api: APIClient, query: str, named: str) -
 def test_another_tenants_agent_as_a_filter_is_400_never_its_runs(
     api: APIClient, seller: Agent, agent: Agent
 ) -> None:
-    services.run_start(agent=seller, statement="Sell.", task="Sell something.")
+    runs.run_start(agent=seller, statement="Sell.", task="Sell something.")
 
     response = api.get(f"/api/v1/runs?agent={seller.pk}")
 

@@ -48,8 +48,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from agents import services
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
+from agents.services import runs
 from negotiations.models import Negotiation, Settlement, Turn
 from parley import live, webhooks
 from parley.models import Tenant, WebhookDelivery
@@ -137,7 +137,7 @@ def real(tenant: Tenant, agent: Agent, intent: Intent, principal: AbstractUser) 
     document = GroundingDocument.objects.create(tenant=tenant, agent=agent, title="Rates", text="€900 a day")
 
     # A run the offline model stepped once: it asks its party a question.
-    asking = step(services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
+    asking = step(runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     question = Question.across_tenants.get(run=asking)
 
     # An agent with nothing of its own, and an intent no run works on: free to delete, free to run.

@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from a2a_gateway.auth import inbound_key_create
 from agents.addresses import agent_url
 from agents.models import Agent, Intent, ModelEndpoint, Question, Run, Tool
-from agents.services import question_answer, run_start
+from agents.services import questions, runs
 from negotiations import demo
 from negotiations.models import Negotiation, Settlement
 from parley.models import Membership
@@ -86,8 +86,8 @@ def dashboard_scene() -> Scene:
     assert tomas is not None
     urls = [agent_url(a) for a in world.cfo_agents]
 
-    settled_run = run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
-    question_answer(question=wait_question(settled_run), answer=DEMO_ANSWER, user=tomas)
+    settled_run = runs.run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
+    questions.question_answer(question=wait_question(settled_run), answer=DEMO_ANSWER, user=tomas)
     settled_run = wait_ended(settled_run)
     assert settled_run.status == Run.Status.DONE, settled_run.end_reason
     agreed = Negotiation.across_tenants.get(
@@ -95,7 +95,7 @@ def dashboard_scene() -> Scene:
     )
 
     second = Intent.objects.create(tenant=acme, agent=world.tomas_agent, statement=SECOND_INTENT)
-    waiting_run = run_start(agent=world.tomas_agent, intent=second, task=demo.demo_task(urls))
+    waiting_run = runs.run_start(agent=world.tomas_agent, intent=second, task=demo.demo_task(urls))
     question = wait_question(waiting_run)
 
     people = {"olga": Membership.Role.OPERATOR, "owen": Membership.Role.OWNER, "vera": Membership.Role.VIEWER}

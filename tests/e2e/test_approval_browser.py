@@ -17,7 +17,7 @@ from django.contrib.auth.models import AbstractUser
 from playwright.sync_api import Browser, expect
 
 from agents.models import Agent, Intent, Question, Run, Tool
-from agents.services import run_start
+from agents.services import runs
 from tests.chat_server import ChatServer, text, tool_calls
 from tests.conftest import PASSWORD, LiveStack, on_chat_model
 from tests.e2e.conftest import WAIT, OrderDesk, not_reloaded, off_loop, wait_finished, wait_live
@@ -78,7 +78,7 @@ def test_an_approval_arrives_live_and_approving_runs_the_tool_and_leaves_every_t
     for page in (desk, other):
         expect(page.get_by_text("No open questions.")).to_be_visible()
 
-    run = off_loop(lambda: run_start(agent=agent, intent=intent, task="Order the gripper parts."))
+    run = off_loop(lambda: runs.run_start(agent=agent, intent=intent, task="Order the gripper parts."))
 
     for page in (desk, other):
         approval = page.locator("li.question.approval")

@@ -13,7 +13,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from agents.addresses import agent_url
 from agents.models import Question, Run
-from agents.services import run_start
+from agents.services import runs
 from negotiations import demo
 from tests.conftest import LiveStack
 from tests.e2e.conftest import WAIT, not_reloaded, off_loop, publish_run_updated, wait_finished, wait_live
@@ -33,7 +33,7 @@ def log_in_as_tomas(page: Page, base_url: str) -> None:
 def start_demo_run(world: demo.DemoWorld) -> Run:
     """Give Tomas's agent the demo task; its offline model asks for his limit within seconds."""
     urls = [agent_url(a) for a in world.cfo_agents]
-    return run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
+    return runs.run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
 
 
 def test_a_question_arrives_live_and_the_answer_finishes_the_run(

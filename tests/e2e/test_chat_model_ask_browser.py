@@ -22,7 +22,7 @@ from playwright.sync_api import Browser, expect
 
 from agents.addresses import agent_url
 from agents.models import Agent, Intent, Message, Question, Run
-from agents.services import run_start
+from agents.services import runs
 from negotiations.model_negotiator import MOVE_TOOL
 from negotiations.models import Negotiation, Settlement
 from tests.chat_server import ChatServer, tool_calls
@@ -79,7 +79,7 @@ def test_a_model_that_asks_on_an_outbound_turn_gets_the_partys_answer_from_the_i
     expect(page.get_by_text("No open questions.")).to_be_visible()
     task = f"Find me a fractional CFO for two days a month. Talk to {agent_url(seller)}"
 
-    run = off_loop(lambda: run_start(agent=agent, intent=intent, task=task))
+    run = off_loop(lambda: runs.run_start(agent=agent, intent=intent, task=task))
 
     # The question arrives live, with the negotiation that waits on it and the seller's counter.
     question = page.locator("li.question")

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 
 from agents.addresses import agent_url
 from agents.models import Question, Run
-from agents.services import question_answer, run_start
+from agents.services import questions, runs
 from negotiations import demo
 from negotiations.models import Settlement, Turn
 from negotiations.verdict import prose_amounts
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_fractional_cfo_scenario(live_stack: LiveStack, answer: str) -> None:
     world = demo.demo_seed()
     urls = [agent_url(a) for a in world.cfo_agents]
-    run = run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
+    run = runs.run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
 
     question = wait_until(
         lambda: Question.across_tenants.filter(run=run, answered_at=None).first(),
@@ -41,7 +41,7 @@ def test_fractional_cfo_scenario(live_stack: LiveStack, answer: str) -> None:
         == "What is your limit on amount (EUR per day): the most you will pay, or the least you will take?"
     )
 
-    answered = question_answer(
+    answered = questions.question_answer(
         question=question, answer=answer, user=get_user_model().objects.get(username="tomas")
     )
     assert answered.understood is not None

@@ -9,7 +9,7 @@ from playwright.sync_api import Browser, expect
 
 from agents.models import Agent, Intent, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES, NO_COUNTERPARTIES
-from agents.services import run_start
+from agents.services import runs
 from tests.conftest import PASSWORD, LiveStack, wait_until
 from tests.e2e.conftest import WAIT, off_loop, publish_run_updated, wait_finished, wait_live
 from tests.e2e.pages import focus_shown, log_in, tab_to
@@ -22,7 +22,7 @@ ANSWER = "Nobody yet: find some first."
 def test_a_question_answered_by_keyboard_alone_with_the_focus_always_visible(
     live_stack: LiveStack, agent: Agent, intent: Intent, principal: AbstractUser, browser: Browser
 ) -> None:
-    run = off_loop(lambda: run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
+    run = off_loop(lambda: runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     off_loop(
         lambda: wait_until(
             lambda: Question.across_tenants.filter(run=run).exists(), timeout=60, what="the question"
@@ -78,7 +78,7 @@ def test_a_live_refresh_leaves_the_focus_where_it_was(
 ) -> None:
     """A region the live socket re-renders takes the focus from an element it replaces to that
     element's fresh copy: a keyboard user is never sent back to the top of the page."""
-    run = off_loop(lambda: run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
+    run = off_loop(lambda: runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     off_loop(
         lambda: wait_until(
             lambda: Question.across_tenants.filter(run=run).exists(), timeout=60, what="the question"

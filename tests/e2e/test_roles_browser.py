@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from agents.models import Agent, Intent, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES
-from agents.services import run_start
+from agents.services import runs
 from negotiations.models import Negotiation, Turn
 from parley.models import Membership, Tenant
 from tests.conftest import PASSWORD, LiveStack, make_user, wait_until
@@ -55,7 +55,7 @@ def viewer(tenant: Tenant) -> AbstractUser:
 def test_a_viewer_sees_the_question_but_cannot_answer_it_even_by_a_forged_post(
     live_stack: LiveStack, agent: Agent, intent: Intent, viewer: AbstractUser, browser: Browser
 ) -> None:
-    run = off_loop(lambda: run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
+    run = off_loop(lambda: runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO."))
     question = off_loop(
         lambda: wait_until(
             lambda: Question.across_tenants.filter(run=run).first(), timeout=60, what="the question"

@@ -15,9 +15,9 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from playwright.sync_api import Browser, expect
 
-from agents import services
 from agents.models import Agent, Intent, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES, NO_COUNTERPARTIES
+from agents.services import questions, runs
 from parley import live
 from tests.conftest import PASSWORD, LiveStack
 from tests.e2e.conftest import WAIT, not_reloaded, off_loop, publish_run_updated, wait_finished, wait_live
@@ -75,7 +75,7 @@ def test_a_run_started_from_the_agent_page_shows_its_question_and_stream_live(
     wait_live(page)
     run = off_loop(lambda: Run.across_tenants.exclude(pk=blocker.pk).get(intent=intent))
 
-    off_loop(lambda: services.run_cancel(run=blocker, user=None))
+    off_loop(lambda: runs.run_cancel(run=blocker, user=None))
 
     expect(page.get_by_text(ASK_FOR_COUNTERPARTIES, exact=True)).to_be_visible(timeout=WAIT)
     expect(status).to_have_text("Needs Input")
@@ -107,7 +107,7 @@ def test_a_run_started_from_the_agent_page_shows_its_question_and_stream_live(
     expect(stream).to_be_visible()
 
     question = off_loop(lambda: Question.across_tenants.get(run=run))
-    off_loop(lambda: services.question_answer(question=question, answer="Nobody yet.", user=principal))
+    off_loop(lambda: questions.question_answer(question=question, answer="Nobody yet.", user=principal))
 
     # Once step 2 is stored the page shows it as a message, and the streamed copy goes.
     expect(status).to_have_text("Done", timeout=120_000)

@@ -6,7 +6,7 @@ import pytest
 
 from a2a_gateway.models import A2ATask
 from agents.models import Agent, Intent, Run
-from agents.services import run_start
+from agents.services import runs
 from negotiations.models import Negotiation, Settlement, Turn
 from tests.conftest import LiveStack, wait_until
 
@@ -29,7 +29,7 @@ def seller_url(live_stack: LiveStack, seller: Agent) -> str:
 
 def negotiate(buyer: Agent, intent: Intent, url: str) -> tuple[Run, Negotiation]:
     """Give ``buyer`` a task naming ``url`` and wait for its run to end; returns it and the negotiation."""
-    run = run_start(agent=buyer, intent=intent, task=f"Find me a fractional CFO. Talk to {url}")
+    run = runs.run_start(agent=buyer, intent=intent, task=f"Find me a fractional CFO. Talk to {url}")
     wait_until(
         lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, timeout=60, what="the run to end"
     )

@@ -27,7 +27,7 @@ from a2a_gateway.caps import month_start
 from a2a_gateway.errors import BUSY_CODE
 from agents.addresses import agent_url
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run
-from agents.services import question_answer, run_cancel, run_start
+from agents.services import questions, runs
 from negotiations.model_negotiator import MOVE_TOOL
 from negotiations.models import Negotiation, Settlement, Turn
 from parley.celery import app as celery_app
@@ -95,7 +95,7 @@ def negotiate(
 ) -> Run:
     """Give the buyer the party's task naming the seller's public endpoint, within these budgets."""
     task = f"Find me a fractional CFO for two days a month. Talk to {agent_url(seller)}"
-    return run_start(agent=buyer, intent=intent, task=task, max_tokens=max_tokens, max_cost=max_cost)
+    return runs.run_start(agent=buyer, intent=intent, task=task, max_tokens=max_tokens, max_cost=max_cost)
 
 
 def finished(run: Run) -> Run:
@@ -384,7 +384,9 @@ def test_a_model_that_keeps_breaking_the_limit_parks_the_negotiation_with_the_pa
     assert theirs.turns.count() == 2
     never_sent(theirs)
 
-    question_answer(question=question, answer="Stay within it and meet them halfway.", user=principal)
+    questions.question_answer(
+        question=question, answer="Stay within it and meet them halfway.", user=principal
+    )
     run = finished(run)
 
     assert run.status == Run.Status.DONE, run.end_reason
@@ -561,7 +563,7 @@ def test_a_cancelled_run_stops_its_negotiation_while_the_model_decides(
     ours = Negotiation.across_tenants.get(agent=buyer)
     assert negotiation_pumps() == [str(ours.pk)]
 
-    run_cancel(run=run, user=None)
+    runs.run_cancel(run=run, user=None)
 
     ours.refresh_from_db()
     assert (ours.status, ours.error) == (Negotiation.Status.FAILED, "the run it served was cancelled")
@@ -603,7 +605,7 @@ def test_a_move_decided_as_the_run_is_cancelled_is_not_sent(
         # The party cancels just as the model answers our second move: a valid one.
         if policy.decisions == 1 and asks_for_a_move(body):
             try:
-                run_cancel(run=started[0], user=None)
+                runs.run_cancel(run=started[0], user=None)
             finally:
                 connections.close_all()
         return policy(body)

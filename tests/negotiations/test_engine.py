@@ -19,9 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from agents import services as agent_services
 from agents.models import Agent, Intent, Message, Run
-from agents.services import run_start
+from agents.services import runs, steps
 from agents.tools import Defer, Result
 from negotiations import digest, services
 from negotiations.digest import compact_json
@@ -149,7 +148,7 @@ def test_one_negotiate_call_reports_every_target_in_one_digest(
     ):
         urls = [agree.url, haggle.url, stubborn.url, dead, f"{haggle.url}/"]
         run = _finished(
-            run_start(agent=buyer, intent=intent, task=f"Find me a CFO. Talk to {', '.join(urls)}")
+            runs.run_start(agent=buyer, intent=intent, task=f"Find me a CFO. Talk to {', '.join(urls)}")
         )
 
     by_url = {
@@ -182,8 +181,8 @@ def test_one_negotiate_call_reports_every_target_in_one_digest(
 
 @pytest.mark.django_db
 def test_a_waiting_line_carries_the_question_and_their_last_move(agent: Agent, intent: Intent) -> None:
-    run = agent_services.run_start(agent=agent, intent=intent, task=f"Talk to {URL}")
-    agent_services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+    run = runs.run_start(agent=agent, intent=intent, task=f"Talk to {URL}")
+    steps.run_step(run_id=run.pk, tenant_id=run.tenant_id)
     negotiation = Negotiation.across_tenants.get(agent=agent)
     negotiation.counterparty_name, negotiation.task_id, negotiation.task_state = NAME, "t-1", "input-required"
     negotiation.turn_count = 1
@@ -284,7 +283,7 @@ def test_answering_an_unanswered_outbound_negotiation_continues_it_to_a_real_clo
 ) -> None:
     buyer = buyer_of(agent)
     with ScriptedPeer("haggle", "Haggling Seller") as peer:
-        run = _finished(run_start(agent=buyer, intent=intent, task=f"Find me a CFO. Talk to {peer.url}"))
+        run = _finished(runs.run_start(agent=buyer, intent=intent, task=f"Find me a CFO. Talk to {peer.url}"))
         negotiation = Negotiation.across_tenants.get(agent=buyer)
         provisional = Settlement.across_tenants.get(negotiation=negotiation)
         assert (negotiation.status, provisional.outcome) == (Negotiation.Status.SETTLED, "unanswered")

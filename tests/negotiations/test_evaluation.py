@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agents.models import Agent, Intent, Run
-from agents.services import run_start
+from agents.services import runs
 from negotiations import evaluation, services
 from negotiations.evaluation import EvaluationError, evaluate
 from negotiations.models import Negotiation, Turn
@@ -355,7 +355,7 @@ def test_an_outbound_negotiation_is_evaluated_turn_by_turn(
     with HookServer() as hook, ScriptedPeer("agree", "Agreeable Seller") as peer:
         buyer.evaluation_url = hook.url
         buyer.save()
-        run = run_start(agent=buyer, intent=intent, task=f"Find me a fractional CFO. Talk to {peer.url}")
+        run = runs.run_start(agent=buyer, intent=intent, task=f"Find me a fractional CFO. Talk to {peer.url}")
         wait_until(
             lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, timeout=60, what="the run"
         )

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agents.models import Agent, Intent, Run
-from agents.services import run_start
+from agents.services import runs
 from negotiations.models import Negotiation, Settlement, Turn
 from tests.conftest import LiveStack, free_port, wait_until
 from tests.loopback import LoopbackServer, minimal_card, wire_message
@@ -143,7 +143,7 @@ def buyer(agent: Agent) -> Agent:
 
 
 def _negotiate(buyer: Agent, intent: Intent, url: str) -> tuple[Run, Negotiation]:
-    run = run_start(agent=buyer, intent=intent, task=f"Find me a fractional CFO. Talk to {url}")
+    run = runs.run_start(agent=buyer, intent=intent, task=f"Find me a fractional CFO. Talk to {url}")
     wait_until(
         lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, timeout=60, what="the run to end"
     )

@@ -17,7 +17,7 @@ from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import ValidationError
 
 from agents.models import Agent, Intent, Run
-from agents.services import NotAllowed
+from agents.services import runs
 from negotiations import services
 from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.verdict import settle
@@ -166,7 +166,7 @@ def test_who_may_answer_is_who_may_answer_questions(parked: Negotiation, role: s
         services.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=user)
         assert Negotiation.across_tenants.get(pk=parked.pk).guidance == [ANSWER]
     else:
-        with pytest.raises(NotAllowed, match=NOT_ALLOWED):
+        with pytest.raises(runs.NotAllowed, match=NOT_ALLOWED):
             services.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=user)
         assert Negotiation.across_tenants.get(pk=parked.pk).status == Negotiation.Status.WAITING
 

@@ -26,7 +26,7 @@ from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
 
 from agents.models import Agent, Intent, Question, Run
-from agents.services import question_answer, run_start
+from agents.services import questions, runs
 from negotiations.client import with_reply_in_history
 from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.negotiator import terminal_actions
@@ -134,11 +134,13 @@ def test_our_client_negotiates_with_a_plain_sdk_counterparty(
     intent: Intent,
     principal: AbstractUser,
 ) -> None:
-    run = run_start(agent=agent, intent=intent, task=f"Find me a fractional CFO. Talk to {counterparty.url}")
+    run = runs.run_start(
+        agent=agent, intent=intent, task=f"Find me a fractional CFO. Talk to {counterparty.url}"
+    )
     question = wait_until(
         lambda: Question.across_tenants.filter(run=run).first(), timeout=60, what="the question"
     )
-    question_answer(question=question, answer="Up to €1,100 a day.", user=principal)
+    questions.question_answer(question=question, answer="Up to €1,100 a day.", user=principal)
     wait_until(
         lambda: Run.across_tenants.get(pk=run.pk).status == Run.Status.DONE,
         timeout=60,

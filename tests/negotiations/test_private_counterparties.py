@@ -19,7 +19,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from agents.models import Agent, Intent, Run
-from agents.services import run_start
+from agents.services import runs
 from negotiations.models import Negotiation
 from parley.celery import app as celery_app
 from tests.conftest import PRIVATE
@@ -62,7 +62,9 @@ def test_a_run_told_to_sell_to_internal_addresses_reports_the_policy_and_nothing
         probe = f"http://127.0.0.1:{internal.port}/internal-card-probe"
         metadata = "http://169.254.169.254/latest/meta-data/"
         named = f"http://localhost:{internal.port}/prod-internal"  # a name that resolves to loopback
-        run = run_start(agent=buyer_of(agent), intent=intent, task=f"Sell to {probe}, {metadata} and {named}")
+        run = runs.run_start(
+            agent=buyer_of(agent), intent=intent, task=f"Sell to {probe}, {metadata} and {named}"
+        )
 
     run.refresh_from_db()
     by_url = {n.counterparty_url: n for n in Negotiation.across_tenants.filter(agent=agent)}

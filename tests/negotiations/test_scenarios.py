@@ -24,7 +24,7 @@ from django.urls import reverse
 from a2a_gateway.models import A2ATask
 from agents.addresses import agent_url
 from agents.models import Agent, Intent, Question, Run
-from agents.services import question_answer, run_start
+from agents.services import questions, runs
 from negotiations import negotiator, services
 from negotiations.models import Negotiation, Settlement, Turn
 from parley.models import Membership, Tenant
@@ -85,7 +85,9 @@ def negotiate(buyer: Party, seller: Party, task: str) -> Outcome:
     """Run ``buyer``'s agent on ``task`` against ``seller``'s endpoint; both sides' settlements."""
     buyer_agent, buyer_intent = buyer.create(task)
     seller_agent, _ = seller.create(f"Work for {buyer.name}'s kind of client.")
-    run = run_start(agent=buyer_agent, intent=buyer_intent, task=f"{task} Talk to {agent_url(seller_agent)}")
+    run = runs.run_start(
+        agent=buyer_agent, intent=buyer_intent, task=f"{task} Talk to {agent_url(seller_agent)}"
+    )
 
     def ended() -> Run | None:
         run.refresh_from_db()
@@ -204,7 +206,7 @@ def test_a_seller_that_asks_its_party_holds_and_the_buyer_waits_until_told_to_go
     on to a deal both sides verify alike."""
     buyer_agent, buyer_intent = Party("tomas", "Tomas Berg", [eur("<=", 1100)]).create("Hire a CFO.")
     seller_agent, _ = Party("idris", "Idris Haddad", []).create("Sell CFO days.")
-    run = run_start(
+    run = runs.run_start(
         agent=buyer_agent, intent=buyer_intent, task=f"Hire a CFO. Talk to {agent_url(seller_agent)}"
     )
 
@@ -223,7 +225,7 @@ def test_a_seller_that_asks_its_party_holds_and_the_buyer_waits_until_told_to_go
     assert theirs.parked_question.startswith("What is your limit on amount")
 
     services.negotiation_guidance_give(negotiation=theirs, answer="At least €700 a day.", user=None)
-    question_answer(question=question, answer="Go on now.", user=None)
+    questions.question_answer(question=question, answer="Go on now.", user=None)
 
     def ended() -> Run | None:
         run.refresh_from_db()
@@ -342,7 +344,7 @@ def test_an_imported_agent_the_importer_found_no_principal_for_declines_on_the_w
     alice.term_guards = [{"term": "amount", "op": "<=", "value": 500, "currency": "EUR"}]
     alice.save()
 
-    run = run_start(
+    run = runs.run_start(
         agent=alice, intent=Intent.across_tenants.get(agent=alice), task=f"Talk to {agent_url(bob)}"
     )
     wait_until(lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, what="Alice's run to end")
@@ -372,7 +374,7 @@ def test_an_imported_agent_without_a_principal_sends_nothing_when_it_would_ask(l
     alice, bob = agents["alice"], agents["bob"]
     assert alice.principal is None
 
-    run = run_start(
+    run = runs.run_start(
         agent=alice, intent=Intent.across_tenants.get(agent=alice), task=f"Talk to {agent_url(bob)}"
     )
     wait_until(lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, what="Alice's run to end")
@@ -402,7 +404,7 @@ def test_without_a_principal_a_holding_reply_ends_our_side_instead_of_asking_whe
     alice.term_guards = [{"term": "amount", "op": "<=", "value": 500, "currency": "EUR"}]
     alice.save()
 
-    run = run_start(
+    run = runs.run_start(
         agent=alice, intent=Intent.across_tenants.get(agent=alice), task=f"Talk to {agent_url(bob)}"
     )
     wait_until(lambda: Run.across_tenants.get(pk=run.pk).status not in Run.ACTIVE, what="Alice's run to end")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents import services as agent_services
 from agents.models import Agent, Intent, Message, Run
+from agents.services import runs, steps
 from agents.tools import Result
 from negotiations.models import Batch, Negotiation
 from negotiations.selectors import record_block
@@ -15,8 +15,8 @@ pytestmark = pytest.mark.django_db
 
 
 def _run_waiting_on(agent: Agent, intent: Intent) -> Run:
-    run = agent_services.run_start(agent=agent, intent=intent, task="Talk to https://cfo.example/a2a/x")
-    agent_services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+    run = runs.run_start(agent=agent, intent=intent, task="Talk to https://cfo.example/a2a/x")
+    steps.run_step(run_id=run.pk, tenant_id=run.tenant_id)
     run.refresh_from_db()
     return run
 
@@ -49,7 +49,7 @@ def test_cancelling_the_run_stops_its_negotiations(agent: Agent, intent: Intent)
     run = _run_waiting_on(agent, intent)
     assert run.status == Run.Status.WAITING
 
-    agent_services.run_cancel(run=run, user=None)
+    runs.run_cancel(run=run, user=None)
 
     negotiation = Negotiation.across_tenants.get(agent=agent)
     assert (negotiation.status, negotiation.error) == (

@@ -20,8 +20,8 @@ from django.db import connections
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agents import services as agent_services
 from agents.models import Agent, Intent, Run
+from agents.services import runs, steps
 from negotiations import services
 from negotiations.client import move_message
 from negotiations.models import Negotiation, Settlement, Turn
@@ -308,8 +308,8 @@ def test_a_stored_move_wins_over_a_decision_made_on_the_same_record(buyer: Agent
 def test_a_pump_that_died_after_its_last_turn_but_before_reporting_reports_on_redelivery(
     buyer: Agent, intent: Intent
 ) -> None:
-    run = agent_services.run_start(agent=buyer, intent=intent, task="Talk to https://seller.example/a2a/s")
-    agent_services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+    run = runs.run_start(agent=buyer, intent=intent, task="Talk to https://seller.example/a2a/s")
+    steps.run_step(run_id=run.pk, tenant_id=run.tenant_id)
     negotiation = Negotiation.across_tenants.get(agent=buyer)
     # Its last turn was recorded and settled; the worker died before the report.
     Negotiation.across_tenants.filter(pk=negotiation.pk).update(status=S.SETTLED, task_state="completed")

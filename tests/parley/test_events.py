@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from django.db import transaction
 
-from agents import services
 from agents.models import Agent, Intent, Question
+from agents.services import questions, runs, steps
 from parley import live
 from parley.models import Event, Tenant
 from tests.conftest import Listener
@@ -62,10 +62,10 @@ def test_an_unknown_event_is_refused_before_anything_is_written(tenant: Tenant, 
 def test_run_and_question_events_are_stored_for_the_webhooks(
     agent: Agent, intent: Intent, principal: AbstractUser, listener: Listener
 ) -> None:
-    run = services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
-    services.run_step(run_id=run.pk, tenant_id=run.tenant_id)
+    run = runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
+    steps.run_step(run_id=run.pk, tenant_id=run.tenant_id)
     question = Question.across_tenants.get(run=run)
-    services.question_answer(question=question, answer="Nobody yet.", user=principal)
+    questions.question_answer(question=question, answer="Nobody yet.", user=principal)
 
     events = [(e.kind, e.payload) for e in Event.across_tenants.filter(tenant=agent.tenant)]
     ids = {"run": str(run.pk), "question": str(question.pk), "kind": "question"}

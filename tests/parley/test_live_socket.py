@@ -21,7 +21,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from agents.models import Agent, Intent, Question
 from agents.offline import ASK_FOR_COUNTERPARTIES
-from agents.services import run_start
+from agents.services import runs
 from tests.conftest import LiveStack
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -33,7 +33,7 @@ IDLE = 12.0
 def start_asking_run(agent: Agent, intent: Intent) -> None:
     """A run whose task names no counterparty: the offline model asks its party which to negotiate with."""
     try:
-        run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
+        runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
     finally:
         connections.close_all()
 

@@ -32,8 +32,8 @@ from django.utils.http import http_date
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from agents import services
 from agents.models import Agent, Intent, Question
+from agents.services import runs
 from parley import live, webhooks
 from parley.models import Event, Tenant, WebhookDelivery, WebhookEndpoint
 from tests.conftest import PRIVATE, LiveStack, free_port, wait_until
@@ -724,7 +724,7 @@ def test_the_worker_delivers_run_needs_input_retrying_until_the_receiver_answers
     with Receiver(statuses=[500, 502, 200]) as server:
         endpoint = endpoint_for(agent.tenant, server.url, ["run.needs_input"])
 
-        run = services.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
+        run = runs.run_start(agent=agent, intent=intent, task="Find me a fractional CFO.")
 
         delivery = wait_until(
             lambda: WebhookDelivery.across_tenants.filter(endpoint=endpoint, status="succeeded").first(),

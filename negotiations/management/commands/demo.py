@@ -30,7 +30,7 @@ from django.db import connection
 
 from agents.addresses import agent_url
 from agents.models import Question, Run
-from agents.services import question_answer, run_start
+from agents.services import questions, runs
 from negotiations import demo
 from parley.mail import local_mail_note
 
@@ -98,7 +98,7 @@ class Command(BaseCommand):
             key = f"key from ${options['model_key_env']}" if model.api_key else "no key"
             self.stdout.write(f"Every agent runs on the model {model.name} at {model.base_url} ({key}).")
         urls = [agent_url(a) for a in world.cfo_agents]
-        run = run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
+        run = runs.run_start(agent=world.tomas_agent, intent=world.intent, task=demo.demo_task(urls))
         self.stdout.write(f"Tomas's agent starts: {demo.demo_task(urls)}\n")
 
         run = self._wait(run, {Run.Status.NEEDS_INPUT}, options["timeout"])
@@ -112,7 +112,7 @@ class Command(BaseCommand):
             run = self._wait(run, set(Run.ENDED), None)
         else:
             tomas = get_user_model().objects.get(username="tomas")
-            answered = question_answer(question=question, answer=ANSWER, user=tomas)
+            answered = questions.question_answer(question=question, answer=ANSWER, user=tomas)
             self.stdout.write(f"Tomas answers: {ANSWER}")
             if answered.understood is not None:
                 self.stdout.write(answered.understood.message)

@@ -1,0 +1,402 @@
+"""One step of a run: the model asked (streamed live, stopped when the run is cancelled, within
+the run's budget), its reply written with its tool calls' outcomes, and the run's next status.
+
+Every step is written in one transaction before the next is enqueued, so a worker that dies
+mid-run loses at most the step in flight, and a step taken twice is applied once (the run's
+``step_count`` is checked under its row lock, and one model reply per run step is a database
+constraint). Each message names the step it is for, so a message that comes twice takes no
+second step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from agents import guardrails, history, host_operations, tools
+from agents.instructions import system_message
+from agents.llm import CallOptions, ChatMessage, ModelCancelled, ModelError, ModelReply, Retry, model_for
+from agents.models import Agent, Message, Run
+from agents.services import runs, threads, tool_calls
+from parley import strict_json, telemetry
+from parley.live import publish_on_commit, push_transient
+
+logger = logging.getLogger(__name__)
+
+# Seconds between two looks at the run's status while its model call is in flight.
+CANCEL_POLL_SECONDS = 0.5
+# Tool call ids are the model's; longer ones, repeats and blanks are replaced by ids of ours.
+MAX_CALL_ID = 64
+
+
+def run_step(*, run_id: Any, tenant_id: int, step: int | None = None) -> None:
+    """Take step ``step`` of the run: ask the model, run the tools it called, record it all.
+
+    ``step`` is the step the message is for (the run's ``step_count`` + 1 when
+    it was sent): a message for a step already taken — a duplicate, or one the
+    sweep sent again — does nothing, so each step is taken once however often
+    it is asked for. None takes the next step, whichever it is (a message sent
+    before messages named their step).
+
+    Quietly does nothing when the run is gone or not stepping (waiting on the
+    party or a tool, or ended). A run past a limit ends instead. The model and
+    host operations are called outside any transaction; everything is then
+    written in one. The step is a span of the run's trace, and its logs carry
+    the run's and tenant's ids.
+    """
+    run = Run.objects.for_tenant(tenant_id).select_related("agent", "intent").filter(pk=run_id).first()
+    if run is None or run.status not in Run.STEPPING:
+        return
+    if step is not None and step != run.step_count + 1:
+        return
+    with (
+        telemetry.log_context(run_id=str(run.pk), tenant_id=tenant_id),
+        telemetry.run_step_span(
+            run_id=run.pk,
+            tenant_id=tenant_id,
+            agent_id=run.agent_id,
+            agent_name=run.agent.name,
+            intent_id=run.intent_id,
+            step=run.step_count + 1,
+        ),
+    ):
+        try:
+            _take_step(run)
+        except Exception as exc:
+            # A step that cannot be written would fail the same way on every delivery, and a
+            # run left stepping blocks its thread: end it, saying so.
+            logger.exception("step %s of run %s failed", run.step_count + 1, run.pk)
+            runs.finish(
+                run,
+                Run.Status.FAILED,
+                f"Step {run.step_count + 1} failed unexpectedly ({type(exc).__name__}).",
+            )
+
+
+def _take_step(run: Run) -> None:
+    agent = run.agent
+    limit = _limit_reached(run)
+    if limit is not None:
+        runs.finish(run, *limit)
+        return
+    offered = tools.tools_for(agent)
+    try:
+        messages = _chat_messages(run)
+    except guardrails.GuardrailTripped as exc:
+        runs.finish(run, Run.Status.FAILED, str(exc))
+        return
+    live = _LiveText(run)
+    kept = False
+    try:
+        kept = _ask_model(run, messages, offered, live)
+    finally:
+        if not kept:
+            live.withdraw()  # streamed text of a reply that was not stored must not stay on the page
+
+
+def _ask_model(
+    run: Run, messages: list[ChatMessage], offered: dict[str, tools.Tool], live: _LiveText
+) -> bool:
+    """Call the model, run the tools it called and write the step; whether the reply was stored."""
+    agent = run.agent
+    provider = "parley.offline" if agent.model == "offline" else "openai"
+    try:
+        with telemetry.model_call_span(model=agent.model, provider=provider) as call:
+            reply = model_for(agent).complete(
+                messages=messages, tools=[t.spec for t in offered.values()], options=_call_options(run, live)
+            )
+            call.record(reply.model, reply.input_tokens, reply.output_tokens)
+    except ModelCancelled:
+        return False  # the run was stopped meanwhile; whoever stopped it wrote its end
+    except ModelError as exc:
+        runs.finish(run, Run.Status.FAILED, str(exc))
+        return False
+    try:
+        content = guardrails.check(agent.guardrails, stage="output", text=reply.content)
+    except guardrails.GuardrailTripped as exc:
+        runs.finish(run, Run.Status.FAILED, str(exc), spent=reply)
+        return False
+    reply = _with_unique_call_ids(run, reply)
+    early = tool_calls.run_outside_transaction(run, reply, offered)
+    return _apply_step(
+        run_id=run.pk,
+        tenant_id=run.tenant_id,
+        seen_steps=run.step_count,
+        reply=reply,
+        content=content,
+        offered=offered,
+        early=early,
+    )
+
+
+class _LiveText:
+    """A step's model text on the open pages: each delta as it streams (``run.delta``), and the
+    withdrawal (``run.withdrawn``) of what went out once it will not be stored.
+
+    Both are transient events (:func:`parley.live.push_transient`), ``{"run", "step"}`` plus
+    ``"delta"`` for a delta.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self.tenant_id = run.tenant_id
+        self.party_id = run.agent.principal_id
+        self.head = {"run": str(run.pk), "step": run.step_count + 1}
+        self.shown = False
+
+    def delta(self, text: str) -> None:
+        self.shown = True
+        push_transient(
+            event="run.delta",
+            tenant_id=self.tenant_id,
+            party_id=self.party_id,
+            payload={**self.head, "delta": text},
+        )
+
+    def withdraw(self) -> None:
+        """Take back the text sent since the last withdrawal, if any: its try failed, or its reply
+        was refused or not stored."""
+        if self.shown:
+            self.shown = False
+            push_transient(
+                event="run.withdrawn", tenant_id=self.tenant_id, party_id=self.party_id, payload=self.head
+            )
+
+
+def _with_unique_call_ids(run: Run, reply: ModelReply) -> ModelReply:
+    """``reply`` with every tool call id unique in the run, non-empty and at most :data:`MAX_CALL_ID` long.
+
+    Some servers number calls afresh in every message (``call_0``…) or repeat an
+    id within one; results are matched to calls by id, so ids that are not
+    unique are replaced by ids of ours (``call_<step>_<n>``), in the stored
+    message and its results alike.
+    """
+    used = {
+        call["id"]
+        for calls in Message.objects.for_tenant(run.tenant_id)
+        .filter(run=run, role=Message.Role.ASSISTANT)
+        .values_list("tool_calls", flat=True)
+        for call in calls
+    }
+    step, renamed = run.step_count + 1, []
+    for n, call in enumerate(reply.tool_calls, start=1):
+        call_id = call.id
+        if not call_id or len(call_id) > MAX_CALL_ID or call_id in used:
+            call_id = f"call_{step}_{n}"
+        used.add(call_id)
+        renamed.append(replace(call, id=call_id))
+    return replace(reply, tool_calls=tuple(renamed))
+
+
+def _limit_reached(run: Run) -> tuple[str, str] | None:
+    """The (status, reason) a run ends with before its next step, or None to go on."""
+    if run.step_count >= run.agent.max_steps:
+        return Run.Status.MAX_STEPS, f"Stopped after {run.agent.max_steps} steps."
+    spent = run_budget_spent(run)
+    return (Run.Status.FAILED, spent) if spent else None
+
+
+def run_budget_spent(run: Run) -> str | None:
+    """Why ``run`` may spend no more model work — its deadline passed, its token or cost budget is
+    spent — or None. Steps and the negotiation turns under the run both stop on it."""
+    if run.deadline is not None and timezone.now() >= run.deadline:
+        return f"The deadline ({run.deadline:%Y-%m-%d %H:%M %Z}) passed."
+    if run.max_tokens is not None and run.input_tokens + run.output_tokens >= run.max_tokens:
+        return f"The token budget of {run.max_tokens} is spent ({run.input_tokens + run.output_tokens} used)."
+    if run.max_cost is not None and run.cost >= run.max_cost:
+        return f"The cost budget of {run.max_cost} is spent ({run.cost} used)."
+    return None
+
+
+def run_usage_add(*, run: Run, input_tokens: int, output_tokens: int, cost: Decimal) -> None:
+    """Add model work done for ``run`` outside its steps (a negotiation turn's decision) to its usage.
+
+    ``cost`` is in the run's model endpoint's currency. An atomic ``F()`` update: the run's
+    own steps take its row lock to add theirs.
+    """
+    Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(
+        input_tokens=F("input_tokens") + input_tokens,
+        output_tokens=F("output_tokens") + output_tokens,
+        cost=F("cost") + cost,
+        updated_at=timezone.now(),
+    )
+
+
+def _call_options(run: Run, live: _LiveText) -> CallOptions:
+    """Hooks of one model call: stream deltas live (withdrawn before a retry or a fallback starts
+    over), record retries and fallbacks, stop when cancelled, and answer by the run's deadline."""
+    head = {"run": str(run.pk), "step": run.step_count + 1}
+    party = run.agent.principal_id
+
+    def on_retry(retry: Retry) -> None:
+        live.withdraw()
+        publish_on_commit(
+            event="run.retry",
+            tenant_id=run.tenant_id,
+            party_id=party,
+            payload={
+                **head,
+                "model": retry.model,
+                "attempt": retry.attempt,
+                "wait": retry.wait,
+                "reason": retry.reason,
+            },
+        )
+
+    def on_fallback(from_model: str, to_model: str, reason: str) -> None:
+        live.withdraw()
+        publish_on_commit(
+            event="run.fallback",
+            tenant_id=run.tenant_id,
+            party_id=party,
+            payload={**head, "from": from_model, "to": to_model, "reason": reason},
+        )
+
+    # Streamed text reaches the dashboard before the output guardrails can see the whole of it.
+    streams = not any(g.get("stage") == "output" for g in run.agent.guardrails)
+    return CallOptions(
+        on_delta=live.delta if streams else None,
+        on_retry=on_retry,
+        on_fallback=on_fallback,
+        cancelled=_stopped_check(run),
+        response_format=run.output_schema,
+        deadline=run.deadline,
+    )
+
+
+def _stopped_check(run: Run) -> Callable[[], bool]:
+    """A check, cheap to call often, of whether the run stopped stepping (cancelled, expired)."""
+    looked_at, stopped = 0.0, False
+
+    def stopped_now() -> bool:
+        nonlocal looked_at, stopped
+        if not stopped and time.monotonic() - looked_at >= CANCEL_POLL_SECONDS:
+            looked_at = time.monotonic()
+            status = Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).values_list("status", flat=True)
+            stopped = status.first() not in Run.STEPPING
+        return stopped
+
+    return stopped_now
+
+
+def _apply_step(
+    *,
+    run_id: Any,
+    tenant_id: int,
+    seen_steps: int,
+    reply: ModelReply,
+    content: str,
+    offered: dict[str, tools.Tool],
+    early: dict[str, tools.Outcome],
+) -> bool:
+    """Write the step: the reply, its tool calls' outcomes and the run's next status; whether it
+    was written here (not when another worker applied it, or the run stopped meanwhile)."""
+    with transaction.atomic():
+        run = (
+            Run.objects.for_tenant(tenant_id)
+            .select_for_update()
+            .select_related("agent", "intent")
+            .get(pk=run_id)
+        )
+        if run.step_count != seen_steps or run.status not in Run.STEPPING:
+            return False  # another worker applied this step, or the run was stopped meanwhile
+        run.step_count += 1
+        run.input_tokens += reply.input_tokens
+        run.output_tokens += reply.output_tokens
+        run.cost += reply.cost
+        threads.append(
+            run,
+            role=Message.Role.ASSISTANT,
+            content=content,
+            tool_calls=[c.as_dict() for c in reply.tool_calls],
+            step=run.step_count,
+            model=reply.model,
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+            cost=reply.cost,
+        )
+        if reply.tool_calls:
+            run.status = tool_calls.run_tools(run, reply, offered, early)
+        else:
+            _final_answer(run, content)
+        if run.status == Run.Status.RUNNING:
+            runs.enqueue_step(run)
+        run.save(
+            update_fields=[
+                "step_count",
+                "input_tokens",
+                "output_tokens",
+                "cost",
+                "status",
+                "output",
+                "output_data",
+                "updated_at",
+            ]
+        )
+        runs.publish_run(run)
+        if run.status in Run.ENDED:
+            runs.ended(run)
+    return True
+
+
+def _final_answer(run: Run, content: str) -> None:
+    """End the run ``done`` with ``content``, or, when it misses the output schema, ask again."""
+    if run.output_schema is None:
+        run.status, run.output = Run.Status.DONE, content
+        return
+    try:
+        data = _parse_json(content)
+        host_operations.validate_arguments(schema=run.output_schema, arguments=data)
+    except (ValueError, tools.ToolError) as exc:
+        problem = _problem(exc)
+        threads.append(
+            run,
+            role=Message.Role.USER,
+            content=(
+                f"Your final answer must be JSON that meets the output schema, and it does not: {problem}. "
+                "Answer again with the JSON alone."
+            ),
+            step=run.step_count,
+        )
+        run.status = Run.Status.RUNNING
+        return
+    run.status, run.output, run.output_data = Run.Status.DONE, content, data
+
+
+def _parse_json(text: str) -> Any:
+    """JSON as the model wrote it, refusing what JSON or Postgres cannot hold (``NaN``, numbers
+    too large, deep nesting, NUL): :func:`parley.strict_json.loads`. Raises ``ValueError``."""
+    return strict_json.loads(text)
+
+
+def _problem(exc: Exception) -> str:
+    return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+
+
+def _chat_messages(run: Run) -> list[ChatMessage]:
+    """What the model gets: the system message and the thread's history, under the agent's history
+    policy, with its input guardrails applied to the system message and to what the party and
+    tools wrote.
+
+    Raises :class:`guardrails.GuardrailTripped` when an input guardrail blocks.
+    """
+    agent = run.agent
+    thread = threads.chat_history(run)
+    if agent.history == Agent.History.WINDOW:
+        thread = history.window(thread, agent.history_window)
+    for entry in thread:
+        if entry["role"] in ("user", "tool") and entry["content"]:
+            entry["content"] = guardrails.check(agent.guardrails, stage="input", text=entry["content"])
+    # The system message carries the party's intent and what counterparties said in negotiations.
+    system = guardrails.check(
+        agent.guardrails, stage="input", text=system_message(agent=agent, intent=run.intent)
+    )
+    return [{"role": "system", "content": system}, *thread]

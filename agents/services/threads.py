@@ -1,0 +1,91 @@
+"""The run's thread: messages appended under the run's lock, read back in chat-completions form.
+
+A thread is an intent's messages in ``seq`` order; every run of the intent writes to it, one
+at a time (a pending run waits for the active one, see :mod:`agents.services.runs`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Max
+
+from agents.llm import ChatMessage
+from agents.models import Message, Run
+
+
+def pending_calls(run: Run) -> dict[str, dict[str, str]]:
+    """Tool calls of the run's last assistant message that have no result yet, by id."""
+    last = run.messages.filter(role=Message.Role.ASSISTANT).order_by("-seq").first()
+    if last is None or not last.tool_calls:
+        return {}
+    answered = set(
+        run.messages.filter(role=Message.Role.TOOL, seq__gt=last.seq).values_list("tool_call_id", flat=True)
+    )
+    return {c["id"]: c for c in last.tool_calls if c["id"] not in answered}
+
+
+def chat_history(run: Run) -> list[ChatMessage]:
+    """The thread's messages in chat-completions form, tool results in the order of their calls.
+
+    Results of one model message arrive in any order (a deferred call ends
+    after a quick one); the model sees them in the order it made the calls.
+    """
+    chat: list[ChatMessage] = []
+    order: dict[str, int] = {}
+    results: list[ChatMessage] = []
+    for m in Message.objects.for_tenant(run.tenant_id).filter(intent_id=run.intent_id).order_by("seq"):
+        if m.role == Message.Role.TOOL:
+            results.append({"role": "tool", "content": m.content, "tool_call_id": m.tool_call_id})
+            continue
+        chat.extend(sorted(results, key=lambda r: order.get(r["tool_call_id"], len(order))))
+        results = []
+        entry: ChatMessage = {"role": m.role, "content": m.content}
+        if m.tool_calls:
+            order = {c["id"]: i for i, c in enumerate(m.tool_calls)}
+            entry["tool_calls"] = [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": c["arguments"]},
+                }
+                for c in m.tool_calls
+            ]
+        chat.append(entry)
+    chat.extend(sorted(results, key=lambda r: order.get(r["tool_call_id"], len(order))))
+    return chat
+
+
+def append(
+    run: Run,
+    *,
+    role: str,
+    content: str,
+    step: int,
+    tool_calls: list[dict[str, str]] | None = None,
+    tool_call_id: str = "",
+    name: str = "",
+    **usage: Any,
+) -> Message:
+    """Append to the thread; callers hold the run's row lock, so ``seq`` cannot collide."""
+    last = (
+        Message.objects.for_tenant(run.tenant_id).filter(intent_id=run.intent_id).aggregate(m=Max("seq"))["m"]
+        or 0
+    )
+    return Message.objects.create(
+        tenant_id=run.tenant_id,
+        intent_id=run.intent_id,
+        run=run,
+        seq=last + 1,
+        step=step,
+        role=role,
+        content=content,
+        tool_calls=tool_calls or [],
+        tool_call_id=tool_call_id,
+        name=name,
+        **usage,
+    )
+
+
+def append_result(run: Run, call_id: str, name: str, text: str) -> None:
+    append(run, role=Message.Role.TOOL, content=text, tool_call_id=call_id, name=name, step=run.step_count)
