@@ -10,7 +10,7 @@ class A2AGatewayConfig(AppConfig):
         the reply to an answered inbound negotiation at once where its Task has push notifications."""
         from a2a_gateway import cards, cors, hosts, replies
         from agents.models import Agent, register_agent_check
-        from negotiations.services import register_answered_hook
+        from negotiations.services.parking import register_answered_hook
 
         def card_overrides(agent: Agent) -> None:
             if agent.tenant_id is not None:  # the card names the tenant

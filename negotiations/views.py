@@ -18,9 +18,10 @@ from agents.forms import AnswerForm
 from agents.selectors import OPERATE, Understood, agent_currency, visible_agents
 from agents.services import NotAllowed
 from agents.views import form_errors, inbox_context, pretty_json, region_response, term_pairs
-from negotiations import negotiator, selectors, services
+from negotiations import negotiator, selectors
 from negotiations.forms import BoardFilterForm
 from negotiations.models import Negotiation, Turn
+from negotiations.services import parking
 from parley.models import Membership
 from parley.views import FilteredListView, TenantMixin, is_htmx
 
@@ -146,7 +147,7 @@ def guidance_kept(understood: Understood | None) -> str:
 
 class NegotiationAnswerView(TenantMixin, View):
     """POST ``answer`` to an inbound negotiation waiting on its party: it becomes the negotiation's
-    standing guidance (:func:`services.negotiation_guidance_give`).
+    standing guidance (:func:`parking.negotiation_guidance_give`).
 
     An htmx request gets the inbox's questions region freshly rendered, the
     outcome in a ``role="status"`` element (:func:`guidance_kept`: what was
@@ -164,12 +165,12 @@ class NegotiationAnswerView(TenantMixin, View):
             messages.error(request, form_errors(form))
         else:
             try:
-                answered = services.negotiation_guidance_give(
+                answered = parking.negotiation_guidance_give(
                     negotiation=negotiation, answer=form.cleaned_data["answer"], user=self.membership.user
                 )
             except NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
-            except services.GuidanceRefused as exc:
+            except parking.GuidanceRefused as exc:
                 messages.error(request, str(exc))
             else:
                 messages.success(request, guidance_kept(selectors.last_answer_understood(answered)))

@@ -25,8 +25,11 @@ from a2a_gateway.cards import agent_url
 from a2a_gateway.models import A2ATask
 from agents.models import Agent, Intent, Question, Run
 from agents.services import question_answer, run_start
-from negotiations import negotiator, services
+from negotiations import negotiator
 from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.services import parking
+from negotiations.services.inbound import HOLDING_TEXT
+from negotiations.services.outbound import HELD_QUESTION, HELD_WITHOUT_PRINCIPAL
 from parley.models import Membership, Tenant
 from tests.conftest import README_SCENARIO, LiveStack, make_user, wait_until
 
@@ -213,15 +216,15 @@ def test_a_seller_that_asks_its_party_holds_and_the_buyer_waits_until_told_to_go
     )
     ours = Negotiation.objects.get(agent=buyer_agent)
     theirs = Negotiation.objects.get(agent=seller_agent, task_id=ours.task_id)
-    assert question.question == services.HELD_QUESTION
-    assert (ours.status, ours.parked_question) == (Negotiation.Status.WAITING, services.HELD_QUESTION)
+    assert question.question == HELD_QUESTION
+    assert (ours.status, ours.parked_question) == (Negotiation.Status.WAITING, HELD_QUESTION)
     assert [(t.side, t.action, t.message) for t in ours.turns.order_by("seq")][1:] == [
-        (Turn.Side.THEIRS, "", services.HOLDING_TEXT)
+        (Turn.Side.THEIRS, "", HOLDING_TEXT)
     ]
     assert theirs.status == Negotiation.Status.WAITING
     assert theirs.parked_question.startswith("What is your limit on amount")
 
-    services.negotiation_guidance_give(negotiation=theirs, answer="At least €700 a day.", user=None)
+    parking.negotiation_guidance_give(negotiation=theirs, answer="At least €700 a day.", user=None)
     question_answer(question=question, answer="Go on now.", user=None)
 
     def ended() -> Run | None:
@@ -401,17 +404,17 @@ def test_without_a_principal_a_holding_reply_ends_our_side_instead_of_asking_whe
     ours, theirs = Negotiation.objects.get(agent=alice), Negotiation.objects.get(agent=bob)
     assert (ours.status, ours.error, ours.parked_question) == (
         Negotiation.Status.FAILED,
-        services.HELD_WITHOUT_PRINCIPAL,
+        HELD_WITHOUT_PRINCIPAL,
         "",
     )
     assert [(t.side, t.action, t.message) for t in ours.turns.order_by("seq")] == [
         (Turn.Side.OURS, "propose", "I can offer €350."),
-        (Turn.Side.THEIRS, "", services.HOLDING_TEXT),
+        (Turn.Side.THEIRS, "", HOLDING_TEXT),
     ]
     assert (theirs.status, theirs.parked_question) == (Negotiation.Status.WAITING, LIMIT_QUESTION)
     assert not Question.objects.exists()
     run.refresh_from_db()
     assert run.status == Run.Status.DONE
     assert run.output.endswith(
-        f"— {services.HELD_WITHOUT_PRINCIPAL} — the exchange stays with them; answer this id to try again"
+        f"— {HELD_WITHOUT_PRINCIPAL} — the exchange stays with them; answer this id to try again"
     )
