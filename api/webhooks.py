@@ -3,7 +3,7 @@ deliveries made to them (read, resend).
 
 ``/api/v1/webhook-endpoints`` and ``/api/v1/webhook-deliveries``. GETs need the ``read`` scope;
 everything else ``admin``: endpoints are configuration, and a resend acts on the host's own server.
-What is sent and how it is signed: :mod:`parley.webhooks`.
+What is sent and how it is signed: :mod:`parley.webhooks.signing`.
 """
 
 from __future__ import annotations
