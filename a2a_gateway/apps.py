@@ -13,7 +13,7 @@ class A2AGatewayConfig(AppConfig):
         from agents.addresses import register_card_document
         from agents.configuration import register_agent_check
         from agents.models import Agent
-        from negotiations.services import register_answered_hook
+        from negotiations.services.parking import register_answered_hook
 
         def card_overrides(agent: Agent) -> None:
             if agent.tenant_id is not None:  # the card names the tenant

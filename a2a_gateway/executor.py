@@ -67,7 +67,7 @@ from a2a_gateway.routing import takes
 from a2a_gateway.store import call_agent, id_problem, owner_of, stored_task, visitor_history
 from agents.models import Agent
 from exchange import wire as exchange_wire
-from negotiations import services
+from negotiations.services import inbound
 from negotiations.wire import (
     MoveError,
     TaskRecord,
@@ -143,7 +143,7 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
     """Refuse ``message`` (to the task ``task_id``, None if new) if ``agent`` cannot take it;
     return whether it is a visitor's (for the representative face) rather than a move.
 
-    The move's rules are :func:`negotiations.services.inbound_check`'s, checked
+    The move's rules are :func:`negotiations.services.inbound.inbound_check`'s, checked
     without writing; the rest are what the task's rows can hold. The SDK has
     already looked ``task_id`` up, so it names a stored task. ``wire_0_3``: the
     message came as 0.3 ``message/send`` or ``message/stream``. The gateway
@@ -164,7 +164,7 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
             deal under the intent inbound ones join (``DealStands``).
         Refused: -32010 :data:`BUSY` (HTTP 200 on the 1.0 wire, 409 on 0.3), a first message
             while the agent has an unfinished outbound negotiation under that intent
-            (``NegotiationBusy``; both from :func:`negotiations.services.inbound_check`).
+            (``NegotiationBusy``; both from :func:`negotiations.services.inbound.inbound_check`).
         InternalError: (-32603) :data:`COULD_NOT_ANSWER`, on anything unexpected (logged).
 
     A message without a negotiation move that :func:`a2a_gateway.routing.takes` is a
@@ -182,7 +182,7 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
         # No move: a visitor's message, for the representative face (its rule: routing.takes).
         for_visitor = await sync_to_async(takes)(agent=agent, message=message, task_id=task_id)
         if not for_visitor:
-            await sync_to_async(services.inbound_check)(agent=agent, task_id=task_id or "", incoming=incoming)
+            await sync_to_async(inbound.inbound_check)(agent=agent, task_id=task_id or "", incoming=incoming)
     # The whole message is stored (the turn's raw JSON, the Task), and jsonb holds no NUL.
     if where := nul_path(incoming, "message"):
         raise InvalidParamsError(message=f"{where} must not contain a NUL character")
@@ -199,7 +199,7 @@ def refuse_non_finite(message: Message) -> None:
 
     Raises:
         InvalidParamsError: (-32602) in the move (the first data part of a message that is no
-            Agent Exchange message, as :func:`negotiations.services.inbound_check` reads it):
+            Agent Exchange message, as :func:`negotiations.services.inbound.inbound_check` reads it):
             "Invalid negotiation move: move.terms.amount must be a finite number, got
             Infinity"; anywhere else: "message.metadata.score must be a finite number, got NaN".
     """
@@ -235,11 +235,11 @@ async def _refusals(agent: Agent, task_id: str | None, *, wire_0_3: bool = False
         yield
     except MoveError as exc:
         raise InvalidParamsError(message=f"Invalid negotiation move: {exc}") from exc
-    except services.DealStands as exc:
+    except inbound.DealStands as exc:
         raise UnsupportedOperationError(message=DEAL_STANDS) from exc
-    except services.NegotiationBusy as exc:
+    except inbound.NegotiationBusy as exc:
         raise Refused(BUSY, code=BUSY_CODE, status=HTTP_CONFLICT if wire_0_3 else HTTP_OK) from exc
-    except services.NegotiationClosed as exc:
+    except inbound.NegotiationClosed as exc:
         if wire_0_3:
             raise Refused(str(exc), code=FINISHED_CODE) from exc
         raise UnsupportedOperationError(message=str(exc)) from exc
@@ -303,7 +303,7 @@ async def _answer(agent: Agent, context: RequestContext, event_queue: EventQueue
     await updater.update_status(STATES[reply.state])
 
 
-def reply_artifacts(reply: services.InboundReply, message: Message) -> list[Artifact]:
+def reply_artifacts(reply: inbound.InboundReply, message: Message) -> list[Artifact]:
     """The artifacts our reply ``message`` puts on its Task: itself as :data:`REPLY_ARTIFACT_ID`,
     replaced each turn, for clients that read only artifacts; and, when it ends the Task, the
     outcome as :data:`OUTCOME_ARTIFACT_ID` ``{state, status, basis, reason, terms?}``."""
@@ -323,7 +323,7 @@ def reply_artifacts(reply: services.InboundReply, message: Message) -> list[Arti
     return artifacts
 
 
-def evaluation_artifacts(reply: services.InboundReply) -> list[Artifact]:
+def evaluation_artifacts(reply: inbound.InboundReply) -> list[Artifact]:
     """What the agent's evaluation hook attached to the turn's moves, one data part each."""
     return [
         Artifact(artifact_id=a["artifactId"], name=a["name"], parts=[new_data_part(a["data"])])
@@ -473,8 +473,8 @@ async def _try_again(agent: Agent, updater: TaskUpdater) -> None:
 
 def _turn(
     *, agent: Agent, task_id: str, context_id: str, prior: TaskRecord, incoming: dict[str, Any]
-) -> services.InboundReply | None:
-    """:func:`negotiations.services.inbound_turn_unless_canceled`, told of a cancel by the stored
+) -> inbound.InboundReply | None:
+    """:func:`negotiations.inbound.inbound_turn_unless_canceled`, told of a cancel by the stored
     Task; None if the task was canceled while it ran (:func:`cancel_negotiation` is the other
     half). Runs in a thread of :func:`turn_pool`, whose database connection it closes.
     """
@@ -488,7 +488,7 @@ def _turn(
         return None if canceled is None else _message_ids(stored_task(canceled))
 
     try:
-        return services.inbound_turn_unless_canceled(
+        return inbound.inbound_turn_unless_canceled(
             agent=agent,
             task_id=task_id,
             context_id=context_id,
@@ -503,9 +503,9 @@ def _turn(
 async def cancel_negotiation(agent: Agent, task: Task) -> None:
     """End the negotiation of ``task``, which a caller has just canceled (CancelTask), as ``task`` shows it.
 
-    :func:`negotiations.services.inbound_cancel` over the canceled Task's messages.
+    :func:`negotiations.services.inbound.inbound_cancel` over the canceled Task's messages.
     """
-    await sync_to_async(services.inbound_cancel)(agent=agent, task_id=task.id, delivered=_message_ids(task))
+    await sync_to_async(inbound.inbound_cancel)(agent=agent, task_id=task.id, delivered=_message_ids(task))
 
 
 def _message_ids(task: Task) -> frozenset[str]:

@@ -2,10 +2,10 @@
 counterparty asked for push notifications.
 
 An inbound ``ask`` parks the negotiation and the counterparty gets the holding
-reply (:func:`negotiations.services.inbound_turn`). Once the party answers, the
+reply (:func:`negotiations.services.inbound.inbound_turn`). Once the party answers, the
 reply waits for the counterparty's next message — unless the Task's owner
 registered a push notification config on it. Then a worker decides the reply
-now (:func:`negotiations.services.inbound_reply_decided`), puts it on the stored
+now (:func:`negotiations.services.inbound.inbound_reply_decided`), puts it on the stored
 Task as a synchronous reply would be (history, the
 :data:`a2a_gateway.executor.REPLY_ARTIFACT_ID` artifact, the outcome on a
 terminal reply, the evaluation hook's artifacts, the state its action stamps)
@@ -26,14 +26,14 @@ from google.protobuf.json_format import ParseDict
 from a2a_gateway import executor, push
 from a2a_gateway.models import A2ATask
 from a2a_gateway.store import row_fields, stored_task
-from negotiations import services
 from negotiations.models import Negotiation
+from negotiations.services import inbound
 from negotiations.wire import task_record_from_proto
 from parley.celery import enqueue_on_commit
 
 
 def on_answered(negotiation: Negotiation) -> None:
-    """The hook :func:`negotiations.services.register_answered_hook` calls: :func:`reply_push` for
+    """The hook :func:`negotiations.services.parking.register_answered_hook` calls: :func:`reply_push` for
     ``negotiation`` in a worker, once the answer is committed."""
     from a2a_gateway.tasks import reply_push as task
 
@@ -70,7 +70,7 @@ def reply_push(*, negotiation_id: Any, tenant_id: int) -> None:
     task = stored_task(row)
     if not task.history:
         return
-    reply = services.inbound_reply_decided(
+    reply = inbound.inbound_reply_decided(
         agent=negotiation.agent,
         task_id=row.task_id,
         prior=task_record_from_proto(task),
@@ -81,15 +81,15 @@ def reply_push(*, negotiation_id: Any, tenant_id: int) -> None:
     asyncio.run(push.push_task(_add(tenant_id, row.task_id, executor.evaluation_artifacts(reply))))
 
 
-def _put(tenant_id: int, task_id: str, after: str, reply: services.InboundReply) -> None:
+def _put(tenant_id: int, task_id: str, after: str, reply: inbound.InboundReply) -> None:
     """Put ``reply`` on the stored Task ``task_id``, whose last message must still be ``after`` (our
-    holding reply) and its state input-required; else raise :class:`services.TaskMovedOn`."""
+    holding reply) and its state input-required; else raise :class:`inbound.TaskMovedOn`."""
     row = A2ATask.objects.for_tenant(tenant_id).select_for_update().get(task_id=task_id)
     task = stored_task(row)
     if not task.history or task.history[-1].message_id != after:
-        raise services.TaskMovedOn(f"task {task_id} has a message after our holding reply")
+        raise inbound.TaskMovedOn(f"task {task_id} has a message after our holding reply")
     if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
-        raise services.TaskMovedOn(f"task {task_id} is {TaskState.Name(task.status.state)}")
+        raise inbound.TaskMovedOn(f"task {task_id} is {TaskState.Name(task.status.state)}")
     message = ParseDict(reply.message, Message())
     task.history.append(message)
     _apply(task, executor.reply_artifacts(reply, message))

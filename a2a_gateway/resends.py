@@ -3,7 +3,7 @@
 A counterparty that lost our answer (its worker died, its connection dropped)
 sends the same message again: the same ``messageId``, the same move, and, for
 a first message, the same ``contextId``. Which messages count as sent again is
-the negotiation's rule (:func:`negotiations.services.inbound_resent`); here the
+the negotiation's rule (:func:`negotiations.services.inbound.inbound_resent`); here the
 gateway answers one, before the SDK sees it, with the Task the message was
 applied on — from the caller's own partition only, so another caller's reuse
 of the ids reaches nothing of it. The rate limit counts it as any message
@@ -31,7 +31,7 @@ from google.protobuf.json_format import MessageToDict, SerializeToJsonError
 
 from a2a_gateway import caps
 from a2a_gateway.store import DjangoTaskStore, call_agent, id_problem, owner_of
-from negotiations import services
+from negotiations.services import inbound
 
 # Seconds between two looks at a Task whose message is applied but whose reply another process
 # is still writing to it.
@@ -91,7 +91,7 @@ async def resent_task(store: DjangoTaskStore, context: ServerCallContext, messag
     except SerializeToJsonError:
         return None  # a number JSON cannot hold (NaN, Infinity): the SDK's way refuses it
     agent = call_agent(context)
-    found = await sync_to_async(services.inbound_resent)(
+    found = await sync_to_async(inbound.inbound_resent)(
         agent=agent, task_id=message.task_id, incoming=incoming
     )
     if found is None:

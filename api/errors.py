@@ -25,7 +25,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from agents.configuration import InUse
 from agents.services import questions, runs
-from negotiations.services import GuidanceRefused
+from negotiations.services.parking import GuidanceRefused
 
 INVALID_MESSAGE = "The request is not valid; see fields."
 

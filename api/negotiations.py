@@ -28,8 +28,9 @@ from api.errors import Conflict
 from api.fields import of_tenant
 from api.runs import UnderstoodSerializer, understood_data
 from api.schema import ERROR_SCHEMA
-from negotiations import negotiator, selectors, services
+from negotiations import negotiator, selectors
 from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.services import parking
 from representative.models import IntakeRequest
 
 # Longest counterparty name or URL part the filter searches for, as on the dashboard's board.
@@ -302,7 +303,7 @@ class NegotiationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenan
     def answer(self, request: Request, pk: str | None = None) -> Response:
         body = GuidanceSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        negotiation = services.negotiation_guidance_give(
+        negotiation = parking.negotiation_guidance_give(
             negotiation=self.get_object(), answer=body.validated_data["answer"], user=None
         )
         context = {"understood": selectors.last_answer_understood(negotiation)}

@@ -3,7 +3,7 @@ deliveries made to them (read, resend).
 
 ``/api/v1/webhook-endpoints`` and ``/api/v1/webhook-deliveries``. GETs need the ``read`` scope;
 everything else ``admin``: endpoints are configuration, and a resend acts on the host's own server.
-What is sent and how it is signed: :mod:`parley.webhooks`.
+What is sent and how it is signed: :mod:`parley.webhooks.signing`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from rest_framework.response import Response
 from api.base import TenantViewSet
 from api.errors import Conflict
 from api.fields import of_tenant
-from parley import webhooks
 from parley.models import ApiKey, WebhookDelivery, WebhookEndpoint, WebhookEventType
+from parley.webhooks import endpoints, resend
 
 SIGNING = (
     "Each delivery is a POST of `{type, timestamp, data}` signed as Standard Webhooks "
@@ -206,7 +206,7 @@ class WebhookEndpointViewSet(
     def create(self, request: Request) -> Response:
         given = WebhookEndpointCreateSerializer(data=request.data)
         given.is_valid(raise_exception=True)
-        endpoint = webhooks.webhook_endpoint_create(tenant=self.tenant, **given.validated_data)
+        endpoint = endpoints.webhook_endpoint_create(tenant=self.tenant, **given.validated_data)
         return Response(WebhookEndpointWithSecretSerializer(endpoint).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -221,11 +221,11 @@ class WebhookEndpointViewSet(
         endpoint = self.get_object()
         given = WebhookEndpointUpdateSerializer(data=request.data)
         given.is_valid(raise_exception=True)
-        endpoint = webhooks.webhook_endpoint_update(endpoint=endpoint, **given.validated_data)
+        endpoint = endpoints.webhook_endpoint_update(endpoint=endpoint, **given.validated_data)
         return Response(WebhookEndpointSerializer(endpoint).data)
 
     def perform_destroy(self, instance: WebhookEndpoint) -> None:
-        webhooks.webhook_endpoint_delete(endpoint=instance)
+        endpoints.webhook_endpoint_delete(endpoint=instance)
 
     @extend_schema(
         summary="Rotate a webhook endpoint's secret",
@@ -236,7 +236,7 @@ class WebhookEndpointViewSet(
     )
     @action(detail=True, methods=["post"], url_path="rotate-secret")
     def rotate_secret(self, request: Request, pk: str | None = None) -> Response:
-        endpoint = webhooks.webhook_endpoint_rotate_secret(endpoint=self.get_object())
+        endpoint = endpoints.webhook_endpoint_rotate_secret(endpoint=self.get_object())
         return Response(WebhookEndpointWithSecretSerializer(endpoint).data)
 
 
@@ -272,7 +272,7 @@ class WebhookDeliveryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, T
     @action(detail=True, methods=["post"])
     def resend(self, request: Request, pk: str | None = None) -> Response:
         try:
-            delivery = webhooks.delivery_resend(delivery=self.get_object())
-        except webhooks.ResendRefused as exc:
+            delivery = resend.delivery_resend(delivery=self.get_object())
+        except resend.ResendRefused as exc:
             raise Conflict(str(exc)) from None
         return Response(WebhookDeliveryDetailSerializer(delivery).data)

@@ -52,7 +52,7 @@ def binding_outbound(agent: Agent, intent: Intent | None) -> Negotiation | None:
     for no intent): the oldest closed as a deal (``Settlement.DEALS``), else the oldest unfinished.
 
     While there is one, an inbound first message under the same intent is refused
-    (``negotiations.services._refuse_if_bound``): for good after a deal, until it settles otherwise.
+    (``negotiations.services.inbound._refuse_if_bound``): for good after a deal, until it settles otherwise.
     """
     if intent is None:
         return None
@@ -269,7 +269,8 @@ def waiting_for_party(
 
 def parked_inbound(*, tenant: Tenant | int, agents: QuerySet[Agent]) -> list[tuple[Negotiation, Turn | None]]:
     """The tenant's inbound negotiations of ``agents`` waiting on their party, oldest first: each asks
-    it ``parked_question`` and takes its answer (:func:`negotiations.services.negotiation_guidance_give`).
+    it ``parked_question`` and takes its answer
+    (:func:`negotiations.services.parking.negotiation_guidance_give`).
 
     Loaded with agent, its principal and intent, each paired with the
     counterparty's latest Turn (:func:`_their_last_turns`): two queries,

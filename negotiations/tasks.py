@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from negotiations import services
+from negotiations.services import outbound, sweeps
 from parley.celery import TaskQueue
 
 
@@ -15,13 +15,13 @@ from parley.celery import TaskQueue
 )
 def pump(negotiation_id: str, tenant_id: int) -> None:
     """Take outbound turns of one negotiation until an event, unless it is being pumped already (see
-    :func:`services.negotiation_pump_alone`)."""
-    services.negotiation_pump_alone(negotiation_id=negotiation_id, tenant_id=tenant_id)
+    :func:`outbound.negotiation_pump_alone`)."""
+    outbound.negotiation_pump_alone(negotiation_id=negotiation_id, tenant_id=tenant_id)
 
 
 # On the agent queue: a busy negotiation queue (pumps take minutes) must not hold up the sweep.
 @shared_task(queue=TaskQueue.AGENT.value, soft_time_limit=50, time_limit=55)
 def stalled_pumps_resend() -> int:
     """Pump again the negotiations whose pump's message was lost (see
-    :func:`services.stalled_pumps_resend`); beat sends it every ``SWEEP_INTERVAL`` seconds."""
-    return len(services.stalled_pumps_resend())
+    :func:`sweeps.stalled_pumps_resend`); beat sends it every ``SWEEP_INTERVAL`` seconds."""
+    return len(sweeps.stalled_pumps_resend())

@@ -6,8 +6,9 @@ from typing import Any
 
 from agents import tools
 from agents.llm import ToolSpec
-from negotiations import selectors, services
+from negotiations import selectors
 from negotiations.models import Negotiation
+from negotiations.services import batches
 
 URL_LIMIT: int = Negotiation._meta.get_field("counterparty_url").max_length or 500
 
@@ -25,7 +26,7 @@ def _negotiate(context: tools.ToolContext, arguments: dict[str, Any]) -> tools.O
             raise tools.ToolError(f"targets[{i}].url must be an http(s) URL, got {target['url']!r}.")
         if not isinstance(target.get("objective", ""), str):
             raise tools.ToolError(f"targets[{i}].objective must be a string.")
-    return services.batch_open(run=context.run, tool_call_id=context.tool_call_id, targets=targets)
+    return batches.batch_open(run=context.run, tool_call_id=context.tool_call_id, targets=targets)
 
 
 def _answer(context: tools.ToolContext, arguments: dict[str, Any]) -> tools.Outcome:
@@ -34,7 +35,7 @@ def _answer(context: tools.ToolContext, arguments: dict[str, Any]) -> tools.Outc
         raise tools.ToolError("answer needs 'ids': a non-empty list of negotiation ids.")
     if not isinstance(guidance, str) or not guidance.strip():
         raise tools.ToolError("answer needs 'guidance': the party's answer, as text.")
-    return services.batch_answer(
+    return batches.batch_answer(
         run=context.run, tool_call_id=context.tool_call_id, ids=ids, guidance=guidance
     )
 
@@ -93,4 +94,4 @@ def register() -> None:
         )
     )
     tools.register_record_provider(selectors.record_block)
-    tools.register_cancel_hook(services.run_cancelled)
+    tools.register_cancel_hook(batches.run_cancelled)

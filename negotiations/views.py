@@ -18,9 +18,10 @@ from agents.forms import AnswerForm
 from agents.pages import form_errors, inbox_context, pretty_json, region_response, term_pairs
 from agents.selectors import Understood, agent_currency, visible_agents
 from agents.services import runs
-from negotiations import negotiator, selectors, services
+from negotiations import negotiator, selectors
 from negotiations.forms import BoardFilterForm
 from negotiations.models import Negotiation, Turn
+from negotiations.services import parking
 from parley.models import Membership
 from parley.pages import FilteredListView, TenantMixin, is_htmx
 from parley.roles import OPERATE
@@ -149,7 +150,7 @@ def guidance_kept(understood: Understood | None) -> str:
 
 class NegotiationAnswerView(TenantMixin, View):
     """POST ``answer`` to an inbound negotiation waiting on its party: it becomes the negotiation's
-    standing guidance (:func:`services.negotiation_guidance_give`).
+    standing guidance (:func:`parking.negotiation_guidance_give`).
 
     An htmx request gets the inbox's questions region freshly rendered, the
     outcome in a ``role="status"`` element (:func:`guidance_kept`: what was
@@ -167,12 +168,12 @@ class NegotiationAnswerView(TenantMixin, View):
             messages.error(request, form_errors(form))
         else:
             try:
-                answered = services.negotiation_guidance_give(
+                answered = parking.negotiation_guidance_give(
                     negotiation=negotiation, answer=form.cleaned_data["answer"], user=self.membership.user
                 )
             except runs.NotAllowed as exc:
                 raise PermissionDenied(str(exc)) from exc
-            except services.GuidanceRefused as exc:
+            except parking.GuidanceRefused as exc:
                 messages.error(request, str(exc))
             else:
                 messages.success(request, guidance_kept(selectors.last_answer_understood(answered)))

@@ -77,7 +77,7 @@ class ApiKeyForm(forms.Form):
 
 class WebhookEndpointForm(forms.Form):
     """A new webhook endpoint. The URL is taken as typed (no scheme is assumed):
-    :func:`parley.webhooks.webhook_endpoint_create` judges it, address policy included."""
+    :func:`parley.webhooks.endpoints.webhook_endpoint_create` judges it, address policy included."""
 
     url = forms.CharField(
         label="URL",

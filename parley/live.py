@@ -19,8 +19,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
-from parley import webhooks
 from parley.models import Event, Membership
+from parley.webhooks import fan_out
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def groups_for(*, tenant_id: int, role: str, user_id: int) -> list[str]:
 
 def publish_on_commit(*, event: str, tenant_id: int, party_id: int | None, payload: dict[str, Any]) -> None:
     """Store ``event``, write its deliveries to the tenant's webhook endpoints
-    (:func:`parley.webhooks.event_fan_out`) and, once the transaction commits, send it to those
+    (:func:`parley.webhooks.fan_out.event_fan_out`) and, once the transaction commits, send it to those
     who may see it: the tenant's group, and the party ``party_id`` is (the user the event is about
     for: the agent's principal, an intake request's owner; None for nobody else).
 
@@ -83,7 +83,7 @@ def publish_on_commit(*, event: str, tenant_id: int, party_id: int | None, paylo
     if event not in EVENTS:
         raise ValueError(f"unknown live event {event!r}")
     stored = Event.objects.create(tenant_id=tenant_id, kind=event, payload=payload)
-    webhooks.event_fan_out(event=stored)
+    fan_out.event_fan_out(event=stored)
     message = {"type": "live.event", "event": event, "payload": payload}
     groups = _audience(tenant_id, party_id)
     transaction.on_commit(lambda: _send(groups, message))

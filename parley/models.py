@@ -333,7 +333,7 @@ class ApiKey(TenantOwnedModel):
 
 
 class WebhookEventType(models.TextChoices):
-    """The events a host's webhook endpoint may subscribe to (:data:`parley.webhooks.WEBHOOK_TYPES`
+    """The events a host's webhook endpoint may subscribe to (:data:`parley.webhooks.fan_out.WEBHOOK_TYPES`
     maps the live events to these)."""
 
     RUN_NEEDS_INPUT = "run.needs_input", "run.needs_input: a run asks its party a question"

@@ -30,11 +30,12 @@ from django.utils.http import urlencode
 from django.views import View
 from django.views.generic import DetailView, ListView, TemplateView
 
-from parley import selectors, webhooks
+from parley import selectors
 from parley.forms import WebhookActiveForm, WebhookDeliveryFilterForm, WebhookEndpointForm
 from parley.models import Membership, WebhookDelivery, WebhookEndpoint
 from parley.pages import TenantMixin, errors_at_fields
 from parley.roles import OPERATE
+from parley.webhooks import endpoints, resend
 
 READ = OPERATE | {Membership.Role.VIEWER}
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -85,7 +86,7 @@ class WebhooksView(WebhookPageMixin, TemplateView):
         context: dict[str, Any] = {"form": form}
         if form.is_valid():
             try:
-                endpoint = webhooks.webhook_endpoint_create(tenant=self.tenant, **form.cleaned_data)
+                endpoint = endpoints.webhook_endpoint_create(tenant=self.tenant, **form.cleaned_data)
             except ValidationError as exc:
                 errors_at_fields(form, exc)
             else:
@@ -110,7 +111,9 @@ class WebhookActiveView(WebhookPageMixin, View):
             messages.error(request, " ".join(str(e) for e in form.errors["active"]))
             return self.listing()
         try:
-            endpoint = webhooks.webhook_endpoint_update(endpoint=endpoint, active=form.cleaned_data["active"])
+            endpoint = endpoints.webhook_endpoint_update(
+                endpoint=endpoint, active=form.cleaned_data["active"]
+            )
         except ValidationError as exc:
             messages.error(request, " ".join(exc.messages))
         else:
@@ -134,7 +137,7 @@ class WebhookRotateView(WebhookPageMixin, TemplateView):
         return context
 
     def post(self, request: HttpRequest, tenant: str, pk: UUID) -> HttpResponse:
-        endpoint = webhooks.webhook_endpoint_rotate_secret(endpoint=self.endpoint())
+        endpoint = endpoints.webhook_endpoint_rotate_secret(endpoint=self.endpoint())
         response = render(
             request,
             self.template_name,
@@ -158,7 +161,7 @@ class WebhookDeleteView(WebhookPageMixin, TemplateView):
 
     def post(self, request: HttpRequest, tenant: str, pk: UUID) -> HttpResponse:
         endpoint = self.endpoint()
-        webhooks.webhook_endpoint_delete(endpoint=endpoint)
+        endpoints.webhook_endpoint_delete(endpoint=endpoint)
         messages.success(request, f"Deleted the endpoint {endpoint.url} and its deliveries.")
         return self.listing()
 
@@ -217,7 +220,7 @@ class WebhookDeliveryView(WebhookPageMixin, DetailView):
 
 
 class WebhookResendView(WebhookPageMixin, View):
-    """POST: send the delivery again now (:func:`parley.webhooks.delivery_resend`); a refusal is shown
+    """POST: send the delivery again now (:func:`parley.webhooks.resend.delivery_resend`); a refusal is shown
     as a message and changes nothing. Back to the delivery, or to the deliveries list when the form
     sent ``back`` (that list's query)."""
 
@@ -227,8 +230,8 @@ class WebhookResendView(WebhookPageMixin, View):
         deliveries = WebhookDelivery.objects.for_tenant(self.tenant)
         delivery = get_object_or_404(deliveries, pk=pk)
         try:
-            webhooks.delivery_resend(delivery=delivery)
-        except webhooks.ResendRefused as exc:
+            resend.delivery_resend(delivery=delivery)
+        except resend.ResendRefused as exc:
             messages.error(request, f"Not re-sent: {exc}")
         else:
             messages.success(

@@ -16,8 +16,8 @@ from a2a.types import GetTaskRequest, Role, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from agents.models import Agent
-from negotiations import services
 from negotiations.models import Negotiation, Turn
+from negotiations.services import inbound, parking
 from tests.a2a_gateway.conftest import Endpoint, move, proposal, run, user_message
 from tests.a2a_gateway.servers import on_wire
 from tests.conftest import principal_member
@@ -45,7 +45,7 @@ def holds(task: Task) -> bool:
     return (
         task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         and reply.role == Role.ROLE_AGENT
-        and get_message_text(reply) == services.HOLDING_TEXT
+        and get_message_text(reply) == inbound.HOLDING_TEXT
         and not get_data_parts(reply.parts)
         and (artifact.artifact_id, list(artifact.parts)) == ("negotiator:reply", list(reply.parts))
     )
@@ -72,7 +72,7 @@ def test_the_counterparty_is_held_while_the_party_is_consulted_then_answered_wit
     negotiation.refresh_from_db()
     assert (negotiation.status, negotiation.parked_question) == (Negotiation.Status.WAITING, QUESTION)
 
-    services.negotiation_guidance_give(negotiation=negotiation, answer="At least €1,000 a day.", user=None)
+    parking.negotiation_guidance_give(negotiation=negotiation, answer="At least €1,000 a day.", user=None)
     third = seller_endpoint.send(user_message(proposal(900), task=second), card=card)
 
     assert third.status.state == TaskState.TASK_STATE_INPUT_REQUIRED

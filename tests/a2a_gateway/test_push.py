@@ -36,8 +36,8 @@ from google.protobuf.json_format import MessageToDict
 from a2a_gateway.models import A2ATask, PushConfig
 from a2a_gateway.push import DjangoPushConfigStore, PublicOnlyTransport, PushURLRefused, vetted_address
 from agents.models import Agent
-from negotiations import services
 from negotiations.models import Negotiation
+from negotiations.services import inbound, parking
 from parley.celery import app as celery_app
 from tests.a2a_gateway.conftest import Endpoint, counts, endpoint_of, proposal, run, user_message
 from tests.a2a_gateway.servers import PushReceiver, on_wire, web_process
@@ -433,11 +433,11 @@ def test_the_reply_to_an_inbound_ask_is_pushed_as_soon_as_the_party_answers(
 
     held = with_client(card, send, push_notification_config=push)
     assert held.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-    assert get_message_text(held.history[-1]) == services.HOLDING_TEXT
+    assert get_message_text(held.history[-1]) == inbound.HOLDING_TEXT
     wait_until(lambda: len(receiver.received) == 5, what="the pushes of the holding reply's turn")
     negotiation = Negotiation.across_tenants.get(agent=asking_seller, task_id=held.id)
 
-    services.negotiation_guidance_give(negotiation=negotiation, answer="At least €1,000 a day.", user=None)
+    parking.negotiation_guidance_give(negotiation=negotiation, answer="At least €1,000 a day.", user=None)
 
     [(headers, body)] = receiver.received[5:]
     assert headers["x-a2a-notification-token"] == "tok-1"
@@ -473,9 +473,9 @@ def test_without_a_push_config_the_answer_waits_for_their_next_message(
     held = seller_endpoint.send(user_message(proposal(800)))
     negotiation = Negotiation.across_tenants.get(agent=asking_seller, task_id=held.id)
 
-    services.negotiation_guidance_give(negotiation=negotiation, answer="At least €1,000 a day.", user=None)
+    parking.negotiation_guidance_give(negotiation=negotiation, answer="At least €1,000 a day.", user=None)
 
     assert negotiation.turns.count() == 2
     assert A2ATask.across_tenants.get(task_id=held.id).data["history"][-1]["parts"] == [
-        {"text": services.HOLDING_TEXT}
+        {"text": inbound.HOLDING_TEXT}
     ]

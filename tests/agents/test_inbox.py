@@ -19,8 +19,8 @@ from django.utils.html import escape
 from agents.models import Agent, Intent, Message, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES
 from agents.services import questions, runs
-from negotiations import services as negotiation_services
 from negotiations.models import Negotiation, Turn
+from negotiations.services import parking
 from parley.models import Event, Membership, Tenant
 from tests.agents.conftest import step
 from tests.agents.pages import QUESTION as PARKED_QUESTION
@@ -608,7 +608,7 @@ class TestParkedNegotiations:
     ) -> None:
         n = parked(agent)
         if answer == "Twice.":
-            negotiation_services.negotiation_guidance_give(negotiation=n, answer="Once.", user=None)
+            parking.negotiation_guidance_give(negotiation=n, answer="Once.", user=None)
         before = Negotiation.across_tenants.filter(pk=n.pk).values().get()
 
         html = logged_in.post(guidance_url(n), {"answer": answer}, **htmx("questions")).content.decode()
@@ -649,9 +649,7 @@ class TestParkedNegotiations:
         assert 'data-announce="1 open question"' in fragment
         assert f'id="form-{n.pk}" data-key="{n.pk}" hx-preserve="true"' in fragment
 
-        negotiation_services.negotiation_guidance_give(
-            negotiation=n, answer="At least €1,000.", user=operator
-        )
+        parking.negotiation_guidance_give(negotiation=n, answer="At least €1,000.", user=operator)
 
         fragment = logged_in.get(inbox_url(), {"fragment": "1"}).content.decode()
         assert f'id="item-{n.pk}"' not in fragment

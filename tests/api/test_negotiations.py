@@ -14,8 +14,9 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from agents.models import Agent, Intent, ModelEndpoint
-from negotiations import selectors, services
+from negotiations import selectors
 from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.services.inbound import HOLDING_TEXT
 from parley.models import Tenant
 from representative.intake import intake_capture
 from tests.chat_server import ChatServer
@@ -437,7 +438,7 @@ def test_an_answer_in_words_is_taken_and_the_next_question_says_what_it_lacked(
         "message": "Your answer gives no usable limit on amount (EUR per day): it names no number.",
         "limit": None,
     }
-    assert reply.message["parts"] == [{"text": services.HOLDING_TEXT}]
+    assert reply.message["parts"] == [{"text": HOLDING_TEXT}]
     parked.refresh_from_db()
     assert (parked.status, parked.parked_question) == (
         Negotiation.Status.WAITING,

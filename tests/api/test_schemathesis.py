@@ -51,8 +51,9 @@ from schemathesis.specs.openapi.checks import (
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from agents.services import runs
 from negotiations.models import Negotiation, Settlement, Turn
-from parley import live, webhooks
+from parley import live
 from parley.models import Tenant, WebhookDelivery
+from parley.webhooks import endpoints
 from representative.models import GroundingDocument, IntakeRequest
 from tests.agents.conftest import step
 
@@ -212,7 +213,7 @@ def real(tenant: Tenant, agent: Agent, intent: Intent, principal: AbstractUser) 
     intake = IntakeRequest.objects.create(
         tenant=tenant, agent=agent, caller="anon", summary="Call me back.", recipient=principal
     )
-    hook = webhooks.webhook_endpoint_create(
+    hook = endpoints.webhook_endpoint_create(
         tenant=tenant, url="http://127.0.0.1:9/hooks", events=["run.finished", "negotiation.settled"]
     )
     live.publish_on_commit(

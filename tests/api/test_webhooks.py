@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from parley import live, webhooks
+from parley import live
 from parley.models import Tenant, WebhookDelivery, WebhookEndpoint
+from parley.webhooks import endpoints
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +36,7 @@ def delivery_of(tenant: Tenant, endpoint: WebhookEndpoint, kind: str = "run.fini
 
 @pytest.fixture
 def endpoint(tenant: Tenant) -> WebhookEndpoint:
-    return webhooks.webhook_endpoint_create(
+    return endpoints.webhook_endpoint_create(
         tenant=tenant, url=URL, events=["run.finished", "negotiation.settled"], description="orders"
     )
 
@@ -259,7 +260,7 @@ def test_a_delivery_reads_with_its_body_and_attempts(
 def test_deliveries_filter_by_endpoint_status_and_type(
     api: APIClient, tenant: Tenant, endpoint: WebhookEndpoint
 ) -> None:
-    other = webhooks.webhook_endpoint_create(tenant=tenant, url=URL, events=["run.finished"])
+    other = endpoints.webhook_endpoint_create(tenant=tenant, url=URL, events=["run.finished"])
     finished = delivery_of(tenant, endpoint)
     settled = delivery_of(tenant, endpoint, "negotiation.settled")
     to_other = WebhookDelivery.across_tenants.get(endpoint=other)
@@ -290,7 +291,7 @@ def test_a_bad_filter_is_400_naming_it(api: APIClient, query: str, field: str) -
 def test_another_tenants_endpoint_as_a_filter_is_400_not_its_deliveries(
     api: APIClient, other_tenant: Tenant
 ) -> None:
-    theirs = webhooks.webhook_endpoint_create(tenant=other_tenant, url=URL, events=["run.finished"])
+    theirs = endpoints.webhook_endpoint_create(tenant=other_tenant, url=URL, events=["run.finished"])
     delivery_of(other_tenant, theirs)
 
     response = api.get(f"/api/v1/webhook-deliveries?endpoint={theirs.pk}")
@@ -325,7 +326,7 @@ def test_resend_to_an_inactive_endpoint_is_409(
     api: APIClient, tenant: Tenant, endpoint: WebhookEndpoint
 ) -> None:
     delivery = delivery_of(tenant, endpoint)
-    webhooks.webhook_endpoint_update(endpoint=endpoint, active=False)
+    endpoints.webhook_endpoint_update(endpoint=endpoint, active=False)
 
     response = api.post(f"/api/v1/webhook-deliveries/{delivery.pk}/resend")
 

@@ -15,8 +15,8 @@ from django.contrib.auth.models import AbstractUser
 from playwright.sync_api import Browser, expect
 
 from agents.models import Agent, Intent
-from negotiations import services
 from negotiations.models import Negotiation
+from negotiations.services import inbound
 from tests.a2a_gateway.conftest import endpoint_of, proposal, user_message
 from tests.conftest import PASSWORD, LiveStack
 from tests.e2e.conftest import WAIT, not_reloaded, off_loop
@@ -43,7 +43,7 @@ def test_the_party_answers_an_inbound_ask_in_the_inbox_and_the_next_reply_carrie
 
     held: Task = off_loop(lambda: endpoint.send(user_message(proposal(800))))
 
-    assert get_message_text(held.history[-1]) == services.HOLDING_TEXT
+    assert get_message_text(held.history[-1]) == inbound.HOLDING_TEXT
     item = page.locator("li.negotiation")
     expect(item.locator(".question-text")).to_have_text(QUESTION)
     expect(item.locator("blockquote.said")).to_have_text("I can pay €800 a day.")

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from agents.models import Agent
-from negotiations import services
 from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.services import inbound, parking
 from negotiations.verdict import settle
 from negotiations.wire import task_record_from_json
 from tests.conftest import principal_member
@@ -138,11 +138,11 @@ def test_while_our_party_is_consulted_the_index_client_reads_the_holding_reply_t
 
     for turn in (first, again):
         assert (turn.outcome, turn.decision) == ("input-required", None)
-        assert turn.task["history"][-1]["parts"] == [{"kind": "text", "text": services.HOLDING_TEXT}]
+        assert turn.task["history"][-1]["parts"] == [{"kind": "text", "text": inbound.HOLDING_TEXT}]
     negotiation = Negotiation.across_tenants.get(agent=seller, task_id=first.task["id"])
     assert negotiation.status == Negotiation.Status.WAITING
 
-    services.negotiation_guidance_give(negotiation=negotiation, answer="At least €700 a day.", user=None)
+    parking.negotiation_guidance_give(negotiation=negotiation, answer="At least €700 a day.", user=None)
     turn = again
     while turn.outcome not in TERMINAL_STATES and turns_of(turn.task) < 10:
         turn = client.continue_(seller_url, turn.task)

@@ -10,8 +10,9 @@ from typing import Any
 from django.urls import reverse
 
 from agents.models import Agent, Intent
-from negotiations import services
+from negotiations import selectors
 from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.services.inbound import InboundReply, inbound_check, inbound_turn
 from negotiations.wire import TaskRecord
 from parley.models import Tenant
 
@@ -27,14 +28,14 @@ def detail_url(n: Negotiation, tenant: Tenant | None = None) -> str:
     return reverse("negotiations:detail", kwargs={"tenant": (tenant or n.tenant).slug, "pk": n.pk})
 
 
-def inbound(agent: Agent, move: dict[str, Any], task_id: str = "task-1") -> services.InboundReply:
+def inbound(agent: Agent, move: dict[str, Any], task_id: str = "task-1") -> InboundReply:
     """Deliver the counterparty's ``move`` on ``task_id`` to ``agent`` as the gateway does, and answer it
     with the agent's (offline) negotiator: two turns written, a settlement if a side closed."""
     negotiation = Negotiation.across_tenants.filter(agent=agent, task_id=task_id).first()
-    prior = services.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
+    prior = selectors.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
     incoming = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": move}]}
-    services.inbound_check(agent=agent, task_id=task_id if negotiation else "", incoming=incoming)
-    return services.inbound_turn(
+    inbound_check(agent=agent, task_id=task_id if negotiation else "", incoming=incoming)
+    return inbound_turn(
         agent=agent, task_id=task_id, context_id=f"ctx-{task_id}", prior=prior, incoming=incoming
     )
 

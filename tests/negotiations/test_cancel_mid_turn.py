@@ -1,5 +1,5 @@
 """A cancel that lands while an inbound turn runs is a negotiation rule
-(:func:`negotiations.services.inbound_turn_unless_canceled`): the gateway only tells it, once the
+(:func:`negotiations.services.inbound.inbound_turn_unless_canceled`): the gateway only tells it, once the
 turn has committed, whether its stored Task was canceled meanwhile and which messages it holds."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
 Outbound counterparties are scripted sellers answering A2A 1.0 JSON-RPC by hand on loopback, so a
 test can make them do what an honest seller rarely does (take an accept back). Inbound moves go
-through :func:`negotiations.services.inbound_turn`, as the gateway calls it.
+through :func:`negotiations.services.inbound.inbound_turn`, as the gateway calls it.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from starlette.routing import Route
 from agents.models import Agent, Intent, Message, Run
 from agents.services import runs, steps
 from agents.tools import Defer, Result
-from negotiations import digest, services
+from negotiations import digest, selectors
 from negotiations.digest import compact_json
 from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.services import batches, inbound, outbound
 from negotiations.wire import TaskRecord
 from parley.models import Event
 from tests.conftest import LiveStack, free_port, wait_until
@@ -205,7 +206,7 @@ def test_a_waiting_line_carries_the_question_and_their_last_move(agent: Agent, i
         )
 
     # Agent without a limit: its negotiator asks before sending anything.
-    services.negotiation_pump(negotiation_id=negotiation.pk, tenant_id=agent.tenant_id)
+    outbound.negotiation_pump(negotiation_id=negotiation.pk, tenant_id=agent.tenant_id)
 
     negotiation.refresh_from_db()
     assert negotiation.status == Negotiation.Status.WAITING
@@ -289,7 +290,7 @@ def test_answering_an_unanswered_outbound_negotiation_continues_it_to_a_real_clo
         assert (negotiation.status, provisional.outcome) == (Negotiation.Status.SETTLED, "unanswered")
         assert UNANSWERED_HINT in run.output
 
-        outcome = services.batch_answer(
+        outcome = batches.batch_answer(
             run=run, tool_call_id="call-answer", ids=[str(negotiation.pk)], guidance="Take their new price."
         )
 
@@ -353,7 +354,7 @@ def test_answering_an_unanswered_outbound_negotiation_continues_it_to_a_real_clo
         },
     ]
 
-    again = services.batch_answer(
+    again = batches.batch_answer(
         run=run, tool_call_id="call-again", ids=[str(negotiation.pk)], guidance="More."
     )
     assert again == Result(
@@ -366,10 +367,10 @@ def _incoming(move: dict[str, Any]) -> dict[str, Any]:
     return {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": move}]}
 
 
-def _inbound(seller: Agent, move: dict[str, Any], task_id: str = "task-1") -> services.InboundReply:
+def _inbound(seller: Agent, move: dict[str, Any], task_id: str = "task-1") -> inbound.InboundReply:
     negotiation = Negotiation.across_tenants.filter(agent=seller, task_id=task_id).first()
-    prior = services.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
-    return services.inbound_turn(
+    prior = selectors.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
+    return inbound.inbound_turn(
         agent=seller, task_id=task_id, context_id="ctx-1", prior=prior, incoming=_incoming(move)
     )
 
@@ -393,7 +394,7 @@ def test_an_unanswered_inbound_negotiation_takes_their_next_moves_until_it_settl
     assert negotiation.status == Negotiation.Status.SETTLED
     assert negotiation.settlement.outcome == "unanswered"
 
-    answered = services.batch_answer(
+    answered = batches.batch_answer(
         run=seller_run, tool_call_id="call-1", ids=[str(negotiation.pk)], guidance="Hold at 950."
     )
     assert answered == Result(f"Recorded (1):\n- {negotiation.pk} — guidance kept for their next message")
@@ -420,7 +421,7 @@ def test_an_unanswered_inbound_negotiation_takes_their_next_moves_until_it_settl
     assert reply.settlement is not None
     assert (reply.settlement.outcome, reply.settlement.terms) == ("agreed", counter.terms)
 
-    with pytest.raises(services.NegotiationClosed, match=CLOSED):
+    with pytest.raises(inbound.NegotiationClosed, match=CLOSED):
         _inbound(seller, {"action": "propose", "message": "And another day?", "terms": {"amount": 1}})
     assert negotiation.turns.count() == 8
     head = {"negotiation": str(negotiation.pk), "agent": str(seller.pk), "direction": "inbound"}
@@ -467,7 +468,7 @@ def test_a_final_settlement_refuses_an_answer_and_further_moves(
     negotiation = _settled(agent, intent, direction, outcome, state)
     run = Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.RUNNING)
 
-    answered = services.batch_answer(
+    answered = batches.batch_answer(
         run=run, tool_call_id="call-1", ids=[str(negotiation.pk)], guidance="Go on."
     )
 
@@ -478,8 +479,8 @@ def test_a_final_settlement_refuses_an_answer_and_further_moves(
     negotiation.refresh_from_db()
     assert (negotiation.status, negotiation.guidance) == (Negotiation.Status.SETTLED, [])
     if direction == Negotiation.Direction.INBOUND:
-        with pytest.raises(services.NegotiationClosed, match=CLOSED):
-            services.inbound_check(
+        with pytest.raises(inbound.NegotiationClosed, match=CLOSED):
+            inbound.inbound_check(
                 agent=agent, task_id="task-1", incoming=_incoming({"action": "propose", "message": ""})
             )
 
@@ -553,7 +554,7 @@ def test_one_live_negotiation_per_counterparty_per_intent(
         Settlement.objects.create(tenant=agent.tenant, negotiation=existing, outcome=outcome, basis="state")
     run = Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.RUNNING)
 
-    result = services.batch_open(run=run, tool_call_id="call-1", targets=[{"url": URL}])
+    result = batches.batch_open(run=run, tool_call_id="call-1", targets=[{"url": URL}])
 
     opened = Negotiation.across_tenants.filter(batch__run=run, counterparty_url=URL)
     if refusal is None:
@@ -577,7 +578,7 @@ def test_two_targets_to_one_counterparty_in_one_batch_open_one(agent: Agent, int
     run = Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.RUNNING)
     targets = [{"url": URL}, {"url": "HTTPS://CFO.example:443/a2a/x/"}]
 
-    assert services.batch_open(run=run, tool_call_id="call-1", targets=targets) == Defer()
+    assert batches.batch_open(run=run, tool_call_id="call-1", targets=targets) == Defer()
 
     opened = Negotiation.across_tenants.get(agent=agent)
     assert opened.batch is not None
@@ -618,12 +619,12 @@ def test_two_batches_at_once_cannot_both_claim_a_counterparty(
 
     def second_batch() -> None:
         try:
-            results.append(services.batch_open(run=runs[1], tool_call_id="call-b", targets=[{"url": URL}]))
+            results.append(batches.batch_open(run=runs[1], tool_call_id="call-b", targets=[{"url": URL}]))
         finally:
             connection.close()
 
     with transaction.atomic():
-        assert services.batch_open(run=runs[0], tool_call_id="call-a", targets=[{"url": URL}]) == Defer()
+        assert batches.batch_open(run=runs[0], tool_call_id="call-a", targets=[{"url": URL}]) == Defer()
         other = threading.Thread(target=second_batch)
         other.start()
         other.join(timeout=1.0)
@@ -652,13 +653,13 @@ def test_a_negotiation_that_failed_after_its_task_existed_binds_and_answer_retri
     )
     run = Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.RUNNING)
 
-    opened = services.batch_open(run=run, tool_call_id="call-1", targets=[{"url": URL}])
+    opened = batches.batch_open(run=run, tool_call_id="call-1", targets=[{"url": URL}])
     assert opened == Result(
         f"Skipped (1):\n- {failed.pk} with {NAME} ({URL}) — negotiation {failed.pk} with this "
         f"counterparty {BINDING.format('failed')}"
     )
 
-    retried = services.batch_answer(
+    retried = batches.batch_answer(
         run=run, tool_call_id="call-2", ids=[str(failed.pk)], guidance="Try again."
     )
     assert retried == Defer()

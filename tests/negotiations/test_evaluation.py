@@ -19,9 +19,10 @@ from starlette.routing import Route
 
 from agents.models import Agent, Intent, Run
 from agents.services import runs
-from negotiations import evaluation, services
+from negotiations import evaluation, selectors
 from negotiations.evaluation import EvaluationError, evaluate
 from negotiations.models import Negotiation, Turn
+from negotiations.services import inbound
 from negotiations.wire import TaskRecord
 from tests.a2a_gateway import rpc
 from tests.a2a_gateway.rpc import task_of
@@ -235,7 +236,7 @@ def test_an_anonymous_caller_gets_no_artifact_from_a_hook_on_a_private_address(
     assert list(Turn.across_tenants.values_list("artifact", flat=True)) == [None, None]
     negotiation = Negotiation.across_tenants.get(agent=seller)
     refused = f"was not called: the host 'localhost' {PRIVATE}"
-    assert [r.getMessage() for r in caplog.records if r.name == "negotiations.services"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "negotiations.services.recording"] == [
         f"evaluating turn {seq} of negotiation {negotiation.pk}: http://localhost:{internal.port}"
         f"/canned/prod-internal {refused}"
         for seq in (1, 2)
@@ -249,10 +250,10 @@ def _incoming(move: dict[str, Any]) -> dict[str, Any]:
     return {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": move}]}
 
 
-def _inbound(seller: Agent, task_id: str, move: dict[str, Any]) -> services.InboundReply:
+def _inbound(seller: Agent, task_id: str, move: dict[str, Any]) -> inbound.InboundReply:
     negotiation = Negotiation.across_tenants.filter(agent=seller, task_id=task_id).first()
-    prior = services.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
-    return services.inbound_turn(
+    prior = selectors.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
+    return inbound.inbound_turn(
         agent=seller, task_id=task_id, context_id="ctx-1", prior=prior, incoming=_incoming(move)
     )
 
@@ -324,7 +325,7 @@ def test_a_failing_hook_costs_only_its_artifact(seller: Agent, caplog: pytest.Lo
     assert (first.state, second.state) == ("input-required", "input-required")
     assert first.artifacts == second.artifacts == []
     assert list(negotiation.turns.values_list("side", "artifact")) == [("theirs", None), ("ours", None)] * 2
-    warnings = [r.getMessage() for r in caplog.records if r.name == "negotiations.services"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "negotiations.services.recording"]
     assert warnings[:2] == [
         f"evaluating turn 1 of negotiation {negotiation.pk}: {missing} answered HTTP 404",
         f"evaluating turn 2 of negotiation {negotiation.pk}: {missing} answered HTTP 404",

@@ -1,9 +1,9 @@
 """An inbound ``ask`` parks with the party: the holding reply on the wire, the party's answer as
 standing guidance, and the reply decided with it — at the counterparty's next message, or at once
-(:func:`negotiations.services.inbound_reply_decided`, which the A2A gateway calls for a Task with a
+(:func:`negotiations.services.inbound.inbound_reply_decided`, which the A2A gateway calls for a Task with a
 push notification config).
 
-Moves arrive through :func:`negotiations.services.inbound_turn` as the gateway calls it. Tomas's
+Moves arrive through :func:`negotiations.services.inbound.inbound_turn` as the gateway calls it. Tomas's
 agent sells here with no term guard and no guidance, so the offline negotiator asks for its limit.
 """
 
@@ -18,8 +18,10 @@ from django.core.exceptions import ValidationError
 
 from agents.models import Agent, Intent, Run
 from agents.services import runs
-from negotiations import services
+from negotiations import selectors
 from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.services import batches, parking
+from negotiations.services.inbound import HOLDING_TEXT, InboundReply, TaskMovedOn, inbound_reply_decided
 from negotiations.verdict import settle
 from negotiations.wire import TaskRecord
 from parley.models import Event, Membership
@@ -30,7 +32,7 @@ pytestmark = pytest.mark.django_db
 
 QUESTION = "What is your limit on amount (EUR per day): the most you will pay, or the least you will take?"
 ANSWER = "At least €1,000 a day."
-HOLDING = {"text": services.HOLDING_TEXT}
+HOLDING = {"text": HOLDING_TEXT}
 NOT_ALLOWED = r"^Only the agent's party, an owner or an operator can answer its negotiations\.$"
 
 
@@ -81,7 +83,7 @@ def test_an_inbound_ask_parks_with_the_party_and_the_wire_gets_the_holding_reply
     )
     assert turns(negotiation) == [
         (Turn.Side.THEIRS, "propose", "Would €800 a day work?"),
-        (Turn.Side.OURS, "", services.HOLDING_TEXT),
+        (Turn.Side.OURS, "", HOLDING_TEXT),
     ]
     holding = negotiation.turns.get(seq=2)
     assert (holding.raw, holding.terms, holding.task_state) == (reply.message, None, "input-required")
@@ -97,7 +99,7 @@ def test_the_holding_reply_is_no_move_to_either_sides_verdict(agent: Agent, park
     assert (reply.settlement.outcome, reply.settlement.basis) == ("unanswered", "state")
     parked.refresh_from_db()
     assert parked.status == Negotiation.Status.WAITING  # still the party's to answer
-    record = services.turns_record(parked)
+    record = selectors.turns_record(parked)
     bare = TaskRecord(record.state, tuple(e for e in record.history if e.move is not None))
     terminal = frozenset({"accept", "reject"})
     verdicts = {
@@ -122,7 +124,7 @@ def test_while_parked_their_next_move_gets_the_holding_reply_again_undecided(
         [],
     )
     assert [side for side, _, _ in turns(parked)] == [Turn.Side.THEIRS, Turn.Side.OURS] * 2
-    assert turns(parked)[3] == (Turn.Side.OURS, "", services.HOLDING_TEXT)
+    assert turns(parked)[3] == (Turn.Side.OURS, "", HOLDING_TEXT)
     # No new decision, so no second question.
     assert kinds(parked, "negotiation.waiting") == 1
 
@@ -130,7 +132,7 @@ def test_while_parked_their_next_move_gets_the_holding_reply_again_undecided(
 def test_the_answer_is_standing_guidance_and_their_next_move_is_answered_with_it(
     agent: Agent, parked: Negotiation, principal: AbstractUser
 ) -> None:
-    answered = services.negotiation_guidance_give(negotiation=parked, answer=f"  {ANSWER} ", user=principal)
+    answered = parking.negotiation_guidance_give(negotiation=parked, answer=f"  {ANSWER} ", user=principal)
 
     assert (answered.status, answered.parked_question, answered.guidance) == (
         Negotiation.Status.OPEN,
@@ -163,11 +165,11 @@ def test_who_may_answer_is_who_may_answer_questions(parked: Negotiation, role: s
     user = member(parked.tenant, f"someone-{role}", role)
 
     if allowed:
-        services.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=user)
+        parking.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=user)
         assert Negotiation.across_tenants.get(pk=parked.pk).guidance == [ANSWER]
     else:
         with pytest.raises(runs.NotAllowed, match=NOT_ALLOWED):
-            services.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=user)
+            parking.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=user)
         assert Negotiation.across_tenants.get(pk=parked.pk).status == Negotiation.Status.WAITING
 
 
@@ -176,16 +178,16 @@ def test_an_answer_is_refused_by_name_and_changes_nothing(
 ) -> None:
     def refusal(negotiation: Negotiation, answer: str = ANSWER) -> str:
         before = Negotiation.across_tenants.filter(pk=negotiation.pk).values().get()
-        with pytest.raises(services.GuidanceRefused) as refused:
-            services.negotiation_guidance_give(negotiation=negotiation, answer=answer, user=None)
+        with pytest.raises(parking.GuidanceRefused) as refused:
+            parking.negotiation_guidance_give(negotiation=negotiation, answer=answer, user=None)
         assert Negotiation.across_tenants.filter(pk=negotiation.pk).values().get() == before
         return refused.value.code
 
     with pytest.raises(ValidationError) as empty:
-        services.negotiation_guidance_give(negotiation=parked, answer="  ", user=None)
+        parking.negotiation_guidance_give(negotiation=parked, answer="  ", user=None)
     assert empty.value.message_dict == {"answer": ["The answer is empty."]}
 
-    services.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=None)
+    parking.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=None)
     assert refusal(parked, "Make it 1,200.") == "already_answered"
     inbound(agent, propose(850, "o-2"))
     assert refusal(parked) == "not_waiting"
@@ -198,7 +200,7 @@ def test_the_agent_loops_answer_tool_answers_a_parked_one_the_same_way(
 ) -> None:
     run = Run.objects.create(tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.RUNNING)
 
-    services.batch_answer(run=run, tool_call_id="call-1", ids=[str(parked.pk)], guidance=ANSWER)
+    batches.batch_answer(run=run, tool_call_id="call-1", ids=[str(parked.pk)], guidance=ANSWER)
 
     parked.refresh_from_db()
     assert (parked.status, parked.parked_question, parked.guidance) == (Negotiation.Status.OPEN, "", [ANSWER])
@@ -210,19 +212,17 @@ def test_the_agent_loops_answer_tool_answers_a_parked_one_the_same_way(
 
 def stored(negotiation: Negotiation) -> TaskRecord:
     """The Task as the counterparty holds it: here, every recorded turn (the gateway reads its store)."""
-    return services.turns_record(negotiation)
+    return selectors.turns_record(negotiation)
 
 
 def test_the_reply_decided_at_once_is_recorded_and_put_on_the_task(agent: Agent, parked: Negotiation) -> None:
-    services.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=None)
-    put: list[services.InboundReply] = []
+    parking.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=None)
+    put: list[InboundReply] = []
 
-    reply = services.inbound_reply_decided(
-        agent=agent, task_id=parked.task_id, prior=stored(parked), put=put.append
-    )
+    reply = inbound_reply_decided(agent=agent, task_id=parked.task_id, prior=stored(parked), put=put.append)
 
     assert reply is not None
-    assert put == [services.InboundReply(message=reply.message, state="input-required", settlement=None)]
+    assert put == [InboundReply(message=reply.message, state="input-required", settlement=None)]
     data = reply.message["parts"][0]["data"]
     assert (data["action"], data["terms"]) == ("propose", {"amount": 1400, "currency": "EUR"})
     assert (reply.message["taskId"], reply.message["contextId"]) == (parked.task_id, parked.context_id)
@@ -237,21 +237,17 @@ def test_the_reply_decided_at_once_is_recorded_and_put_on_the_task(agent: Agent,
     )
 
     # Decided once: a second call (a task delivered twice) finds nothing to do.
-    again = services.inbound_reply_decided(
-        agent=agent, task_id=parked.task_id, prior=stored(parked), put=put.append
-    )
+    again = inbound_reply_decided(agent=agent, task_id=parked.task_id, prior=stored(parked), put=put.append)
     assert (again, len(put), parked.turns.count()) == (None, 1, 3)
 
 
 def test_a_reply_the_task_moved_past_is_not_kept(agent: Agent, parked: Negotiation) -> None:
-    services.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=None)
+    parking.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=None)
 
-    def moved_on(reply: services.InboundReply) -> None:
-        raise services.TaskMovedOn
+    def moved_on(reply: InboundReply) -> None:
+        raise TaskMovedOn
 
-    reply = services.inbound_reply_decided(
-        agent=agent, task_id=parked.task_id, prior=stored(parked), put=moved_on
-    )
+    reply = inbound_reply_decided(agent=agent, task_id=parked.task_id, prior=stored(parked), put=moved_on)
 
     assert reply is None
     assert parked.turns.count() == 2
@@ -263,12 +259,10 @@ def test_a_reply_the_task_moved_past_is_not_kept(agent: Agent, parked: Negotiati
 def test_an_answer_that_leaves_the_limit_unknown_parks_it_again_saying_what_was_missing(
     agent: Agent, parked: Negotiation
 ) -> None:
-    services.negotiation_guidance_give(negotiation=parked, answer="Whatever you think is fair.", user=None)
-    put: list[services.InboundReply] = []
+    parking.negotiation_guidance_give(negotiation=parked, answer="Whatever you think is fair.", user=None)
+    put: list[InboundReply] = []
 
-    reply = services.inbound_reply_decided(
-        agent=agent, task_id=parked.task_id, prior=stored(parked), put=put.append
-    )
+    reply = inbound_reply_decided(agent=agent, task_id=parked.task_id, prior=stored(parked), put=put.append)
 
     assert (reply, put, parked.turns.count()) == (None, [], 2)
     parked.refresh_from_db()
@@ -285,14 +279,13 @@ def test_nothing_is_decided_at_once_for_a_negotiation_not_answered_or_moved_on(
     agent: Agent, parked: Negotiation, answered: bool
 ) -> None:
     if answered:
-        services.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=None)
+        parking.negotiation_guidance_give(negotiation=parked, answer=ANSWER, user=None)
         inbound(agent, propose(850, "o-2"))
-    put: list[services.InboundReply] = []
+    put: list[InboundReply] = []
 
     for task_id in (parked.task_id, f"task-{uuid.uuid4()}"):
         assert (
-            services.inbound_reply_decided(agent=agent, task_id=task_id, prior=stored(parked), put=put.append)
-            is None
+            inbound_reply_decided(agent=agent, task_id=task_id, prior=stored(parked), put=put.append) is None
         )
 
     assert put == []

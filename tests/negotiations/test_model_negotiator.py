@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 from agents.models import Agent, Intent
-from negotiations import negotiator, services
+from negotiations import negotiator
 from negotiations.model_negotiator import MOVE_TOOL
 from negotiations.models import Negotiation
 from negotiations.negotiator import Decision, NegotiatorError
+from negotiations.services import parking
+from negotiations.services.inbound import HOLDING_TEXT
 from negotiations.wire import Entry, Move, TaskRecord
 from tests.chat_server import ChatServer, hang, text, tool_calls
 from tests.conftest import on_chat_model
@@ -322,11 +324,11 @@ def test_the_model_is_shown_its_answered_question_and_asking_it_again_as_it_was_
     )
     inbound(buyer, offered(800, "o-1"))
     parked = Negotiation.across_tenants.get(agent=buyer)
-    services.negotiation_guidance_give(negotiation=parked, answer=IN_WORDS, user=None)
+    parking.negotiation_guidance_give(negotiation=parked, answer=IN_WORDS, user=None)
 
     reply = inbound(buyer, offered(850, "o-2"))
 
-    assert reply.message["parts"] == [{"text": services.HOLDING_TEXT}]
+    assert reply.message["parts"] == [{"text": HOLDING_TEXT}]
     parked.refresh_from_db()
     assert (parked.status, parked.parked_question) == (Negotiation.Status.WAITING, explained)
     assert parked.answers == [{"question": QUESTION, "answer": IN_WORDS}]

@@ -8,19 +8,20 @@ from typing import Any
 import pytest
 
 from agents.models import Agent, Intent
-from negotiations import services
+from negotiations import selectors
 from negotiations.models import Negotiation, Turn
+from negotiations.services import inbound
 from negotiations.wire import MoveError, TaskRecord
 
 pytestmark = pytest.mark.django_db
 
 
-def _send(seller: Agent, move: dict[str, Any], message_id: str | None = None) -> services.InboundReply:
+def _send(seller: Agent, move: dict[str, Any], message_id: str | None = None) -> inbound.InboundReply:
     negotiation = Negotiation.across_tenants.filter(agent=seller, task_id="task-1").first()
-    prior = services.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
+    prior = selectors.turns_record(negotiation) if negotiation else TaskRecord(state="submitted", history=())
     incoming = {"messageId": message_id or str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": move}]}
-    services.inbound_check(agent=seller, task_id="task-1" if negotiation else "", incoming=incoming)
-    return services.inbound_turn(
+    inbound.inbound_check(agent=seller, task_id="task-1" if negotiation else "", incoming=incoming)
+    return inbound.inbound_turn(
         agent=seller, task_id="task-1", context_id="ctx-1", prior=prior, incoming=incoming
     )
 
@@ -77,8 +78,8 @@ def test_a_first_message_racing_our_own_outbound_is_refused_under_lock(seller: A
         counterparty_url="https://buyer.example/a2a/b",
         status=Negotiation.Status.OPEN,
     )
-    with pytest.raises(services.NegotiationBusy):
-        services.inbound_turn(
+    with pytest.raises(inbound.NegotiationBusy):
+        inbound.inbound_turn(
             agent=seller,
             task_id="task-1",
             context_id="ctx-1",

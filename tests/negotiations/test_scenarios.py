@@ -25,8 +25,11 @@ from a2a_gateway.models import A2ATask
 from agents.addresses import agent_url
 from agents.models import Agent, Intent, Question, Run
 from agents.services import questions, runs
-from negotiations import negotiator, services
+from negotiations import negotiator
 from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.services import outbound, parking
+from negotiations.services.inbound import HOLDING_TEXT
+from negotiations.services.outbound import HELD_WITHOUT_PRINCIPAL
 from parley.models import Membership, Tenant
 from tests.conftest import README_SCENARIO, LiveStack, make_user, wait_until
 
@@ -216,15 +219,15 @@ def test_a_seller_that_asks_its_party_holds_and_the_buyer_waits_until_told_to_go
     )
     ours = Negotiation.across_tenants.get(agent=buyer_agent)
     theirs = Negotiation.across_tenants.get(agent=seller_agent, task_id=ours.task_id)
-    assert question.question == services.HELD_QUESTION
-    assert (ours.status, ours.parked_question) == (Negotiation.Status.WAITING, services.HELD_QUESTION)
+    assert question.question == outbound.HELD_QUESTION
+    assert (ours.status, ours.parked_question) == (Negotiation.Status.WAITING, outbound.HELD_QUESTION)
     assert [(t.side, t.action, t.message) for t in ours.turns.order_by("seq")][1:] == [
-        (Turn.Side.THEIRS, "", services.HOLDING_TEXT)
+        (Turn.Side.THEIRS, "", HOLDING_TEXT)
     ]
     assert theirs.status == Negotiation.Status.WAITING
     assert theirs.parked_question.startswith("What is your limit on amount")
 
-    services.negotiation_guidance_give(negotiation=theirs, answer="At least €700 a day.", user=None)
+    parking.negotiation_guidance_give(negotiation=theirs, answer="At least €700 a day.", user=None)
     questions.question_answer(question=question, answer="Go on now.", user=None)
 
     def ended() -> Run | None:
@@ -412,17 +415,17 @@ def test_without_a_principal_a_holding_reply_ends_our_side_instead_of_asking_whe
     ours, theirs = Negotiation.across_tenants.get(agent=alice), Negotiation.across_tenants.get(agent=bob)
     assert (ours.status, ours.error, ours.parked_question) == (
         Negotiation.Status.FAILED,
-        services.HELD_WITHOUT_PRINCIPAL,
+        HELD_WITHOUT_PRINCIPAL,
         "",
     )
     assert [(t.side, t.action, t.message) for t in ours.turns.order_by("seq")] == [
         (Turn.Side.OURS, "propose", "I can offer €350."),
-        (Turn.Side.THEIRS, "", services.HOLDING_TEXT),
+        (Turn.Side.THEIRS, "", HOLDING_TEXT),
     ]
     assert (theirs.status, theirs.parked_question) == (Negotiation.Status.WAITING, LIMIT_QUESTION)
     assert not Question.across_tenants.exists()
     run.refresh_from_db()
     assert run.status == Run.Status.DONE
     assert run.output.endswith(
-        f"— {services.HELD_WITHOUT_PRINCIPAL} — the exchange stays with them; answer this id to try again"
+        f"— {HELD_WITHOUT_PRINCIPAL} — the exchange stays with them; answer this id to try again"
     )

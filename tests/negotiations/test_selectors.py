@@ -8,9 +8,10 @@ import dataclasses
 import pytest
 
 from agents.models import OFFLINE, Agent, Intent
-from negotiations import negotiator, selectors, services
+from negotiations import negotiator, selectors
 from negotiations.model_negotiator import MOVE_TOOL
 from negotiations.models import Negotiation, Turn
+from negotiations.services import outbound
 from tests.chat_server import ChatServer
 from tests.conftest import free_port, on_chat_model
 from tests.negotiating_policy import NegotiatingPolicy
@@ -71,7 +72,7 @@ def test_the_prompt_is_what_the_next_outbound_decision_sends(
 ) -> None:
     prompt = selectors.decision_prompt(waiting_buyer)
 
-    services.negotiation_pump(negotiation_id=waiting_buyer.pk, tenant_id=waiting_buyer.tenant_id)
+    outbound.negotiation_pump(negotiation_id=waiting_buyer.pk, tenant_id=waiting_buyer.tenant_id)
 
     body = chat.requests[0].body
     assert {"messages": body["messages"], "tools": body["tools"]} == as_sent(prompt)

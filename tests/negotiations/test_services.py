@@ -9,7 +9,7 @@ from agents.services import runs, steps
 from agents.tools import Result
 from negotiations.models import Batch, Negotiation
 from negotiations.selectors import record_block
-from negotiations.services import batch_answer, batch_open
+from negotiations.services.batches import batch_answer, batch_open
 
 pytestmark = pytest.mark.django_db
 

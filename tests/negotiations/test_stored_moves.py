@@ -22,10 +22,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agents.models import Agent, Intent, Run
 from agents.services import runs, steps
-from negotiations import services
 from negotiations.client import move_message
 from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.negotiator import Usage
+from negotiations.services import outbound
 from negotiations.wire import Move
 from tests.a2a_gateway.servers import HeldHook, InProcessGateway
 from tests.conftest import wait_until
@@ -137,7 +137,7 @@ def opened(buyer: Agent, intent: Intent, seller: Agent, gateway: RecordingGatewa
 
 
 def pump(negotiation: Negotiation) -> Negotiation:
-    services.negotiation_pump(negotiation_id=negotiation.pk, tenant_id=negotiation.tenant_id)
+    outbound.negotiation_pump(negotiation_id=negotiation.pk, tenant_id=negotiation.tenant_id)
     negotiation.refresh_from_db()
     return negotiation
 
@@ -212,7 +212,7 @@ def test_a_second_pump_of_a_negotiation_being_pumped_does_nothing_and_sends_noth
 
     def pump_apart(pk: Any) -> None:
         try:
-            services.negotiation_pump_alone(negotiation_id=pk, tenant_id=buyer.tenant_id)
+            outbound.negotiation_pump_alone(negotiation_id=pk, tenant_id=buyer.tenant_id)
         finally:
             connections.close_all()
 
@@ -274,7 +274,7 @@ def test_a_stored_move_wins_over_a_decision_made_on_the_same_record(buyer: Agent
         counterparty_url="https://seller.example/a2a/s",
     )
     first, second = (
-        services._Decided(
+        outbound._Decided(
             message=move_message(move=Move("propose", f"€{amount}?", {"amount": amount}, f"o{amount}")),
             usage=Usage(model="m", input_tokens=amount, cost=Decimal("0.01")),
             seen=0,
@@ -283,8 +283,8 @@ def test_a_stored_move_wins_over_a_decision_made_on_the_same_record(buyer: Agent
     )
     other_pump = Negotiation.across_tenants.get(pk=negotiation.pk)
 
-    assert services._move_store(negotiation, first) is True
-    assert services._move_store(other_pump, second) is False
+    assert outbound._move_store(negotiation, first) is True
+    assert outbound._move_store(other_pump, second) is False
     assert other_pump.outbound_move == negotiation.outbound_move
     assert other_pump.outbound_move is not None
     assert other_pump.outbound_move["message"] == first.message
@@ -299,7 +299,7 @@ def test_a_stored_move_wins_over_a_decision_made_on_the_same_record(buyer: Agent
     Turn.objects.create(
         tenant=buyer.tenant, negotiation=negotiation, seq=1, side=Turn.Side.OURS, action="propose"
     )
-    assert services._move_store(other_pump, second) is False
+    assert outbound._move_store(other_pump, second) is False
     assert other_pump.outbound_move is None
 
 

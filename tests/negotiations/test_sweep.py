@@ -16,8 +16,8 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.models import Agent, Intent, Run
-from negotiations import services
 from negotiations.models import Batch, Negotiation
+from negotiations.services import outbound, sweeps
 from parley import locks
 from tests.conftest import database_url
 
@@ -68,7 +68,7 @@ def test_the_sweep_pumps_a_negotiation_with_nothing_reported_past_the_bound_and_
     negotiation(agent, direction=Negotiation.Direction.INBOUND, task_id="t-1")
     negotiation(agent, run_status=Run.Status.CANCELLED)
 
-    found = services.stalled_pumps(before=timezone.now() - BOUND)
+    found = sweeps.stalled_pumps(before=timezone.now() - BOUND)
     assert sorted(found) == sorted((str(n.pk), agent.tenant_id) for n in lost)
 
 
@@ -77,8 +77,8 @@ def test_a_pumped_negotiation_is_stamped_so_the_next_sweep_waits_a_bound(agent: 
     settings.SWEEP_STALLED_AFTER = BOUND.total_seconds()
     lost = negotiation(agent)
 
-    assert services.stalled_pumps_resend() == [(str(lost.pk), agent.tenant_id)]
-    assert services.stalled_pumps_resend() == []
+    assert sweeps.stalled_pumps_resend() == [(str(lost.pk), agent.tenant_id)]
+    assert sweeps.stalled_pumps_resend() == []
 
 
 @contextmanager
@@ -104,11 +104,11 @@ def test_a_second_pump_of_a_negotiation_being_pumped_does_nothing(agent: Agent) 
     lost = negotiation(agent)
 
     with pumped_elsewhere(lost):
-        services.negotiation_pump_alone(negotiation_id=lost.pk, tenant_id=agent.tenant_id)
+        outbound.negotiation_pump_alone(negotiation_id=lost.pk, tenant_id=agent.tenant_id)
         lost.refresh_from_db()
         assert (lost.status, lost.turns.count(), lost.error) == (Negotiation.Status.OPEN, 0, "")
 
-    services.negotiation_pump_alone(negotiation_id=lost.pk, tenant_id=agent.tenant_id)
+    outbound.negotiation_pump_alone(negotiation_id=lost.pk, tenant_id=agent.tenant_id)
     lost.refresh_from_db()
     assert lost.status != Negotiation.Status.OPEN
     assert lost.event is not None

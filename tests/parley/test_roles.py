@@ -30,8 +30,9 @@ from a2a_gateway.models import InboundKey
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from exchange.models import ExchangeProfile, PreparedExchange
 from negotiations.models import Negotiation
-from parley import services, webhooks
+from parley import services
 from parley.models import ApiKey, Event, Invitation, Membership, Tenant, WebhookDelivery, WebhookEndpoint
+from parley.webhooks import endpoints
 from representative.models import GroundingDocument
 from tests.agents.pages import waiting_question
 from tests.exchange.issuer import ISSUER, Issuer
@@ -291,7 +292,7 @@ def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, pre
     )
     spare = member(tenant, f"{prefix}-spare", Membership.Role.VIEWER)
     key, _ = services.api_key_create(tenant=tenant, name=f"{prefix} key", scopes=["read"], user=owner)  # type: ignore[arg-type]
-    webhook = webhooks.webhook_endpoint_create(
+    webhook = endpoints.webhook_endpoint_create(
         tenant=tenant, url=f"http://127.0.0.1:9/{prefix}", events=["run.finished"]
     )
     delivery = WebhookDelivery.objects.create(

@@ -18,8 +18,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from parley import live, webhooks
+from parley import live
 from parley.models import Membership, Tenant, WebhookDelivery, WebhookEndpoint
+from parley.webhooks import endpoints
 from tests.parley.tenancy import member
 
 URL = "http://127.0.0.1:9/hooks"
@@ -32,7 +33,7 @@ def url(name: str, tenant: Tenant | str = "acme", **kwargs: Any) -> str:
 def hook(
     tenant: Tenant, address: str = URL, events: Any = ("run.finished",), **kwargs: Any
 ) -> WebhookEndpoint:
-    return webhooks.webhook_endpoint_create(tenant=tenant, url=address, events=events, **kwargs)
+    return endpoints.webhook_endpoint_create(tenant=tenant, url=address, events=events, **kwargs)
 
 
 def delivery_of(
@@ -508,7 +509,7 @@ def test_a_refused_resend_is_a_message_and_changes_nothing(
     )
 
     WebhookDelivery.across_tenants.filter(pk=delivery.pk).update(claimed_until=None)
-    webhooks.webhook_endpoint_update(endpoint=endpoint, active=False)
+    endpoints.webhook_endpoint_update(endpoint=endpoint, active=False)
     inactive = rows()
 
     refused = as_owner.post(url("webhook-resend", pk=delivery.pk), follow=True)

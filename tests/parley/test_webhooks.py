@@ -3,7 +3,7 @@ the reference verifier (``standardwebhooks``), retries with backoff in a bounded
 and the address policy at creation and at every attempt.
 
 Receivers are real HTTP servers on loopback. Attempts run in this process through
-:func:`parley.webhooks.delivery_attempt`, as the task would, except in the end-to-end test, where
+:func:`parley.webhooks.attempts.delivery_attempt`, as the task would, except in the end-to-end test, where
 the live stack's worker steps a run and delivers and retries by itself.
 """
 
@@ -34,8 +34,9 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from agents.models import Agent, Intent, Question
 from agents.services import runs
-from parley import live, webhooks
+from parley import live
 from parley.models import Event, Tenant, WebhookDelivery, WebhookEndpoint
+from parley.webhooks import attempts, endpoints, fan_out, resend, signing, sweeps
 from tests.conftest import PRIVATE, LiveStack, free_port, wait_until
 
 FINISHED = {"run": "r-1", "status": "done", "output": "Hired Ada."}
@@ -110,7 +111,7 @@ def receiver() -> Iterator[Receiver]:
 def endpoint_for(
     tenant: Tenant, url: str, events: Sequence[str] = ("run.finished",), **kw: Any
 ) -> WebhookEndpoint:
-    return webhooks.webhook_endpoint_create(tenant=tenant, url=url, events=events, **kw)
+    return endpoints.webhook_endpoint_create(tenant=tenant, url=url, events=events, **kw)
 
 
 def publish(tenant: Tenant, event: str = "run.finished", payload: dict[str, Any] | None = None) -> None:
@@ -119,7 +120,7 @@ def publish(tenant: Tenant, event: str = "run.finished", payload: dict[str, Any]
 
 def attempt(delivery: WebhookDelivery, *, generation: int | None = None) -> WebhookDelivery:
     """Run the attempt the task scheduled as ``generation`` (default: the current one), in this process."""
-    webhooks.delivery_attempt(
+    attempts.delivery_attempt(
         delivery_id=str(delivery.pk),
         tenant_id=delivery.tenant_id,
         generation=delivery.generation if generation is None else generation,
@@ -154,11 +155,11 @@ def test_a_delivery_is_signed_as_standard_webhooks(tenant: Tenant, receiver: Rec
     assert delivery.delivered_at is not None
     assert delivery.last_error == ""
     with pytest.raises(WebhookVerificationError):
-        Webhook(webhooks.new_secret()).verify(request.body, request.headers)
+        Webhook(signing.new_secret()).verify(request.body, request.headers)
 
 
 def test_a_secret_is_whsec_and_32_random_bytes() -> None:
-    first, second = webhooks.new_secret(), webhooks.new_secret()
+    first, second = signing.new_secret(), signing.new_secret()
     assert first.startswith("whsec_")
     assert len(base64.b64decode(first.removeprefix("whsec_"), validate=True)) == 32
     assert first != second
@@ -228,7 +229,7 @@ def test_a_receiver_always_failing_ends_failed_when_the_window_closes(settings: 
     assert len(server.received) == 2
     assert (delivery.attempts, delivery.last_status_code, delivery.next_attempt_at) == (2, 500, None)
     assert [e["retry_in"] for e in delivery.attempt_log] == [600.0, None]
-    assert delivery.last_response == "x" * webhooks.RESPONSE_EXCERPT_BYTES
+    assert delivery.last_response == "x" * attempts.RESPONSE_EXCERPT_BYTES
 
 
 @pytest.mark.django_db
@@ -251,7 +252,7 @@ def test_a_redirect_is_not_followed(tenant: Tenant) -> None:
         publish(tenant)
         delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
 
-    assert [r.body for r in server.received] == [webhooks.body_of(delivery)]
+    assert [r.body for r in server.received] == [signing.body_of(delivery)]
     assert (delivery.status, delivery.last_status_code) == ("pending", 302)
     assert delivery.last_error == "HTTP 302: redirects are not followed."
 
@@ -307,7 +308,7 @@ def test_410_gone_fails_the_delivery_at_once_and_makes_the_endpoint_inactive(
     assert WebhookDelivery.across_tenants.filter(endpoint=endpoint).count() == 1
     assert len(server.received) == 1
 
-    endpoint = webhooks.webhook_endpoint_update(endpoint=endpoint, active=True)
+    endpoint = endpoints.webhook_endpoint_update(endpoint=endpoint, active=True)
     assert (endpoint.active, endpoint.disabled_reason) == (True, "")
 
 
@@ -398,7 +399,7 @@ def test_a_task_scheduled_before_or_running_twice_sends_nothing(tenant: Tenant, 
 def test_an_inactive_endpoint_is_sent_nothing(tenant: Tenant, receiver: Receiver) -> None:
     endpoint = endpoint_for(tenant, receiver.url)
     publish(tenant)
-    webhooks.webhook_endpoint_update(endpoint=endpoint, active=False)
+    endpoints.webhook_endpoint_update(endpoint=endpoint, active=False)
 
     delivery = attempt(WebhookDelivery.across_tenants.get(endpoint=endpoint))
 
@@ -420,7 +421,7 @@ def test_resend_redelivers_with_the_same_webhook_id(
     assert delivery.status == "succeeded"
 
     with django_capture_on_commit_callbacks() as scheduled:
-        resent = webhooks.delivery_resend(delivery=delivery)
+        resent = resend.delivery_resend(delivery=delivery)
     assert len(scheduled) == 1
     assert (resent.status, resent.generation, resent.window_attempts, resent.delivered_at) == (
         "pending",
@@ -447,13 +448,13 @@ def test_resend_is_refused_while_an_attempt_is_under_way_or_the_endpoint_is_inac
     WebhookDelivery.across_tenants.filter(pk=delivery.pk).update(
         claimed_until=timezone.now() + timedelta(minutes=1)
     )
-    with pytest.raises(webhooks.ResendRefused, match="under way"):
-        webhooks.delivery_resend(delivery=delivery)
+    with pytest.raises(resend.ResendRefused, match="under way"):
+        resend.delivery_resend(delivery=delivery)
 
     WebhookDelivery.across_tenants.filter(pk=delivery.pk).update(claimed_until=None)
-    webhooks.webhook_endpoint_update(endpoint=endpoint, active=False)
-    with pytest.raises(webhooks.ResendRefused, match="inactive"):
-        webhooks.delivery_resend(delivery=delivery)
+    endpoints.webhook_endpoint_update(endpoint=endpoint, active=False)
+    with pytest.raises(resend.ResendRefused, match="inactive"):
+        resend.delivery_resend(delivery=delivery)
     delivery.refresh_from_db()
     assert (delivery.generation, delivery.status) == (0, "pending")
 
@@ -483,9 +484,9 @@ def test_fan_out_goes_to_subscribed_active_endpoints_of_the_same_tenant_only(
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("kind", "webhook_type"), sorted(webhooks.WEBHOOK_TYPES.items()))
+@pytest.mark.parametrize(("kind", "webhook_type"), sorted(fan_out.WEBHOOK_TYPES.items()))
 def test_each_webhook_event_comes_from_its_live_event(tenant: Tenant, kind: str, webhook_type: str) -> None:
-    endpoint_for(tenant, "http://127.0.0.1:9/all", [str(t) for t in webhooks.WEBHOOK_TYPES.values()])
+    endpoint_for(tenant, "http://127.0.0.1:9/all", [str(t) for t in fan_out.WEBHOOK_TYPES.values()])
 
     publish(tenant, kind, {"id": "x-1"})
 
@@ -499,7 +500,7 @@ def test_each_webhook_event_comes_from_its_live_event(tenant: Tenant, kind: str,
 
 @pytest.mark.django_db
 def test_live_events_that_are_not_webhook_types_are_not_sent(tenant: Tenant) -> None:
-    endpoint_for(tenant, "http://127.0.0.1:9/all", [str(t) for t in webhooks.WEBHOOK_TYPES.values()])
+    endpoint_for(tenant, "http://127.0.0.1:9/all", [str(t) for t in fan_out.WEBHOOK_TYPES.values()])
 
     for kind in ("run.updated", "run.retry", "run.fallback"):
         publish(tenant, kind, {"run": "r-1"})
@@ -517,9 +518,9 @@ def test_fan_out_costs_one_query_when_the_tenant_has_no_endpoint(
     updated = Event.objects.create(tenant=tenant, kind="run.updated", payload={})
 
     with django_assert_num_queries(1):
-        assert webhooks.event_fan_out(event=event) == []
+        assert fan_out.event_fan_out(event=event) == []
     with django_assert_num_queries(0):
-        assert webhooks.event_fan_out(event=updated) == []
+        assert fan_out.event_fan_out(event=updated) == []
 
 
 @pytest.mark.django_db(transaction=True)
@@ -644,7 +645,7 @@ def test_a_url_changed_to_a_private_address_is_refused_and_nothing_changes(
     endpoint = endpoint_for(tenant, "https://8.8.8.8/hooks")
 
     with pytest.raises(ValidationError) as refused:
-        webhooks.webhook_endpoint_update(endpoint=endpoint, url="https://192.168.0.10/hooks", active=False)
+        endpoints.webhook_endpoint_update(endpoint=endpoint, url="https://192.168.0.10/hooks", active=False)
 
     assert refused.value.message_dict["url"] == [
         f"Webhooks are not sent to this URL: the host '192.168.0.10' {PRIVATE}."
@@ -711,7 +712,7 @@ def test_the_sweep_sends_again_only_deliveries_whose_attempt_was_lost(tenant: Te
         claimed_until=timezone.now() + timedelta(minutes=1)
     )
 
-    assert webhooks.deliveries_overdue_enqueue() == 1
+    assert sweeps.deliveries_overdue_enqueue() == 1
 
 
 # End to end: the worker delivers and retries by itself.

@@ -1,27 +1,7 @@
-"""The host's webhooks: endpoints, signing, fan-out of events, delivery with retries, resending.
+"""Delivery attempts: POST a delivery once, record what came of it, schedule the next or end it.
 
-**What is sent.** Some live events (:mod:`parley.live`) are webhook events
-too, under the type :data:`WEBHOOK_TYPES` gives them. Each is POSTed to every
-active endpoint of the tenant subscribed to its type, as Standard Webhooks
-(https://www.standardwebhooks.com, "Standard Webhooks" spec v1)::
-
-    POST <endpoint url>
-    content-type: application/json
-    webhook-id: msg_3b0c…          (one per delivery: the same on every retry and resend)
-    webhook-timestamp: 1767225600  (Unix seconds of this attempt)
-    webhook-signature: v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}">
-
-    {"data":{…the event's payload…},"timestamp":"2026-01-01T00:00:00.123456Z","type":"run.finished"}
-
-The HMAC key is the base64-decoded part of the endpoint's secret after
-``whsec_``. ``timestamp`` in the body is when the event happened (ISO 8601,
-UTC); ``data`` is the live event's payload.
-
-**Delivery.** :func:`event_fan_out` runs inside the transaction that makes
-the change (from :func:`parley.live.publish_on_commit`): it writes one
-:class:`~parley.models.WebhookDelivery` per subscribed endpoint and enqueues
-each after the commit, so nothing is lost and nothing is announced that rolled
-back. :func:`delivery_attempt` (the Celery task ``parley.tasks.webhook_deliver``)
+A delivery is written by :func:`parley.webhooks.fan_out.event_fan_out`.
+:func:`delivery_attempt` (the Celery task ``parley.tasks.webhook_deliver``)
 POSTs once, within ``WEBHOOK_TIMEOUT`` seconds in all, following no redirect;
 the status counts once it has arrived in time, even if the body has not (the
 body is only kept as an excerpt). A 2xx answer is success. 410 Gone ends the
@@ -35,250 +15,54 @@ answer (seconds or an HTTP-date) when that is longer, the wait being at most
 within ``WEBHOOK_RETRY_FOR`` seconds of the delivery's creation or last
 resend: a wait that would end after that ends the delivery ``failed`` at once
 (``last_error`` says so when ``Retry-After`` asked for that wait).
-:func:`delivery_resend` opens the window again and sends at once. A task may
-run twice and a delivery is still attempted once (see :func:`delivery_attempt`);
-one whose message was lost with the broker is sent again by
-:func:`deliveries_overdue_enqueue` (beat, every five minutes): at least once,
-and a receiver tells a repeat by its ``webhook-id``.
-
-**URLs** (:mod:`parley.netguard`): https only unless
-``settings.WEBHOOKS_ALLOW_HTTP``, and a host that resolves to a private,
-loopback, link-local or otherwise non-public address is refused unless
-``settings.WEBHOOKS_ALLOW_PRIVATE`` (both False in production). Checked when
-an endpoint is made or its URL changed, and again at every attempt, on the
-address actually connected to.
+:func:`parley.webhooks.resend.delivery_resend` opens the window again and
+sends at once. A task may run twice and a delivery is still attempted once
+(see :func:`delivery_attempt`); one whose message was lost with the broker is
+sent again by :func:`parley.webhooks.sweeps.deliveries_overdue_enqueue` (beat,
+every five minutes): at least once, and a receiver tells a repeat by its
+``webhook-id``.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
 import logging
 import math
-import secrets
 import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from http import HTTPStatus
 from typing import Any
 
 import httpx
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.http import parse_http_date_safe
 
 from parley import netguard
-from parley.celery import enqueue_each, enqueue_on_commit
-from parley.models import Event, Tenant, WebhookDelivery, WebhookEndpoint, WebhookEventType
+from parley.celery import enqueue_on_commit
+from parley.models import WebhookDelivery, WebhookEndpoint
+from parley.webhooks import signing
 
 logger = logging.getLogger(__name__)
 
-# Live event kind → webhook event type. Live events not listed here are not sent as webhooks.
-WEBHOOK_TYPES: dict[str, str] = {
-    "question.opened": WebhookEventType.RUN_NEEDS_INPUT,
-    "run.finished": WebhookEventType.RUN_FINISHED,
-    "question.answered": WebhookEventType.QUESTION_ANSWERED,
-    "negotiation.turn": WebhookEventType.NEGOTIATION_TURN,
-    "negotiation.settled": WebhookEventType.NEGOTIATION_SETTLED,
-    "intake.received": WebhookEventType.INTAKE_RECEIVED,
-    "exchange.completed": WebhookEventType.EXCHANGE_COMPLETED,
-    "exchange.failed": WebhookEventType.EXCHANGE_FAILED,
-}
 
-SECRET_PREFIX = "whsec_"
-SECRET_BYTES = 32
 # Bytes of a response's body kept on the delivery; the rest is not read.
 RESPONSE_EXCERPT_BYTES = 2048
 # Attempts kept in a delivery's attempt_log (the latest).
 ATTEMPT_LOG_MAX = 50
 # An attempt's claim outlives its time limit by this much: a second copy of the task waits it out.
 CLAIM_MARGIN = timedelta(seconds=30)
-# A pending delivery whose attempt is this late was lost on the way (a broker restart): send it again.
-OVERDUE_AFTER = timedelta(minutes=5)
-# Overdue deliveries sent again per sweep.
-OVERDUE_BATCH = 1000
 USER_AGENT = "Parley-Webhooks/1.0"
 
 _ERROR_CHARS = 500
 
 
-class ResendRefused(Exception):
-    """The delivery cannot be resent now; the message says why (an attempt is under way, the
-    endpoint is inactive)."""
-
-
-# Secrets and signatures.
-
-
-def new_secret() -> str:
-    """A fresh endpoint secret: ``whsec_`` + base64 of :data:`SECRET_BYTES` random bytes."""
-    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
-
-
-def sign(*, secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
-    """The ``webhook-signature`` value: ``v1,<base64 HMAC-SHA256>`` of ``"{msg_id}.{timestamp}.{body}"``
-    keyed with the base64-decoded ``secret`` (its ``whsec_`` prefix removed)."""
-    key = base64.b64decode(secret.removeprefix(SECRET_PREFIX))
-    digest = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(digest).decode()
-
-
-def body_of(delivery: WebhookDelivery) -> bytes:
-    """The bytes POSTed for ``delivery``: its payload as compact JSON with sorted keys, so every
-    attempt sends the same bytes (jsonb does not keep key order)."""
-    return json.dumps(delivery.payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-# Endpoints.
-
-
-def webhook_endpoint_create(
-    *, tenant: Tenant, url: str, events: Iterable[str], description: str = "", active: bool = True
-) -> WebhookEndpoint:
-    """Make an endpoint of ``tenant`` receiving ``events`` at ``url``, with a new secret (its
-    ``secret`` attribute: show it to the host once).
-
-    Raises ``ValidationError`` naming the field: ``url`` (not a URL, not https,
-    refused by the address policy), ``events`` (empty, unknown or repeated
-    types), ``description`` (too long).
-    """
-    endpoint = WebhookEndpoint(
-        tenant=tenant,
-        url=url,
-        events=list(events),
-        description=description,
-        active=active,
-        secret=new_secret(),
-    )
-    endpoint.full_clean()
-    _check_url(url)
-    endpoint.save()
-    return endpoint
-
-
-def webhook_endpoint_update(
-    *,
-    endpoint: WebhookEndpoint,
-    url: str | None = None,
-    events: Iterable[str] | None = None,
-    description: str | None = None,
-    active: bool | None = None,
-) -> WebhookEndpoint:
-    """Change what is given (None: leave it) of ``endpoint``; returns the endpoint as saved.
-
-    A new URL is checked as in :func:`webhook_endpoint_create`. Pending
-    deliveries go to the URL and with the secret the endpoint has at each
-    attempt; an endpoint made inactive gets none (they fail at their next
-    attempt). Giving ``active`` clears ``disabled_reason``: the host has
-    decided. Raises ``ValidationError`` naming the field.
-    """
-    if url is not None:
-        _check_url(url)  # before the lock: it resolves the host
-    with transaction.atomic():
-        locked = (
-            WebhookEndpoint.objects.for_tenant(endpoint.tenant_id).select_for_update().get(pk=endpoint.pk)
-        )
-        changes: dict[str, Any] = {"url": url, "description": description, "active": active}
-        changes["events"] = None if events is None else list(events)
-        if active is not None:
-            changes["disabled_reason"] = ""
-        fields = [name for name, value in changes.items() if value is not None]
-        for name in fields:
-            setattr(locked, name, changes[name])
-        locked.full_clean()
-        locked.save(update_fields=[*fields, "updated_at"])
-    return locked
-
-
-def webhook_endpoint_rotate_secret(*, endpoint: WebhookEndpoint) -> WebhookEndpoint:
-    """Give ``endpoint`` a new secret (show it once); the old one signs nothing from now on,
-    attempts already under way aside."""
-    with transaction.atomic():
-        locked = (
-            WebhookEndpoint.objects.for_tenant(endpoint.tenant_id).select_for_update().get(pk=endpoint.pk)
-        )
-        locked.secret = new_secret()
-        locked.save(update_fields=["secret", "updated_at"])
-    return locked
-
-
-def webhook_endpoint_delete(*, endpoint: WebhookEndpoint) -> None:
-    """Delete ``endpoint`` and its deliveries; an attempt under way is not recorded."""
-    WebhookEndpoint.objects.for_tenant(endpoint.tenant_id).filter(pk=endpoint.pk).delete()
-
-
-def _check_url(url: str) -> None:
-    """``ValidationError({"url": …})`` unless webhooks may go to ``url`` now (see the module docstring)."""
-    try:
-        WebhookEndpoint._meta.get_field("url").clean(url, None)
-    except ValidationError as exc:
-        raise ValidationError({"url": exc.messages}) from None
-    if problem := _url_problem(url):
-        raise ValidationError({"url": f"Webhooks are not sent to this URL: {problem}."})
-
-
-def _url_problem(url: str) -> str:
-    """Why webhooks may not go to ``url`` now, or "" when they may (it resolves the host)."""
-    scheme = urllib.parse.urlsplit(url).scheme
-    if scheme != "https" and not (scheme == "http" and settings.WEBHOOKS_ALLOW_HTTP):
-        return "it must use https"
-    try:
-        netguard.vetted_addresses_sync(url, allow_private=settings.WEBHOOKS_ALLOW_PRIVATE)
-    except netguard.URLRefused as exc:
-        return str(exc)
-    return ""
-
-
-# Fan-out.
-
-
-def event_fan_out(*, event: Event) -> list[WebhookDelivery]:
-    """Write a delivery of ``event`` for each active endpoint of its tenant subscribed to its type,
-    and send each once the transaction commits; returns them.
-
-    Call it in the transaction that stored ``event`` (as
-    :func:`parley.live.publish_on_commit` does): the deliveries commit or roll
-    back with the change. One query when the tenant has no endpoint, none for
-    an event that is not a webhook type.
-    """
-    event_type = WEBHOOK_TYPES.get(event.kind)
-    if event_type is None:
-        return []
-    # In Python rather than SQL: JSON containment is Postgres-only, and a tenant has few endpoints.
-    endpoints = WebhookEndpoint.objects.for_tenant(event.tenant_id).filter(active=True).only("pk", "events")
-    subscribed = [endpoint for endpoint in endpoints if event_type in endpoint.events]
-    if not subscribed:
-        return []
-    now = timezone.now()
-    payload = {"type": event_type, "timestamp": _iso(event.created_at), "data": event.payload}
-    deliveries = WebhookDelivery.objects.bulk_create(
-        WebhookDelivery(
-            tenant_id=event.tenant_id,
-            endpoint=endpoint,
-            event=event,
-            event_type=event_type,
-            payload=payload,
-            window_opened_at=now,
-            next_attempt_at=now,
-        )
-        for endpoint in subscribed
-    )
-    for delivery in deliveries:
-        _enqueue_on_commit(delivery, countdown=0.0)
-    return deliveries
-
-
-def _enqueue_on_commit(delivery: WebhookDelivery, *, countdown: float) -> None:
+def delivery_enqueue_on_commit(delivery: WebhookDelivery, *, countdown: float) -> None:
     """Send ``delivery``'s next attempt ``countdown`` seconds after the transaction commits.
 
     A broker that refuses the message is logged, never raised to the caller
@@ -290,9 +74,6 @@ def _enqueue_on_commit(delivery: WebhookDelivery, *, countdown: float) -> None:
     enqueue_on_commit(
         webhook_deliver, str(delivery.pk), delivery.tenant_id, delivery.generation, countdown=countdown
     )
-
-
-# Attempts.
 
 
 @dataclass(frozen=True)
@@ -386,7 +167,7 @@ def _claim(delivery_id: str, tenant_id: int, generation: int) -> _Claim | None:
         url=endpoint.url,
         secret=endpoint.secret,
         webhook_id=delivery.webhook_id,
-        body=body_of(delivery),
+        body=signing.body_of(delivery),
     )
 
 
@@ -411,7 +192,7 @@ def _send(claim: _Claim) -> _Outcome:
         "accept-encoding": "identity",
         "webhook-id": claim.webhook_id,
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": sign(
+        "webhook-signature": signing.sign(
             secret=claim.secret, msg_id=claim.webhook_id, timestamp=timestamp, body=claim.body
         ),
     }
@@ -528,7 +309,7 @@ def _record(claim: _Claim, outcome: _Outcome) -> None:
             delivery.claimed_until = None
         entry: dict[str, Any] = {
             "attempt": claim.number,
-            "at": _iso(claim.started),
+            "at": signing.iso(claim.started),
             "status_code": outcome.status_code,
             "error": delivery.last_error,
             "retry_in": retry_in,
@@ -548,7 +329,7 @@ def _endpoint_disable_gone(claim: _Claim, endpoint_id: uuid.UUID, now: datetime)
     ``disabled_reason``, unless it has been made inactive or given another URL since the attempt
     started; returns whether it was."""
     reason = (
-        f"Answered 410 Gone at {_iso(now)} (webhook-id {claim.webhook_id}): the receiver wants no "
+        f"Answered 410 Gone at {signing.iso(now)} (webhook-id {claim.webhook_id}): the receiver wants no "
         "more webhooks. Make the endpoint active again to resume."
     )
     disabled = (
@@ -596,61 +377,8 @@ def _conclude(delivery: WebhookDelivery, outcome: _Outcome, now: datetime) -> fl
         return None
     delivery.generation += 1
     delivery.next_attempt_at = next_at
-    _enqueue_on_commit(delivery, countdown=wait)
+    delivery_enqueue_on_commit(delivery, countdown=wait)
     return float(wait)
-
-
-def delivery_resend(*, delivery: WebhookDelivery) -> WebhookDelivery:
-    """Send ``delivery`` again now, whatever its status: it is pending again, with the same
-    ``webhook-id`` and body, and a new retry window from now. Returns it as saved.
-
-    Raises :class:`ResendRefused` while an attempt is under way (resend once it
-    has finished) or when its endpoint is inactive.
-    """
-    now = timezone.now()
-    with transaction.atomic():
-        locked = (
-            WebhookDelivery.objects.for_tenant(delivery.tenant_id)
-            .select_for_update(of=("self",))
-            .select_related("endpoint")
-            .get(pk=delivery.pk)
-        )
-        if locked.claimed_until is not None and locked.claimed_until > now:
-            raise ResendRefused("An attempt of this delivery is under way; resend it once that has finished.")
-        if not locked.endpoint.active:
-            raise ResendRefused("The endpoint of this delivery is inactive; activate it first.")
-        locked.status = WebhookDelivery.Status.PENDING
-        locked.window_opened_at = now
-        locked.window_attempts = 0
-        locked.generation += 1
-        locked.next_attempt_at = now
-        locked.delivered_at = None
-        locked.save()
-        _enqueue_on_commit(locked, countdown=0.0)
-    return locked
-
-
-def deliveries_overdue_enqueue() -> int:
-    """Send again the pending deliveries whose attempt is more than :data:`OVERDUE_AFTER` late and
-    not under way (its message was lost, or its worker died); returns how many were sent, at most
-    :data:`OVERDUE_BATCH`. A broker still down refuses the first and the rest wait for the next
-    sweep (:func:`parley.celery.enqueue_each`).
-
-    Across tenants, as the periodic sweep it is: each is sent as its own
-    tenant's. A delivery sent twice this way is attempted once.
-    """
-    from parley.tasks import webhook_deliver
-
-    now = timezone.now()
-    overdue = (
-        WebhookDelivery.across_tenants.filter(
-            status=WebhookDelivery.Status.PENDING, next_attempt_at__lt=now - OVERDUE_AFTER
-        )
-        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        .order_by("next_attempt_at")
-        .values_list("pk", "tenant_id", "generation")[:OVERDUE_BATCH]
-    )
-    return len(enqueue_each(webhook_deliver, [(str(pk), tenant_id, gen) for pk, tenant_id, gen in overdue]))
 
 
 def _status_error(status: int) -> str:
@@ -660,11 +388,6 @@ def _status_error(status: int) -> str:
     if 300 <= status < 400:
         return f"HTTP {status}: redirects are not followed."
     return f"HTTP {status}."
-
-
-def _iso(moment: datetime) -> str:
-    """``moment`` as ISO 8601 in UTC with a ``Z``: ``2026-01-01T00:00:00.123456Z``."""
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _storable(text: str) -> str:
