@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from agents.models import Agent
+from parley import roles
 from parley.models import Membership
 from representative.intake import intake_recipient
 from representative.models import GroundingDocument, IntakeRequest
@@ -27,7 +28,7 @@ def intake_requests_for(*, membership: Membership) -> QuerySet[IntakeRequest] | 
     request's recipient.
     """
     rows = IntakeRequest.objects.for_tenant(membership.tenant_id).select_related("agent", "recipient")
-    if membership.role in (Membership.Role.OWNER, Membership.Role.OPERATOR):
+    if membership.role in roles.OPERATE:
         return rows.order_by("-created_at", "-pk")
     user_id = membership.user_id
     is_owner = Agent.objects.for_tenant(membership.tenant_id).filter(intake_owner_id=user_id).exists()
@@ -39,7 +40,7 @@ def intake_requests_for(*, membership: Membership) -> QuerySet[IntakeRequest] | 
 
 def agents_without_intake(*, membership: Membership) -> list[Agent]:
     """For owners and operators: agents whose representative face is on but whose intake is unconfigured."""
-    if membership.role not in (Membership.Role.OWNER, Membership.Role.OPERATOR):
+    if membership.role not in roles.OPERATE:
         return []
     agents = (
         Agent.objects.for_tenant(membership.tenant_id)
