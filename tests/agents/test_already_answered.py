@@ -11,8 +11,8 @@ from django.contrib.auth.models import AbstractUser
 from django.test import Client
 from django.urls import reverse
 
-from agents import services
 from agents.models import Agent, Intent, Question
+from agents.services import questions
 from tests.agents.pages import waiting_question
 
 pytestmark = pytest.mark.django_db
@@ -22,10 +22,10 @@ def test_the_refusal_says_who_answered_and_when(
     agent: Agent, intent: Intent, principal: AbstractUser
 ) -> None:
     question = waiting_question(agent, intent)
-    services.question_answer(question=question, answer="At most 1,000 a day.", user=principal)
+    questions.question_answer(question=question, answer="At most 1,000 a day.", user=principal)
 
-    with pytest.raises(services.QuestionAlreadyAnswered) as refused:
-        services.question_answer(question=question, answer="Again.", user=principal)
+    with pytest.raises(questions.QuestionAlreadyAnswered) as refused:
+        questions.question_answer(question=question, answer="Again.", user=principal)
 
     assert str(refused.value) == "This question was already answered."
     assert refused.value.said(when="noon") == "This question was already answered by tomas at noon."
@@ -35,10 +35,10 @@ def test_an_approval_decided_by_the_host_says_so(agent: Agent, intent: Intent) -
     approval = waiting_question(agent, intent)
     Question.objects.filter(pk=approval.pk).update(kind=Question.Kind.APPROVAL, tool_name="book")
     approval.refresh_from_db()
-    services.approval_decide(question=approval, approve=False, user=None)
+    questions.approval_decide(question=approval, approve=False, user=None)
 
-    with pytest.raises(services.QuestionAlreadyAnswered) as refused:
-        services.approval_decide(question=approval, approve=True, user=None)
+    with pytest.raises(questions.QuestionAlreadyAnswered) as refused:
+        questions.approval_decide(question=approval, approve=True, user=None)
 
     assert refused.value.said(when="noon") == "This approval was already rejected by the host at noon."
 
@@ -48,7 +48,7 @@ def test_the_dashboard_names_the_host_that_answered_through_its_api(
 ) -> None:
     """As the API says it: the host answered, not "a former member"."""
     question = waiting_question(agent, intent)
-    services.question_answer(question=question, answer="At most 1,000 a day.", user=None)
+    questions.question_answer(question=question, answer="At most 1,000 a day.", user=None)
     question.refresh_from_db()
     assert question.answered_at is not None
     when = question.answered_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")

@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from agents import services
 from agents.models import Agent, Intent, Run
+from agents.services import runs
 from parley.models import Membership, Tenant
 from tests.agents.pages import member, start_url
 
@@ -24,8 +24,8 @@ def test_a_viewer_or_another_party_is_refused_before_anything_is_read(tenant: Te
         member(tenant, "vera", Membership.Role.VIEWER),
         member(tenant, "pia", Membership.Role.PRINCIPAL),
     ):
-        with pytest.raises(services.NotAllowed, match=REFUSED):
-            services.run_start(agent=agent, statement="A new thread.", task="", user=user)
+        with pytest.raises(runs.NotAllowed, match=REFUSED):
+            runs.run_start(agent=agent, statement="A new thread.", task="", user=user)
 
     assert not Run.objects.exists()
     assert not Intent.objects.exists()
@@ -38,7 +38,7 @@ def test_the_party_an_operator_and_the_host_start(
     agent.save()
 
     started = [
-        services.run_start(agent=agent, intent=intent, task="Go.", user=user)
+        runs.run_start(agent=agent, intent=intent, task="Go.", user=user)
         for user in (principal, operator, None)
     ]
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from agents.models import Agent
-from negotiations import services
 from negotiations.models import Negotiation, Settlement
+from negotiations.services import inbound
 from negotiations.wire import TaskRecord
 
 pytestmark = pytest.mark.django_db
@@ -30,14 +30,14 @@ def opening() -> dict[str, Any]:
 
 def turn(
     agent: Agent, incoming: dict[str, Any], delivered: frozenset[str] | None
-) -> services.InboundReply | None:
+) -> inbound.InboundReply | None:
     asked: list[bool] = []
 
     def canceled_meanwhile() -> frozenset[str] | None:
         asked.append(Negotiation.objects.filter(agent=agent).exists())
         return delivered
 
-    reply = services.inbound_turn_unless_canceled(
+    reply = inbound.inbound_turn_unless_canceled(
         agent=agent,
         task_id="task-1",
         context_id="ctx-1",

@@ -8,8 +8,9 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import ValidationError
 
-from agents import config_views, configuration, selectors, services, views
+from agents import config_views, configuration, selectors, views
 from agents.models import Agent, Run
+from agents.services import runs
 from parley import roles
 from parley.models import Membership, Tenant
 from parley.services import member_role_change
@@ -37,10 +38,10 @@ def test_answering_and_starting_read_the_sets(tenant: Tenant, agent: Agent, role
     assert selectors.can_operate(membership=membership, agent=agent) == (role in roles.OPERATE)
     assert selectors.startable_agents(membership=membership).contains(agent) == (role in roles.OPERATE)
     if role in roles.OPERATE:
-        assert services.run_start(agent=agent, statement="Hire.", task="Find a CFO.", user=mo).pk
+        assert runs.run_start(agent=agent, statement="Hire.", task="Find a CFO.", user=mo).pk
     else:
-        with pytest.raises(services.NotAllowed):
-            services.run_start(agent=agent, statement="Hire.", task="Find a CFO.", user=mo)
+        with pytest.raises(runs.NotAllowed):
+            runs.run_start(agent=agent, statement="Hire.", task="Find a CFO.", user=mo)
         assert not Run.objects.exists()
 
 
