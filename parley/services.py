@@ -346,7 +346,7 @@ def invited_address_confirm(*, invitation: Invitation, user: User) -> bool:
         current = Invitation.objects.for_tenant(invitation.tenant_id).filter(pk=invitation.pk).first()
         if address is None or current is None or current.status != Invitation.Status.PENDING:
             return False
-        return address.set_verified()
+        return bool(address.set_verified())  # allauth is untyped
 
 
 def invitation_accept(*, invitation: Invitation, user: User) -> Membership:

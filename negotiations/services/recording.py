@@ -134,7 +134,10 @@ def settlement_save(
             "disputed": verdict.disputed,
         },
     )
-    if verdict.outcome != Settlement.Outcome.UNANSWERED or negotiation.status != Negotiation.Status.WAITING:
+    if (
+        verdict.outcome != Settlement.Outcome.UNANSWERED.value
+        or negotiation.status != Negotiation.Status.WAITING
+    ):
         negotiation.status, negotiation.parked_question = Negotiation.Status.SETTLED, ""
     publish_on_commit(
         event="negotiation.settled",
