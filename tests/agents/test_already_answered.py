@@ -33,7 +33,7 @@ def test_the_refusal_says_who_answered_and_when(
 
 def test_an_approval_decided_by_the_host_says_so(agent: Agent, intent: Intent) -> None:
     approval = waiting_question(agent, intent)
-    Question.objects.filter(pk=approval.pk).update(kind=Question.Kind.APPROVAL, tool_name="book")
+    Question.across_tenants.filter(pk=approval.pk).update(kind=Question.Kind.APPROVAL, tool_name="book")
     approval.refresh_from_db()
     questions.approval_decide(question=approval, approve=False, user=None)
 

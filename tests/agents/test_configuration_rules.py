@@ -53,7 +53,7 @@ def test_the_page_refuses_a_fallback_the_api_refuses(
     """A fallback no endpoint serves is judged only with a model that is not offline by the model
     check; the service refuses it whatever the model, on the page as through the API (a ModelForm
     saving the row itself kept it)."""
-    Agent.objects.filter(pk=agent.pk).update(fallback_models=["gone"])
+    Agent.across_tenants.filter(pk=agent.pk).update(fallback_models=["gone"])
     agent.refresh_from_db()
     before = snapshot(agent)
     client.force_login(operator)

@@ -27,8 +27,8 @@ def test_a_viewer_or_another_party_is_refused_before_anything_is_read(tenant: Te
         with pytest.raises(runs.NotAllowed, match=REFUSED):
             runs.run_start(agent=agent, statement="A new thread.", task="", user=user)
 
-    assert not Run.objects.exists()
-    assert not Intent.objects.exists()
+    assert not Run.across_tenants.exists()
+    assert not Intent.across_tenants.exists()
 
 
 def test_the_party_an_operator_and_the_host_start(
@@ -55,4 +55,4 @@ def test_the_agent_page_refuses_a_viewer_whatever_they_post(
 
     assert response.status_code == 403
     assert REFUSED.replace("'", "&#x27;") in response.content.decode()
-    assert not Run.objects.exists()
+    assert not Run.across_tenants.exists()

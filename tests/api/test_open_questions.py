@@ -29,8 +29,8 @@ def test_open_answered_and_closed_are_the_selectors(
         return waiting_question(agent, Intent.objects.create(tenant=tenant, agent=agent, statement=statement))
 
     waiting, answered, closed = asked("Open."), asked("Answered."), asked("Closed.")
-    Question.objects.filter(pk=answered.pk).update(answer="Yes.", answered_at=answered.created_at)
-    Run.objects.filter(pk=closed.run_id).update(status=Run.Status.CANCELLED)
+    Question.across_tenants.filter(pk=answered.pk).update(answer="Yes.", answered_at=answered.created_at)
+    Run.across_tenants.filter(pk=closed.run_id).update(status=Run.Status.CANCELLED)
     inbox = selectors.open_questions_for(tenant=tenant, membership=Membership.objects.get(user=owner))
 
     assert {str(q.pk) for q in inbox} == {str(waiting.pk)}

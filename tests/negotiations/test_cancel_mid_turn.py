@@ -34,7 +34,7 @@ def turn(
     asked: list[bool] = []
 
     def canceled_meanwhile() -> frozenset[str] | None:
-        asked.append(Negotiation.objects.filter(agent=agent).exists())
+        asked.append(Negotiation.across_tenants.filter(agent=agent).exists())
         return delivered
 
     reply = inbound.inbound_turn_unless_canceled(
@@ -54,10 +54,10 @@ def test_a_turn_its_task_kept_gives_its_reply(seller: Agent) -> None:
 
     assert reply is not None
     assert reply.message["parts"][0]["data"]["action"] == "propose"
-    negotiation = Negotiation.objects.get(agent=seller)
+    negotiation = Negotiation.across_tenants.get(agent=seller)
     assert negotiation.task_state != "canceled"
     assert negotiation.status == Negotiation.Status.OPEN
-    assert not Settlement.objects.filter(negotiation=negotiation).exists()
+    assert not Settlement.across_tenants.filter(negotiation=negotiation).exists()
 
 
 def test_a_cancel_that_landed_meanwhile_ends_the_negotiation_and_drops_the_reply(seller: Agent) -> None:
@@ -66,10 +66,10 @@ def test_a_cancel_that_landed_meanwhile_ends_the_negotiation_and_drops_the_reply
     reply = turn(seller, incoming, frozenset({incoming["messageId"]}))
 
     assert reply is None
-    negotiation = Negotiation.objects.get(agent=seller)
+    negotiation = Negotiation.across_tenants.get(agent=seller)
     assert negotiation.task_state == "canceled"
     assert negotiation.status == Negotiation.Status.SETTLED
     # Our reply was decided and recorded, though it reached no Task: the settlement is on theirs.
     assert negotiation.turns.count() == 2
-    settlement = Settlement.objects.get(negotiation=negotiation)
+    settlement = Settlement.across_tenants.get(negotiation=negotiation)
     assert (settlement.outcome, settlement.basis, settlement.ended_by) == ("declined", "state", "theirs")

@@ -42,7 +42,7 @@ def test_answering_and_starting_read_the_sets(tenant: Tenant, agent: Agent, role
     else:
         with pytest.raises(runs.NotAllowed):
             runs.run_start(agent=agent, statement="Hire.", task="Find a CFO.", user=mo)
-        assert not Run.objects.exists()
+        assert not Run.across_tenants.exists()
 
 
 @pytest.mark.parametrize("role", EVERY_ROLE)

@@ -57,10 +57,10 @@ def test_rows_written_before_the_move_are_the_representatives_after_it(
             take.apply(between.clone(), editor)
         ContentType.objects.clear_cache()
 
-    moved = GroundingDocument.objects.get(pk=document.pk)
+    moved = GroundingDocument.across_tenants.get(pk=document.pk)
     assert (moved.agent_id, moved.title, moved.text) == (agent.pk, "Hours", "Open 9 to 5.")
-    assert IntakeRequest.objects.get(pk=request.pk).recipient_id == principal.pk
-    assert ModelUsage.objects.get(pk=usage.pk).cost == Decimal("0.25")
+    assert IntakeRequest.across_tenants.get(pk=request.pk).recipient_id == principal.pk
+    assert ModelUsage.across_tenants.get(pk=usage.pk).cost == Decimal("0.25")
     assert ContentType.objects.get_for_model(GroundingDocument).pk == old_type.pk
     # The table's id sequence came along: a new row follows the old ones.
     assert (
