@@ -1,7 +1,7 @@
 """Writes of an agent's grounding documents: the public text its representative answers visitors from.
 
-For the host API (the dashboard's pages save through :class:`representative.forms.GroundingDocumentForm`,
-which checks the same: a title of at most 200 characters and a text, both required). Each write
+The host API and the dashboard's pages both save through these (the pages' form,
+:class:`representative.forms.GroundingDocumentForm`, checks the input first). Each write
 is one transaction; an edit locks the row. Errors are ``ValidationError`` keyed by field, nothing
 written.
 """

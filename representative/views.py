@@ -22,7 +22,7 @@ from django.views.generic import ListView, TemplateView, UpdateView
 from agents.models import Agent
 from agents.pages import AgentPageMixin
 from parley.pages import TenantMixin, TooLargeFormMixin
-from representative import selectors
+from representative import documents, selectors
 from representative.forms import GroundingDocumentForm
 from representative.models import GroundingDocument, IntakeRequest
 
@@ -68,7 +68,7 @@ class GroundingDocumentsView(TooLargeFormMixin, AgentPageMixin, TemplateView):
         form = GroundingDocumentForm(request.POST, agent=self.agent)
         if not form.is_valid():
             return self.render_to_response(self.get_context_data(form=form))
-        document = form.save()
+        document = documents.grounding_document_create(agent=self.agent, **form.cleaned_data)
         messages.success(request, f"Added the document “{document.title}”.")
         return redirect("representative:documents", tenant=self.tenant.slug, pk=self.agent.pk)
 
@@ -79,8 +79,8 @@ class GroundingDocumentMixin(AgentPageMixin):
     @cached_property
     def document(self) -> GroundingDocument:
         """The document; another tenant's (or none) is a 404."""
-        documents = GroundingDocument.objects.for_tenant(self.tenant).select_related("agent")
-        return get_object_or_404(documents, pk=self.kwargs["pk"])
+        rows = GroundingDocument.objects.for_tenant(self.tenant).select_related("agent")
+        return get_object_or_404(rows, pk=self.kwargs["pk"])
 
     @cached_property
     def agent(self) -> Agent:
@@ -101,7 +101,7 @@ class GroundingDocumentEditView(TooLargeFormMixin, GroundingDocumentMixin, Updat
         return {**super().get_form_kwargs(), "agent": self.agent}
 
     def form_valid(self, form: GroundingDocumentForm) -> HttpResponse:
-        document = form.save()
+        document = documents.grounding_document_update(document=self.document, values=form.cleaned_data)
         messages.success(self.request, f"Saved the document “{document.title}”.")
         return redirect(self.get_success_url())
 
@@ -114,6 +114,6 @@ class GroundingDocumentDeleteView(GroundingDocumentMixin, View):
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         document = self.document
-        document.delete()
+        documents.grounding_document_delete(document=document)
         messages.success(request, f"Deleted the document “{document.title}”.")
         return redirect("representative:documents", tenant=self.tenant.slug, pk=self.agent.pk)
