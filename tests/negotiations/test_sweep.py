@@ -87,10 +87,14 @@ def pumped_elsewhere(negotiation: Negotiation) -> Iterator[None]:
     or by this process (the embedded default's SQLite)."""
     name = f"negotiation-pump:{negotiation.pk}"
     if connection.vendor == "postgresql":
+        key = locks.advisory_key(name)
         with psycopg.connect(database_url(), autocommit=True) as other:
-            row = other.execute("SELECT pg_try_advisory_lock(%s)", [locks.advisory_key(name)]).fetchone()
+            row = other.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()
             assert row == (True,)
             yield
+            # Released here, not by closing: the server frees a closed session's locks only once
+            # its backend has gone, which the next pump may still beat.
+            other.execute("SELECT pg_advisory_unlock(%s)", [key])
     else:
         with locks.alone(name) as mine:
             assert mine
