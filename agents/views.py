@@ -43,10 +43,10 @@ TYPED_FIELDS = ("statement", "task", "output_schema", "max_tokens", "max_cost", 
 def run_context(*, run: Run, membership: Membership) -> dict[str, Any]:
     """What a run's page shows the member (``run`` with its agent, intent and parent's agent loaded)."""
     can_answer = selectors.can_answer_for(membership=membership, agent=run.agent)
-    questions = with_arguments_shown(selectors.run_questions(run=run))
+    asked = with_arguments_shown(selectors.run_questions(run=run))
     return {
         "run": run,
-        "open_questions": [q for q in questions if q.is_open],
+        "open_questions": [q for q in asked if q.is_open],
         "steps": selectors.run_steps(run=run),
         "can_answer": can_answer,
         "ended": run.status in Run.ENDED,
@@ -61,8 +61,8 @@ def run_context(*, run: Run, membership: Membership) -> dict[str, Any]:
 def run_of(membership: Membership, pk: Any) -> Run:
     """The run ``pk``, if the member sees it (:func:`selectors.visible_runs`), with what its page shows
     loaded; another tenant's, or another party's, is a 404."""
-    runs = selectors.visible_runs(membership=membership)
-    return get_object_or_404(runs.select_related("agent", "intent", "parent__agent"), pk=pk)
+    visible = selectors.visible_runs(membership=membership)
+    return get_object_or_404(visible.select_related("agent", "intent", "parent__agent"), pk=pk)
 
 
 def already_decided(refused: questions.QuestionAlreadyAnswered, *, agent: Agent) -> str:
