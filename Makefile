@@ -40,6 +40,8 @@ migrate: $(STAMP)
 	$(BIN)/python manage.py migrate
 
 bench: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/python bench/deals.py
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/negotiate.py
 	$(BIN)/python bench/steps.py

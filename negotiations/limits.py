@@ -47,8 +47,10 @@ from negotiations.rules import CURRENCY
 
 Kind = Literal["ceiling", "floor"]
 
-# The aspiration when no guard names one: a buyer opens at 70% of its ceiling, a seller at 140% of its floor.
-OPENING_FACTOR: dict[Kind, float] = {"ceiling": 0.7, "floor": 1.4}
+# The aspiration when no guard names one: a buyer opens at 70% of its ceiling, a seller at its floor
+# divided by 0.7 (about 143%): the same ratio either way, which lets each side read the other's limit
+# (offline.aim).
+OPENING_FACTOR: dict[Kind, float] = {"ceiling": 0.7, "floor": 1 / 0.7}
 # What the party's side means in its own words, for questions and messages.
 SIDE_WORDS: dict[Kind, str] = {"ceiling": "the most you will pay", "floor": "the least you will take"}
 

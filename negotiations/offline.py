@@ -4,23 +4,31 @@ Deterministic, no key, no network. It is named ``offline`` wherever it appears.
 
 **The numeric term** (say ``amount``) is bargained between an aspiration (our
 opening) and the reservation value (our limit), chosen per agent by
-``Agent.strategy``:
+``Agent.strategy``. Every strategy plays to the same clock: of our
+``max_moves`` moves, the last (``T = max_moves - 1``) only accepts or rejects,
+since a counter-offer there could not be answered; the one before it
+(``D = T - 1``, :func:`last_offer_move`) offers the reservation itself, the
+offer a counterparty with a zone of agreement can always take; before that we
+concede towards the *aim* (:func:`aim`), halfway between our limit and the
+counterparty's as read from its opening, so two Parley agents both aim at the
+even split:
 
 * time-dependent tactics (Faratin, Sierra & Jennings, "Negotiation decision
   functions for autonomous agents", Robotics and Autonomous Systems 24(3-4),
   1998; the polynomial family with κ = 0): our offer at our own move ``t``
-  (0-based) of a deadline ``T`` (the index of our last move, ``max_moves - 1``) is
+  (0-based) is
 
-      offer(t) = aspiration + (reservation - aspiration) · (min(t, T) / T) ** (1 / β)
+      offer(t) = aspiration + (aim - aspiration) · (min(t, D - 1) / (D - 1)) ** (1 / β)
 
   with β = 0.5 for ``boulware`` (holds firm, concedes late), 1 for ``linear``
-  and 2 for ``conceder`` (concedes early); at ``t = T`` it is the reservation;
+  and 2 for ``conceder`` (concedes early), and the reservation at ``t >= D``;
 * ``tit_for_tat``: relative tit-for-tat, a behaviour-dependent tactic of the
   same paper, with δ = 1: our next offer is our last one times the ratio of the
   counterparty's previous offer to its last, so we concede in the proportion
-  they just did, clamped between aspiration and reservation (never past the
-  reservation). Until they have made two offers we hold our last offer (the
-  aspiration first).
+  they just did, clamped between aspiration and aim. It never concedes less
+  than the Boulware tactic would (Faratin et al.'s combination of tactics,
+  taking the more conceding one), so two tit-for-tat agents, each waiting for
+  the other to move first, still meet.
 
 Offers are rounded to a whole number towards our side (down for a ceiling, up
 for a floor), so rounding never crosses the reservation. The limit comes from a
@@ -36,8 +44,16 @@ declines instead. The aspiration is the guard's optional ``aspiration``, else
 
 **Acceptance** (Faratin et al.'s "next offer" rule): we accept the
 counterparty's offer once it is at least as good as our own next offer and it
-keeps to every guard and fixed term; on our last move, when we still cannot
-accept their offer, we reject.
+keeps to every guard and fixed term; from our last offer on, our next offer is
+the reservation, so we take any offer within our limit. On our last move, when
+we still cannot accept their offer, we reject. **Meeting halfway**: before our
+last offer, when their offer is within our limit but short of our next offer, a
+deal exists and we counter halfway between the two (:func:`_meet_halfway`)
+rather than overshoot it.
+
+Against a counterparty that never concedes into our limit there is no deal to
+find: we offer our reservation, reject on our last move, and never accept
+outside the limit (the guards check every move again).
 
 **Fixed terms**: a term with an ``==`` or ``in`` guard is not bargained over.
 Our offers carry its first allowed value, and an offer that leaves it out or
@@ -58,7 +74,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from negotiations.digest import clean
-from negotiations.limits import Limit, Reading
+from negotiations.limits import OPENING_FACTOR, Kind, Limit, Reading
 from negotiations.verdict import prose_amounts
 from negotiations.wire import Entry, Move, TaskRecord
 
@@ -162,8 +178,9 @@ def limit_question(term: str, unit: str = "", unread: Reading | None = None) -> 
 def time_dependent_offer(aspiration: float, reservation: float, t: int, deadline: int, beta: float) -> float:
     """``aspiration + (reservation - aspiration) * (min(t, T) / T) ** (1 / beta)``, unrounded.
 
-    ``t`` is our own move (0-based), ``deadline`` (T) the index of our last
-    move (at least 1 is used); Faratin, Sierra & Jennings 1998, time-dependent tactics.
+    ``t`` is our own move (0-based), ``deadline`` (T) the move by which the offer reaches
+    ``reservation`` (at least 1 is used; the strategy passes its aim there, see the module
+    docstring); Faratin, Sierra & Jennings 1998, time-dependent tactics.
     """
     progress = min(1.0, t / max(1, deadline)) ** (1 / beta)
     return aspiration + (reservation - aspiration) * progress
@@ -239,24 +256,62 @@ def acceptable(s: Situation, offer: Offer, my_next: float) -> bool:
 def next_value(s: Situation) -> float | None:
     """Our next offer on ``s.term`` by ``s.strategy``, rounded towards our side; None without a limit.
 
-    A fixed numeric term gives its first allowed value.
+    Each tactic concedes from the aspiration towards :func:`aim` by the move before our last
+    offer, and offers the reservation itself on :func:`last_offer_move`. Tit-for-tat mirrors
+    their concession (never past the aim) but concedes at least as much as the Boulware tactic
+    would, so two tit-for-tat agents, each waiting for the other to move first, still meet
+    before the end. A fixed numeric term gives its first allowed value.
     """
     firm = [g for g in s.guards if g.term == s.term and g.fixed]
     if firm:
         return float(firm[0].allowed[0])
     if s.limit is None:
         return None
+    t = sum(1 for e in s.record.history if e.role == s.our_role and e.move is not None)
+    deadline = last_offer_move(s.max_moves)
+    target = s.limit.value if t >= deadline else aim(s)
+    beta = BETA[BOULWARE if s.strategy == TIT_FOR_TAT else s.strategy]
+    value = time_dependent_offer(s.limit.opening, target, t, max(1, deadline - 1), beta)
     if s.strategy == TIT_FOR_TAT:
         ours = _values(s, mine=True)
         theirs = _values(s, mine=False)
         our_last = ours[-1] if ours else s.limit.opening
-        value = tit_for_tat_offer(our_last, theirs[-2], theirs[-1], s.limit) if len(theirs) >= 2 else our_last
-    else:
-        t = sum(1 for e in s.record.history if e.role == s.our_role and e.move is not None)
-        value = time_dependent_offer(s.limit.opening, s.limit.value, t, s.max_moves - 1, BETA[s.strategy])
+        if len(theirs) >= 2:
+            bounds = Limit(s.term, target, s.limit.kind, s.limit.opening)
+            mirrored = tit_for_tat_offer(our_last, theirs[-2], theirs[-1], bounds)
+            value = max(mirrored, value) if s.limit.kind == "ceiling" else min(mirrored, value)
     # Round away from the reservation, so a rounded offer never crosses it.
     rounded = round(value, 6)
     return float(math.floor(rounded) if s.limit.kind == "ceiling" else math.ceil(rounded))
+
+
+def aim(s: Situation) -> float:
+    """Where we concede to before our last offer: halfway between our limit and theirs as we read it.
+
+    Their limit is read from their first offer by the default opening
+    (:data:`negotiations.limits.OPENING_FACTOR`, the same ratio either side): a Parley
+    counterparty without an aspiration of its own opens exactly there, so against one the
+    reading is exact and both sides aim at the even split. Against a counterparty that opens
+    elsewhere it is a prior, and whatever they open with the aim stays between our aspiration
+    and our limit. Before they have offered, the aim is our limit.
+    """
+    assert s.limit is not None
+    theirs = _values(s, mine=False)
+    if not theirs:
+        return s.limit.value
+    their_kind: Kind = "floor" if s.limit.kind == "ceiling" else "ceiling"
+    their_limit = theirs[0] / OPENING_FACTOR[their_kind]
+    low, high = sorted((s.limit.opening, s.limit.value))
+    return min(high, max(low, (s.limit.value + their_limit) / 2))
+
+
+def last_offer_move(max_moves: int) -> int:
+    """The index of our last offer (0-based, at least 1): the move before our last.
+
+    Our last move only accepts or rejects, and a counter-offer there would leave the counterparty
+    a move we could not answer; so the offer the counterparty can still take is the one before.
+    """
+    return max(1, max_moves - 2)
 
 
 def decide(s: Situation) -> Move:
@@ -294,7 +349,29 @@ def decide(s: Situation) -> Move:
         return _corrected(s, accept, t)
     if t >= s.max_moves - 1 and offered is not None:
         return Move(s.vocabulary.reject, "We cannot agree on these terms, so I must decline.")
+    if offered is not None and t < last_offer_move(s.max_moves) and _within_limit(s, offered):
+        mine = _meet_halfway(s, mine, offered)
     return _corrected(s, _proposal(s, _terms(s, mine), t), t)
+
+
+def _within_limit(s: Situation, offer: Offer) -> bool:
+    """Whether we could take ``offer`` at our limit: a deal exists, though not yet at our next offer."""
+    firm = any(g.term == s.term and g.fixed for g in s.guards)
+    return not firm and s.limit is not None and acceptable(s, offer, s.limit.value)
+
+
+def _meet_halfway(s: Situation, mine: float, offer: Offer) -> float:
+    """Halfway between our next offer and their offer, rounded towards our side.
+
+    Their offer is within our limit, so a deal exists: taking it would hand them what is left
+    between it and our next offer, and insisting on our own offer would overshoot, so we
+    counter in the middle. Only before our last offer: the moves left still let us take what
+    they offer next, which concedes at least as much as this one (safe under monotone concession).
+    """
+    assert s.limit is not None
+    assert offer.value is not None
+    middle = round((mine + offer.value) / 2, 6)
+    return float(math.floor(middle) if s.limit.kind == "ceiling" else math.ceil(middle))
 
 
 def money(value: float, currency: str) -> str:

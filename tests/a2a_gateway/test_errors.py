@@ -180,7 +180,7 @@ def closed_task(endpoint: Endpoint, how: str) -> Task:
     if how == "completed":
         offer = MessageToDict(first.history[-1].parts[0].data)
         closing = move(
-            "accept", "Agreed.", terms={"amount": 1330, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
+            "accept", "Agreed.", terms={"amount": 1358, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
         )
     else:
         closing = move("reject", "No, thank you.")

@@ -44,9 +44,9 @@ def assert_countered(task: Task, opening: dict[str, Any]) -> dict[str, Any]:
     counter = data_of(reply)
     decoded = decode_move(counter)
     assert decoded is not None
-    assert decoded.action == "propose"  # the seller's own first offer, Boulware from 1.4 x 950
-    assert decoded.terms == {"amount": 1330, "currency": "EUR"}
-    assert decoded.message == "I can offer €1,330."
+    assert decoded.action == "propose"  # the seller's own first offer, Boulware from 950 / 0.7
+    assert decoded.terms == {"amount": 1358, "currency": "EUR"}
+    assert decoded.message == "I can offer €1,358."
     assert decoded.offer_id
     [artifact] = task.artifacts  # the answer as an artifact too; the outcome comes with a terminal reply
     assert (artifact.artifact_id, list(artifact.parts)) == ("negotiator:reply", list(reply.parts))
@@ -89,7 +89,7 @@ def test_first_move_gets_a_counter_over_1_0(seller_endpoint: Endpoint) -> None:
         opening["offerId"],
         "I can pay €800 a day.",
     )
-    assert (ours.terms, ours.offer_id) == ({"amount": 1330, "currency": "EUR"}, counter["offerId"])
+    assert (ours.terms, ours.offer_id) == ({"amount": 1358, "currency": "EUR"}, counter["offerId"])
     assert negotiation.status == Negotiation.Status.OPEN
     assert not Settlement.across_tenants.exists()
 
@@ -128,7 +128,7 @@ def test_first_move_over_0_3_wire_is_answered_in_0_3_shape(seller_endpoint: Endp
     assert reply_part["kind"] == "data"
     reply = decode_move(reply_part["data"])
     assert reply is not None
-    assert (reply.action, reply.terms) == ("propose", {"amount": 1330, "currency": "EUR"})
+    assert (reply.action, reply.terms) == ("propose", {"amount": 1358, "currency": "EUR"})
 
     negotiation = Negotiation.across_tenants.get()
     assert (negotiation.task_id, negotiation.context_id) == (task["id"], task["contextId"])
@@ -154,7 +154,7 @@ def test_follow_up_on_the_task_continues_it(seller_endpoint: Endpoint) -> None:
     assert counter is not None
     assert counter.action == "counter"
     assert counter.terms is not None
-    assert 950 <= counter.terms["amount"] < 1330
+    assert 950 <= counter.terms["amount"] < 1358
     negotiation = assert_recorded(
         task,
         turns=[("theirs", "propose"), ("ours", "propose"), ("theirs", "counter"), ("ours", "counter")],
@@ -206,7 +206,7 @@ def test_accepting_the_sellers_offer_completes_the_task(seller_endpoint: Endpoin
     acceptance = move(
         "accept",
         "Agreed: €1,330.",
-        terms={"amount": 1330, "currency": "EUR"},
+        terms={"amount": 1358, "currency": "EUR"},
         accepts_offer_id=offer["offerId"],
     )
 
@@ -219,7 +219,7 @@ def test_accepting_the_sellers_offer_completes_the_task(seller_endpoint: Endpoin
     assert (confirmation.action, confirmation.accepts_offer_id, confirmation.terms) == (
         "accept",
         offer["offerId"],
-        {"amount": 1330, "currency": "EUR"},
+        {"amount": 1358, "currency": "EUR"},
     )
     answer, artifact = task.artifacts
     assert (answer.artifact_id, list(answer.parts)) == ("negotiator:reply", list(task.history[-1].parts))
@@ -232,13 +232,13 @@ def test_accepting_the_sellers_offer_completes_the_task(seller_endpoint: Endpoin
     )
     settlement = assert_settled_as_the_task_says(task, negotiation)
     assert (settlement.outcome, settlement.basis) == ("agreed", "reference")
-    assert settlement.terms == {"amount": 1330, "currency": "EUR"}
+    assert settlement.terms == {"amount": 1358, "currency": "EUR"}
     assert outcome == {
         "state": "completed",
         "status": "agreed",
         "basis": "reference",
         "reason": settlement.reason,
-        "terms": {"amount": 1330.0, "currency": "EUR"},
+        "terms": {"amount": 1358.0, "currency": "EUR"},
     }
 
 
@@ -271,7 +271,7 @@ def test_full_run_over_0_3_wire_closes_with_the_outcome_artifact(seller_endpoint
     ).json()["result"]
     offer = first["history"][-1]["parts"][0]["data"]
     acceptance = move(
-        "accept", "Agreed.", terms={"amount": 1330, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
+        "accept", "Agreed.", terms={"amount": 1358, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
     )
     message = {
         "messageId": "m-2",
@@ -298,7 +298,7 @@ def test_full_run_over_0_3_wire_closes_with_the_outcome_artifact(seller_endpoint
                         "status": "agreed",
                         "basis": "reference",
                         "reason": f'Closing move accepts offer "{offer["offerId"]}".',
-                        "terms": {"amount": 1330.0, "currency": "EUR"},
+                        "terms": {"amount": 1358.0, "currency": "EUR"},
                     },
                 }
             ],
@@ -308,7 +308,7 @@ def test_full_run_over_0_3_wire_closes_with_the_outcome_artifact(seller_endpoint
     assert (settlement.outcome, settlement.basis, settlement.terms) == (
         "agreed",
         "reference",
-        {"amount": 1330, "currency": "EUR"},
+        {"amount": 1358, "currency": "EUR"},
     )
     assert Turn.across_tenants.count() == 4
     assert A2ATask.across_tenants.get().state == "TASK_STATE_COMPLETED"

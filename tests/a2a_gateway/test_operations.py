@@ -84,7 +84,7 @@ def settled(endpoint: Endpoint) -> Task:
     first = endpoint.send(user_message(proposal(800)))
     offer = data_of(first.history[-1])
     accept = move(
-        "accept", "Agreed.", terms={"amount": 1330, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
+        "accept", "Agreed.", terms={"amount": 1358, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
     )
     return endpoint.send(user_message(accept, task=first))
 
@@ -313,7 +313,7 @@ def test_a_follow_up_on_another_web_process_finds_its_task(
     first = seller_endpoint.send(user_message(proposal(800)), card=card)
     offer = data_of(first.history[-1])
     accept = move(
-        "accept", "Agreed.", terms={"amount": 1330, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
+        "accept", "Agreed.", terms={"amount": 1358, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
     )
     # Only the taskId: the other process finds the context from the stored task.
     follow_up = user_message(accept, task=first)

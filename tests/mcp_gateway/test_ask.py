@@ -64,8 +64,8 @@ def test_a_move_gets_the_agents_counter_in_its_task(live_stack: LiveStack, selle
     counter = data_of(task["history"][-1])
     assert (counter["action"], counter["message"], counter["terms"]) == (
         "propose",
-        "I can offer €1,330.",
-        {"amount": 1330, "currency": "EUR"},
+        "I can offer €1,358.",
+        {"amount": 1358, "currency": "EUR"},
     )
     negotiation = Negotiation.across_tenants.get()
     assert (negotiation.agent_id, negotiation.direction, negotiation.task_id) == (
@@ -80,8 +80,8 @@ def test_a_follow_up_on_the_task_continues_it_to_a_deal(live_stack: LiveStack, s
     offer = data_of(first["history"][-1])
     acceptance = move(
         "accept",
-        "Agreed: €1,330.",
-        terms={"amount": 1330, "currency": "EUR"},
+        "Agreed: €1,358.",
+        terms={"amount": 1358, "currency": "EUR"},
         accepts_offer_id=offer["offerId"],
     )
 
@@ -91,7 +91,7 @@ def test_a_follow_up_on_the_task_continues_it_to_a_deal(live_stack: LiveStack, s
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert data_of(task["history"][-1])["action"] == "accept"
     settlement = Settlement.across_tenants.get()
-    assert (settlement.outcome, settlement.terms) == ("agreed", {"amount": 1330, "currency": "EUR"})
+    assert (settlement.outcome, settlement.terms) == ("agreed", {"amount": 1358, "currency": "EUR"})
 
 
 def test_a_visitors_question_is_answered_from_the_agents_documents(

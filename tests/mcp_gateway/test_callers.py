@@ -105,7 +105,7 @@ def test_another_anonymous_caller_cannot_continue_a_task_started_through_the_gat
     first = structured(ask_from(live_stack, seller, sent(proposal(800)), address=ALICE))["task"]
     offer = data_of(first["history"][-1])
     acceptance = move(
-        "accept", "Agreed.", terms={"amount": 1330, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
+        "accept", "Agreed.", terms={"amount": 1358, "currency": "EUR"}, accepts_offer_id=offer["offerId"]
     )
     direct = call(
         endpoint_on(live_stack.url, seller), "SendMessage", message(acceptance, task=first), address=BOB

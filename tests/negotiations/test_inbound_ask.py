@@ -143,9 +143,9 @@ def test_the_answer_is_standing_guidance_and_their_next_move_is_answered_with_it
 
     reply = inbound(agent, propose(850, "o-2"))
 
-    # A seller's opening at 140% of its floor of €1,000, decided with the guidance.
+    # A seller's opening at its floor of €1,000 / 0.7, decided with the guidance.
     data = reply.message["parts"][0]["data"]
-    assert (data["action"], data["terms"]) == ("propose", {"amount": 1400, "currency": "EUR"})
+    assert (data["action"], data["terms"]) == ("propose", {"amount": 1429, "currency": "EUR"})
     assert reply.state == "input-required"
     parked.refresh_from_db()
     assert (parked.status, parked.turn_count) == (Negotiation.Status.OPEN, 1)
@@ -224,7 +224,7 @@ def test_the_reply_decided_at_once_is_recorded_and_put_on_the_task(agent: Agent,
     assert reply is not None
     assert put == [InboundReply(message=reply.message, state="input-required", settlement=None)]
     data = reply.message["parts"][0]["data"]
-    assert (data["action"], data["terms"]) == ("propose", {"amount": 1400, "currency": "EUR"})
+    assert (data["action"], data["terms"]) == ("propose", {"amount": 1429, "currency": "EUR"})
     assert (reply.message["taskId"], reply.message["contextId"]) == (parked.task_id, parked.context_id)
     last = parked.turns.order_by("-seq").first()
     assert last is not None

@@ -72,15 +72,16 @@ def seller(strategy: str = "boulware", *guards: dict[str, Any], terms: str = TER
 
 # --- Time-dependent tactics ---------------------------------------------------------------
 
-# Our offer at each of our ten moves: aspiration 770 (a buyer's 70% of its 1,100 ceiling) or
-# 1,330 (a seller's 140% of its 950 floor), reservation at move 9, rounded towards our side.
+# Our offer at each of our ten moves against a counterparty that has not offered (so we aim at our
+# limit): aspiration 770 (a buyer's 70% of its 1,100 ceiling) or 1,358 (a seller's 950 floor / 0.7),
+# the limit by move 7 (the one before our last offer) and held on our last offer (8) and last move (9).
 CURVES = {
-    ("boulware", "ceiling"): [770, 774, 786, 806, 835, 871, 916, 969, 1030, 1100],
-    ("linear", "ceiling"): [770, 806, 843, 880, 916, 953, 990, 1026, 1063, 1100],
-    ("conceder", "ceiling"): [770, 880, 925, 960, 990, 1015, 1039, 1061, 1081, 1100],
-    ("boulware", "floor"): [1330, 1326, 1312, 1288, 1255, 1213, 1162, 1101, 1030, 950],
-    ("linear", "floor"): [1330, 1288, 1246, 1204, 1162, 1119, 1077, 1035, 993, 950],
-    ("conceder", "floor"): [1330, 1204, 1151, 1111, 1077, 1047, 1020, 995, 972, 950],
+    ("boulware", "ceiling"): [770, 776, 796, 830, 877, 938, 1012, 1100, 1100, 1100],
+    ("linear", "ceiling"): [770, 817, 864, 911, 958, 1005, 1052, 1100, 1100, 1100],
+    ("conceder", "ceiling"): [770, 894, 946, 986, 1019, 1048, 1075, 1100, 1100, 1100],
+    ("boulware", "floor"): [1358, 1349, 1324, 1283, 1225, 1150, 1059, 950, 950, 950],
+    ("linear", "floor"): [1358, 1299, 1241, 1183, 1125, 1067, 1009, 950, 950, 950],
+    ("conceder", "floor"): [1358, 1204, 1140, 1091, 1050, 1014, 981, 950, 950, 950],
 }
 
 
@@ -109,22 +110,33 @@ def test_the_classic_formula(t: int, beta: float, expected: float) -> None:
 @pytest.mark.parametrize(
     ("agent", "t", "their_offer", "action"),
     [
-        # Accept once their offer is at least as good as our own next one.
-        (buyer("boulware"), 1, 774, "accept"),
-        (buyer("boulware"), 1, 775, "counter"),
-        (buyer("conceder"), 1, 880, "accept"),
-        (buyer("conceder"), 1, 881, "counter"),
-        (seller("linear"), 3, 1204, "accept"),
-        (seller("linear"), 3, 1203, "counter"),
+        # Accept once their offer is at least as good as our own next one. They opened at 1,300
+        # (a buyer reads a floor of 910 from it and aims at 1,005) or 800 (a seller reads 1,143 and
+        # aims at 1,046); our next offer is the tactic's curve towards that aim.
+        (buyer("boulware"), 2, 789, "accept"),
+        (buyer("boulware"), 2, 790, "counter"),
+        (buyer("conceder"), 2, 895, "accept"),
+        (buyer("conceder"), 2, 896, "counter"),
+        (seller("linear"), 3, 1224, "accept"),
+        (seller("linear"), 3, 1223, "counter"),
         # Our last move: take it if it is within the limit, else end it.
         (buyer("boulware"), 9, 1100, "accept"),
         (buyer("boulware"), 9, 1101, "reject"),
+        (seller("conceder"), 9, 950, "accept"),
         (seller("conceder"), 9, 949, "reject"),
     ],
 )
 def test_acceptance_rule(agent: Agent, t: int, their_offer: float, action: str) -> None:
-    record = exchange([eur(0)] * t, [eur(their_offer)] * t)
+    opening = 1300 if agent.term_guards[0]["op"] == "<=" else 800
+    record = exchange([eur(0)] * t, [eur(opening)] * (t - 1) + [eur(their_offer)])
     assert decide(agent, record).action == action
+
+
+def test_their_offer_within_our_limit_but_short_of_our_next_is_met_halfway() -> None:
+    """A deal exists (1,000 is within our 1,100 ceiling) but our next offer is 789: we counter
+    halfway, 894, rather than take their 1,000 or overshoot back to our curve."""
+    move = decide(buyer("boulware"), exchange([eur(770), eur(776)], [eur(1300), eur(1000)]))
+    assert (move.action, move.terms) == ("counter", eur(894))
 
 
 def test_accepting_names_their_offer_and_restates_its_terms() -> None:
@@ -158,7 +170,9 @@ def test_without_a_limit_it_asks_and_reads_the_answer() -> None:
         "ask",
         "What is your limit on amount (EUR per day): the most you will pay, or the least you will take?",
     )
-    assert answered.terms == eur(1400)
+    # Their 1,330 is within the floor read (1,000), so a deal exists: we meet them halfway between
+    # it and our opening of 1,429 (1,000 / 0.7).
+    assert answered.terms == eur(1380)
 
 
 def test_a_reply_of_ours_without_a_move_is_no_move_of_ours() -> None:
@@ -177,7 +191,7 @@ def test_a_reply_of_ours_without_a_move_is_no_move_of_ours() -> None:
     after = decide(agent, held, our_role="agent", guidance=["At least €1,000 a day."])
 
     assert after == decide(agent, at_once, our_role="agent", guidance=["At least €1,000 a day."])
-    assert after == Move("propose", "I can offer €1,400.", eur(1400))
+    assert after == Move("propose", "I can offer €1,380.", eur(1380))
 
 
 # --- Tit-for-tat --------------------------------------------------------------------------
@@ -206,8 +220,11 @@ def test_tit_for_tat_formula(
     ("agent", "ours", "theirs", "expected"),
     [
         (buyer("tit_for_tat"), [], [], 770),
-        # One offer of theirs shows no concession yet: hold.
-        (buyer("tit_for_tat"), [770], [1300], 770),
+        # One offer of theirs shows no concession yet: nothing to mirror, so the Boulware floor
+        # towards our aim (1,005, from their opening) moves us a little.
+        (buyer("tit_for_tat"), [770], [1300], 774),
+        # Two tit-for-tat agents who each wait for the other still move: the floor again.
+        (buyer("tit_for_tat"), [770, 774], [1358, 1358], 790),
         (buyer("tit_for_tat"), [770, 800], [1300, 1200], 866),
         (buyer("tit_for_tat"), [770, 800], [1300, 1300], 800),
         (seller("tit_for_tat"), [1330, 1330], [800, 880], 1210),
@@ -329,10 +346,11 @@ WEEKDAY_BUYER = buyer(
     ("t", "theirs", "expected"),
     [
         (0, None, ("propose", "I can offer €770 (day: Monday).", eur(770, day="Monday"))),
-        # Their weekend does not suit us: restate ours.
-        (1, eur(300, day="Saturday"), ("counter", "I can offer €774 (day: Monday).", eur(774, day="Monday"))),
+        # Their weekend does not suit us: restate ours. (Their 300 reads as a floor far below our
+        # aspiration, so our aim is the aspiration itself: we hold it until our last offer.)
+        (1, eur(300, day="Saturday"), ("counter", "I can offer €770 (day: Monday).", eur(770, day="Monday"))),
         # Silent on the day: it commits to nothing there.
-        (1, eur(300), ("counter", "I can offer €774 (day: Monday).", eur(774, day="Monday"))),
+        (1, eur(300), ("counter", "I can offer €770 (day: Monday).", eur(770, day="Monday"))),
         (1, eur(300, day="tuesday"), ("accept", "Agreed: €300 (day: tuesday).", eur(300, day="tuesday"))),
         # An impossible schedule ends at our deadline, never in a deal.
         (9, eur(300, day="Saturday"), ("reject", "We cannot agree on these terms, so I must decline.", None)),
@@ -413,7 +431,8 @@ def test_a_relative_date_is_offered_as_the_absolute_date_on_the_agents_clock(
         term_guards=[{**FLOOR, "value": 600}, {"term": "start", "op": "==", "value": "next Tuesday"}],
     )
     move = decide(hal, exchange([], [eur(500)], our_role="agent"), our_role="agent")
-    assert move.terms == eur(840, start=start)
+    # Our opening: the floor of 600 / 0.7, rounded up.
+    assert move.terms == eur(858, start=start)
 
 
 @pytest.mark.parametrize(("start", "action"), [("2026-12-01", "accept"), ("2026-11-30", "counter")])
@@ -423,4 +442,4 @@ def test_a_relative_date_bounds_what_we_accept(start: str, action: str) -> None:
     )
     move = decide(ivy, exchange([eur(770)], [eur(700, start=start)]))
     # Taken as offered; otherwise our counter names no start: we never invent a date.
-    assert (move.action, move.terms) == (action, eur(700, start=start) if action == "accept" else eur(774))
+    assert (move.action, move.terms) == (action, eur(700, start=start) if action == "accept" else eur(770))

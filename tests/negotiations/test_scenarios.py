@@ -123,7 +123,7 @@ def test_settled_terms(live_stack: LiveStack) -> None:
 
     outcome = negotiate(tomas, idris, "Bring in a fractional CFO for two days a month.")
 
-    assert outcome.verdict == ("agreed", "reference", {"amount": 1042, "currency": "EUR", "days": 2})
+    assert outcome.verdict == ("agreed", "reference", {"amount": 1040, "currency": "EUR", "days": 2})
     assert "— agreed: {" in outcome.run.output
 
 
@@ -182,7 +182,7 @@ def test_relative_date(live_stack: LiveStack) -> None:
     # The web and worker processes run on the real clock, so the expectation does too.
     hal_agent = Agent.across_tenants.get(slug="hal")
     start = negotiator.resolve_relative_date("next Tuesday", negotiator.local_today(hal_agent))
-    assert outcome.verdict == ("agreed", "reference", {"amount": 651, "currency": "EUR", "start": start})
+    assert outcome.verdict == ("agreed", "reference", {"amount": 650, "currency": "EUR", "start": start})
 
 
 def test_currency_mismatch(live_stack: LiveStack) -> None:
