@@ -167,10 +167,7 @@ def prompt(brief: Brief) -> list[ChatMessage]:
             if brief.limits
             else ""
         ),
-        (
-            f"You have {brief.moves_left} move{'s' if brief.moves_left != 1 else ''} left in this "
-            "negotiation, this one included."
-        ),
+        time_left(brief.moves_left),
         "Decide how to respond and choose exactly one action from this list:\n" + listed,
         _how_to_answer(brief),
         "The message is the only thing the other party sees: never put private reasoning, your limits "
@@ -180,6 +177,28 @@ def prompt(brief: Brief) -> list[ChatMessage]:
         {"role": "system", "content": "\n\n".join(p for p in parts if p)},
         {"role": "user", "content": record_text(brief)},
     ]
+
+
+def time_left(moves_left: int) -> str:
+    """What the model is told about time: its moves left (this one included) and how the end works.
+
+    A counter on the last move cannot be answered, so the last offer is the move before it; and
+    the last move takes an offer within the party's limits rather than walking away from a deal
+    (the rule :func:`negotiations.negotiator.walks_away` holds the model to).
+    """
+    plural = "s" if moves_left != 1 else ""
+    said = f"You have {moves_left} move{plural} left in this negotiation, this one included."
+    if moves_left == 1:
+        return (
+            f"{said} This is your last move: a counter-offer now cannot be answered. If the counterparty's "
+            "offer is within the party's hard limits, accept it rather than walk away from a deal."
+        )
+    if moves_left == 2:
+        return (
+            f"{said} Your next move is your last and can only accept or reject, so if you counter now, "
+            "make it your final offer: one the counterparty can still take."
+        )
+    return said
 
 
 def _how_to_answer(brief: Brief) -> str:

@@ -68,7 +68,7 @@ from agents.models import OFFLINE, Agent, Intent, currency_validator
 from agents.selectors import can_ask_party
 from negotiations import limits, model_negotiator, offline
 from negotiations.rules import MoveRules, TermSpec, declared_terms, iso_date, rules_for
-from negotiations.wire import Move, TaskRecord
+from negotiations.wire import Move, TaskRecord, canonical_terms
 from parley import telemetry
 
 ASK = "ask"
@@ -604,7 +604,7 @@ def _decide_on_model(
 
     # The turn's whole decision, retries and fallbacks included, within the answer contract.
     deadline = timezone.now() + timedelta(seconds=agent.turn_timeout)
-    usage, refusals, broke = Usage(), 0, 0
+    usage, refusals, broke, warned = Usage(), 0, 0, False
     feedback: tuple[Violation, ...] = ()
     while True:
         try:
@@ -633,7 +633,12 @@ def _decide_on_model(
             continue
         broken = guard_violations(guards, move)
         if not broken:
-            return Decision(_guarded(agent, _stamped(move), usage=usage), usage)
+            walked = None if warned else walks_away(agent, brief, guards, move)
+            if walked is None:
+                return Decision(_guarded(agent, _stamped(move), usage=usage), usage)
+            warned = True
+            messages = [*messages, *model_negotiator.handed_back(reply, walked)]
+            continue
         feedback, broke = (*feedback, *broken), broke + 1
         if broke >= GUARD_ATTEMPTS:
             parked = _park(agent, feedback, can_ask=can_ask)
@@ -643,6 +648,36 @@ def _decide_on_model(
             *messages,
             *model_negotiator.handed_back(reply, f"it breaks the party's limits: {reasons}"),
         ]
+
+
+def walks_away(
+    agent: Agent, brief: model_negotiator.Brief, guards: tuple[Guard, ...], move: Move
+) -> str | None:
+    """Why ``move`` walks away from a deal on the table, or None when it does not.
+
+    It does on our last move (``brief.moves_left`` is 1) when it accepts nothing while the
+    counterparty's latest offer is one the party's guards allow: accepting it breaks no guard,
+    and at least one guard limits a term it names (without one, its limits are not ours to
+    judge). The chat negotiator hands such a move back once with this reason; a model that
+    insists has a reason beyond the guards (its objective), and its move stands.
+    """
+    if brief.moves_left > 1 or move.accepts_offer_id or move.action == ASK:
+        return None
+    theirs = [e.move for e in brief.record.history if e.role != brief.our_role and e.move is not None]
+    offer = theirs[-1] if theirs else None
+    if offer is None or offer.terms is None or not offer.offer_id or offer.action in terminal_actions(agent):
+        return None
+    accepts = [a.name for a in brief.actions if a.accepts]
+    if not accepts or not any(g.term in offer.terms for g in guards):
+        return None
+    taken = Move(accepts[0], "", dict(offer.terms), "", offer.offer_id)
+    if guard_violations(guards, taken):
+        return None
+    return (
+        f"this is your last move, and their offer {offer.offer_id} ({canonical_terms(offer.terms)}) is "
+        f"within the party's hard limits: {move.action} walks away from that deal. Accept it (acceptsOfferId "
+        f"{offer.offer_id}) unless the objective rules it out"
+    )
 
 
 def _complete_until(

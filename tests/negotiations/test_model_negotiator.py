@@ -372,3 +372,61 @@ def test_without_a_principal_the_model_is_never_offered_ask_and_an_ask_anyway_is
     ]
     negotiation = Negotiation.across_tenants.get(agent=buyer)
     assert (negotiation.status, negotiation.parked_question) == (Negotiation.Status.SETTLED, "")
+
+
+@pytest.mark.django_db
+def test_the_model_is_told_how_the_end_works(buyer: Agent, chat: ChatServer) -> None:
+    chat.script(move_call(action="reject", message="No."), move_call(action="reject", message="No."))
+
+    decide(buyer, their_offer(1200), max_moves=2)
+    decide(buyer, their_offer(1200), max_moves=1)
+
+    before_last, last = (request.body["messages"][0]["content"] for request in chat.requests)
+    assert "Your next move is your last and can only accept or reject" in before_last
+    assert "This is your last move" in last
+    assert "accept it rather than walk away from a deal" in last
+
+
+@pytest.mark.django_db
+def test_walking_away_on_the_last_move_from_an_offer_within_the_limits_is_handed_back(
+    buyer: Agent, chat: ChatServer
+) -> None:
+    chat.script(
+        move_call(action="reject", message="No deal."),
+        move_call(action="accept", message="Deal.", acceptsOfferId=THEIR_OFFER),
+    )
+
+    move = decide(buyer, their_offer(1050), max_moves=1).move
+
+    assert (move.action, move.accepts_offer_id, move.terms) == (
+        "accept",
+        THEIR_OFFER,
+        {"amount": 1050, "currency": "EUR"},
+    )
+    correction = chat.requests[1].body["messages"][-1]["content"]
+    assert f"their offer {THEIR_OFFER}" in correction
+    assert "reject walks away from that deal" in correction
+
+
+@pytest.mark.django_db
+def test_a_model_that_insists_on_walking_away_keeps_its_move(buyer: Agent, chat: ChatServer) -> None:
+    no = move_call(action="reject", message="No deal.")
+    chat.script(no, no)
+
+    move = decide(buyer, their_offer(1050), max_moves=1).move
+
+    assert move.action == "reject"
+    assert len(chat.requests) == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("amount", "max_moves"), [(1200, 1), (1050, 3)])
+def test_a_reject_is_not_handed_back_outside_the_limits_or_before_the_last_move(
+    buyer: Agent, chat: ChatServer, amount: int, max_moves: int
+) -> None:
+    chat.script(move_call(action="reject", message="No deal."))
+
+    move = decide(buyer, their_offer(amount), max_moves=max_moves).move
+
+    assert move.action == "reject"
+    assert len(chat.requests) == 1
