@@ -97,6 +97,7 @@ class NegotiationListView(FilteredListView):
             links[key] = SortLink(href, shown)
         context.update(
             settled_count=self.selected.filter(status=Negotiation.Status.SETTLED).count(),
+            filtered=bool(query),
             rows=[BoardRow(n, selectors.negotiation_score(n)) for n in context["negotiations"]],
             sort_links=links,
             order=selectors.BOARD_ORDERS.get(sort, "newest first").lower(),
