@@ -77,6 +77,7 @@ class NegotiationListView(FilteredListView):
         )
 
     def rows(self, sort: str = "", **filters: Any) -> QuerySet[Negotiation]:
+        # The order is no filter: get_queryset applies it to what the filters select.
         return selectors.board(tenant=self.tenant, **filters).filter(
             agent__in=visible_agents(membership=self.membership)
         )
