@@ -26,7 +26,7 @@ from agents.selectors import agent_currency
 from api.base import TenantViewSet
 from api.errors import Conflict
 from api.fields import of_tenant
-from api.runs import UnderstoodSerializer, understood_data
+from api.runs import LIMIT_KINDS, UnderstoodSerializer, understood_data
 from api.schema import ERROR_SCHEMA
 from negotiations import negotiator, selectors
 from negotiations.models import Negotiation, Settlement, Turn
@@ -110,11 +110,42 @@ class NegotiationUsageSerializer(serializers.ModelSerializer[Negotiation]):
         read_only_fields = fields
 
 
+class ScoreSerializer(serializers.Serializer[Any]):
+    """The negotiation scored for its own side (:class:`negotiations.score.Score`): on the numeric
+    ``term`` (in ``currency``, "" for none), our ``limit`` (``limit_kind`` ``ceiling``: the most we
+    pay, ``floor``: the least we take), our ``aspiration`` and the ``agreed`` value, each null when
+    not known; the ``surplus`` of the deal inside our limit, in the term's units, and its ``share``
+    of the way from our limit to our aspiration (0 at the limit, 1 at the aspiration), null without
+    a deal on a value, a limit, or (``share``) an aspiration inside the limit; the ``turns``
+    recorded, both sides'; and what deciding our moves cost (``cost`` a decimal string in the
+    negotiation's model currency). Our limit is our own: it is in nothing the counterparty receives."""
+
+    term = serializers.CharField()
+    currency = serializers.CharField()
+    limit = serializers.FloatField(source="limit.value", allow_null=True, default=None)
+    limit_kind = serializers.ChoiceField(
+        choices=LIMIT_KINDS,
+        source="limit.kind",
+        allow_null=True,
+        default=None,
+    )
+    aspiration = serializers.FloatField(allow_null=True)
+    agreed = serializers.FloatField(allow_null=True)
+    surplus = serializers.FloatField(allow_null=True)
+    share = serializers.FloatField(allow_null=True)
+    turns = serializers.IntegerField()
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    cost = serializers.DecimalField(max_digits=14, decimal_places=6)
+
+
 class NegotiationSerializer(serializers.ModelSerializer[Negotiation]):
     """A negotiation, its settlement (null while it has none), how many turns are recorded, its
-    latest turn's side, action and time (null before any) and the ``usage`` of deciding our moves."""
+    latest turn's side, action and time (null before any), the ``usage`` of deciding our moves and
+    its ``score`` for our side."""
 
     settlement = SettlementSerializer(read_only=True, allow_null=True)
+    score = serializers.SerializerMethodField()
     usage = NegotiationUsageSerializer(source="*", read_only=True)
     turns_recorded = serializers.IntegerField(read_only=True)
     last_side = serializers.ChoiceField(choices=Turn.Side.choices, read_only=True, allow_null=True)
@@ -146,10 +177,15 @@ class NegotiationSerializer(serializers.ModelSerializer[Negotiation]):
             "last_action",
             "last_at",
             "usage",
+            "score",
             "created_at",
             "updated_at",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(ScoreSerializer)
+    def get_score(self, negotiation: Negotiation) -> dict[str, Any]:
+        return dict(ScoreSerializer(selectors.negotiation_score(negotiation)).data)
 
 
 class NegotiationDetailSerializer(NegotiationSerializer):

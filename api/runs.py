@@ -140,6 +140,8 @@ class ModelCallSerializer(serializers.ModelSerializer[Message]):
 
 # The kinds of a failed try of a model call (the run.retry and run.fallback events, less "run.").
 ATTEMPT_KINDS = [("retry", "retry"), ("fallback", "fallback")]
+# A limit's kinds (negotiations.limits.Kind): the most the party pays, or the least it takes.
+LIMIT_KINDS = [("ceiling", "ceiling"), ("floor", "floor")]
 
 
 class AttemptSerializer(serializers.Serializer[Event]):
@@ -419,7 +421,7 @@ class UnderstoodLimitSerializer(serializers.Serializer[Any]):
     or a ``floor`` (the least it takes) of ``value`` in ``currency``, per ``unit`` ("" for none)."""
 
     term = serializers.CharField()
-    kind = serializers.ChoiceField(choices=[("ceiling", "ceiling"), ("floor", "floor")])
+    kind = serializers.ChoiceField(choices=LIMIT_KINDS)
     value = serializers.FloatField()
     currency = serializers.CharField(allow_blank=True)
     unit = serializers.CharField(allow_blank=True)

@@ -536,7 +536,7 @@ def _decide_offline(
         term=term,
         currency=currency,
         structured=bool(agent.terms.strip()),
-        limit=reading.limit if reading is not None else _guard_limit(guards, term),
+        limit=_limit(guards, term, reading),
         # An answer that gave no usable limit is what the next ask explains.
         unread=reading if reading is not None and reading.limit is None else None,
         max_moves=max_moves,
@@ -570,6 +570,39 @@ def limit_reading(
     if agent.model != OFFLINE:
         return None
     return _guidance_reading(agent, effective_guards(agent, intent, today=local_today(agent, now)), guidance)
+
+
+@dataclass(frozen=True)
+class Bargain:
+    """What the party bargains over and by: the numeric ``term`` with its ``currency`` ("" for none)
+    (:func:`numeric_term`), and its ``limit`` on it, None when none is known."""
+
+    term: str
+    currency: str
+    limit: limits.Limit | None
+
+
+def bargain(
+    *, agent: Agent, guidance: list[str], intent: Intent | None = None, now: datetime | None = None
+) -> Bargain:
+    """The numeric term and the party's limit on it as the ``offline`` negotiator bargains by them
+    now: a term guard's bound, else the limit its standing ``guidance`` (oldest first) states, read
+    by :func:`negotiations.limits.limit_from_guidance` — the rule :func:`decide` uses. No limit for
+    a fixed term, nor where neither states one.
+
+    For an agent on a chat model the same reading is returned (its model is shown the guards and
+    the guidance themselves), so what it bargained within can be weighed alike. Raises
+    :class:`NegotiatorError` as :func:`decide` does for a malformed guard or an unknown timezone.
+    """
+    guards = effective_guards(agent, intent, today=local_today(agent, now))
+    term, currency, _unit = numeric_term(agent, guards)
+    return Bargain(term, currency, _limit(guards, term, _guidance_reading(agent, guards, guidance)))
+
+
+def _limit(guards: tuple[Guard, ...], term: str, reading: limits.Reading | None) -> limits.Limit | None:
+    """The limit the ``offline`` strategy bargains by: the guidance's ``reading`` where it needs one
+    from there (:func:`_guidance_reading`), else the guards' bound on ``term``."""
+    return reading.limit if reading is not None else _guard_limit(guards, term)
 
 
 def _guidance_reading(agent: Agent, guards: tuple[Guard, ...], guidance: list[str]) -> limits.Reading | None:

@@ -404,18 +404,27 @@ def _fixed_terms(s: Situation) -> dict[str, Any]:
     return fixed
 
 
+def move_value(move: Move, term: str) -> float | None:
+    """The value ``move`` names on the numeric ``term``: its terms' number there, or, for a prose
+    move (no terms), the first amount its message names (:func:`negotiations.verdict.prose_amounts`);
+    None when it names none (terms without a number on ``term`` name none, whatever the message says).
+    """
+    if move.terms is not None:
+        value = move.terms.get(term)
+        return float(value) if is_number(value) else None
+    amounts = prose_amounts(move.message)
+    return amounts[0] if amounts else None
+
+
 def _values(s: Situation, *, mine: bool) -> list[float]:
     """The values named on ``s.term``, in order, by our moves (``mine``) or theirs."""
     found = []
     for entry in s.record.history:
         if entry.move is None or (entry.role == s.our_role) != mine:
             continue
-        terms = entry.move.terms
-        if terms is not None:
-            if is_number(terms.get(s.term)):
-                found.append(float(terms[s.term]))
-        elif amounts := prose_amounts(entry.move.message):
-            found.append(amounts[0])
+        value = move_value(entry.move, s.term)
+        if value is not None:
+            found.append(value)
     return found
 
 

@@ -5,18 +5,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
 
 from agents.llm import ChatMessage, ToolSpec
 from agents.models import OFFLINE, Agent, Intent, Question
 from agents.selectors import Understood
-from negotiations import limits, model_negotiator, negotiator
+from negotiations import chart, limits, model_negotiator, negotiator, offline
 from negotiations.digest import clean, compact_json
 from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.score import Score
 from negotiations.wire import Entry, Move, Role, TaskRecord
 from parley.models import Tenant
 
 RECORD_LIMIT = 10
+# The board's orders besides newest first, each with what it reads: a column ascending, or with "-"
+# descending (see :func:`board_sorted`).
+BOARD_ORDERS = {
+    "surplus": "Least surplus first",
+    "-surplus": "Most surplus first",
+    "share": "Smallest share of the aspiration first",
+    "-share": "Largest share of the aspiration first",
+    "turns": "Fewest turns first",
+    "-turns": "Most turns first",
+    "cost": "Cheapest first",
+    "-cost": "Costliest first",
+}
 
 
 def inbound_intent(agent: Agent) -> Intent | None:
@@ -379,3 +392,115 @@ def question_understood(*, question: Question, answer: str) -> Understood | None
         return next((understood for understood, _ in readings.values()), None)
     said = " ".join(f"With {', '.join(names)}: {message}" for message, (_, names) in readings.items())
     return Understood(message=said)
+
+
+def negotiation_score(negotiation: Negotiation, *, turns: list[Turn] | None = None) -> Score:
+    """``negotiation`` scored for its own side (:class:`negotiations.score.Score`): the one place a
+    negotiation is scored, for its page, the board and the API.
+
+    The term and our limit are the ``offline`` negotiator's reading now
+    (:func:`negotiations.negotiator.bargain`: a term guard's bound, else the standing guidance's);
+    none where a guard is malformed. The aspiration is where the ``offline`` strategy opens
+    (:attr:`negotiations.limits.Limit.opening`); an agent on a chat model sets out where its guard's
+    ``aspiration`` says, else nowhere known. The agreed value is :func:`agreed_value`'s. ``turns`` are the
+    negotiation's turns in order where the caller has them (else read when needed: only for a deal
+    without a number in its terms); the count of turns is the board's ``turns_recorded``
+    annotation where present.
+    """
+    agent = negotiation.agent
+    try:
+        bargain = negotiator.bargain(agent=agent, guidance=negotiation.guidance, intent=negotiation.intent)
+    except negotiator.NegotiatorError:
+        term, currency, _unit = negotiator.numeric_term(agent)
+        bargain = negotiator.Bargain(term, currency, None)
+    limit = bargain.limit
+    aspiration = None
+    if limit is not None:
+        aspiration = limit.opening if agent.model == OFFLINE else limit.aspiration
+    counted = getattr(negotiation, "turns_recorded", None)
+    if counted is None:
+        counted = len(turns) if turns is not None else negotiation_turns(negotiation).count()
+    return Score(
+        term=bargain.term,
+        currency=bargain.currency,
+        limit=limit,
+        aspiration=aspiration,
+        agreed=agreed_value(negotiation, term=bargain.term, turns=turns),
+        turns=counted,
+        input_tokens=negotiation.input_tokens,
+        output_tokens=negotiation.output_tokens,
+        cost=negotiation.cost,
+    )
+
+
+def agreed_value(negotiation: Negotiation, *, term: str, turns: list[Turn] | None = None) -> float | None:
+    """The value ``negotiation`` settled on for the numeric ``term``; None unless it closed as a deal
+    (``Settlement.DEALS``) on a value.
+
+    The agreed terms' number on ``term``; for a deal without one (prose moves, docs/wire-format.md
+    #prose-fallback), the value the closing move names, else the one the move before it named, the
+    offer it took (:func:`negotiations.offline.move_value`). ``turns`` as in :func:`negotiation_score`.
+    """
+    settlement = getattr(negotiation, "settlement", None)
+    if settlement is None or settlement.outcome not in Settlement.DEALS:
+        return None
+    agreed = (settlement.terms or {}).get(term)
+    if offline.is_number(agreed):
+        return float(agreed)
+    moves = [m for t in (negotiation_turns(negotiation) if turns is None else turns) if (m := move_of(t))]
+    for move in reversed(moves[-2:]):
+        value = offline.move_value(move, term)
+        if value is not None:
+            return value
+    return None
+
+
+def negotiation_offers(turns: list[Turn], *, term: str) -> list[chart.Offer]:
+    """The value each move of ``turns`` named on ``term`` (:func:`negotiations.offline.move_value`), by
+    side, in order; moves that name none are left out."""
+    offers = []
+    for turn in turns:
+        move = move_of(turn)
+        value = offline.move_value(move, term) if move is not None else None
+        if value is not None:
+            side: chart.Side = "ours" if turn.side == Turn.Side.OURS else "theirs"
+            offers.append(chart.Offer(turn.seq, side, value))
+    return offers
+
+
+def negotiation_chart(negotiation: Negotiation, *, turns: list[Turn], score: Score) -> chart.Chart | None:
+    """The chart of ``negotiation``'s exchange (:func:`negotiations.chart.draw`): each side's offers in
+    ``turns`` (all of them, in order), our limit and aspiration from ``score`` (its
+    :func:`negotiation_score`), and the settlement at the move that closed the deal, on the agreed
+    value. None with nothing to draw."""
+    closing = next((t.seq for t in reversed(turns) if t.action), None)
+    return chart.draw(
+        negotiation_offers(turns, term=score.term),
+        limit=score.limit.value if score.limit is not None else None,
+        aspiration=score.aspiration,
+        settlement=(closing, score.agreed) if closing is not None and score.agreed is not None else None,
+    )
+
+
+def board_sorted(rows: QuerySet[Negotiation], sort: str) -> QuerySet[Negotiation] | list[Negotiation]:
+    """:func:`board`'s ``rows`` in the order ``sort`` names (a key of :data:`BOARD_ORDERS`; "" leaves
+    them newest first), the newest first among equals.
+
+    ``turns`` (moves recorded) and ``cost`` (of deciding our moves) are ordered by the database and
+    stay a query set. ``surplus`` and ``share`` (:class:`negotiations.score.Score`, read from each
+    row's guards and guidance) are ordered here, every row scored: a list, rows without one last
+    either way. Raises ``ValueError`` for any other ``sort``.
+    """
+    if not sort:
+        return rows
+    if sort not in BOARD_ORDERS:
+        raise ValueError(f"{sort!r} is not one of the board's orders ({', '.join(BOARD_ORDERS)})")
+    key = sort.removeprefix("-")
+    descending = sort.startswith("-")
+    if key in ("turns", "cost"):
+        column = F("turns_recorded" if key == "turns" else "cost")
+        return rows.order_by(column.desc() if descending else column.asc(), "-created_at", "-pk")
+    scored = [(n, getattr(negotiation_score(n), key)) for n in rows]
+    known = sorted((pair for pair in scored if pair[1] is not None), key=lambda p: p[1], reverse=descending)
+    # sorted() keeps the newest-first order among equals, ascending or descending.
+    return [n for n, _ in known] + [n for n, value in scored if value is None]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -21,6 +22,7 @@ from agents.services import runs
 from negotiations import negotiator, selectors
 from negotiations.forms import BoardFilterForm
 from negotiations.models import Negotiation, Turn
+from negotiations.score import Score
 from negotiations.services import parking
 from parley.models import Membership
 from parley.pages import FilteredListView, TenantMixin, is_htmx
@@ -37,13 +39,32 @@ class TurnView:
     accepts_seq: int | None
 
 
+@dataclass(frozen=True)
+class BoardRow:
+    """A row of the board: the negotiation and its :class:`Score`."""
+
+    negotiation: Negotiation
+    score: Score
+
+
+@dataclass(frozen=True)
+class SortLink:
+    """A sortable column's heading: the ``href`` that sorts by it (descending first, then flipping
+    what is shown) and its ``aria_sort`` ("ascending", "descending", or "none" when another order is)."""
+
+    href: str
+    aria_sort: str
+
+
 class NegotiationListView(FilteredListView):
-    """The board: the tenant's negotiations, both directions, newest first, 50 a page.
+    """The board: the tenant's negotiations, both directions, newest first, 50 a page, each scored
+    (:func:`selectors.negotiation_score`).
 
     GET filters (all optional, see :class:`BoardFilterForm`): ``agent`` and
     ``intent`` (ids of the tenant's own), ``status``, ``direction`` and
-    ``counterparty`` (part of a name or URL). ``?fragment=1`` renders the live
-    region alone.
+    ``counterparty`` (part of a name or URL); ``sort`` orders the rows by surplus,
+    share, turns or cost (:func:`selectors.board_sorted`), and the columns'
+    headings link to it. ``?fragment=1`` renders the live region alone.
     """
 
     template_name = "negotiations/list.html"
@@ -55,14 +76,33 @@ class NegotiationListView(FilteredListView):
             self.request.GET, tenant=self.tenant, agents=visible_agents(membership=self.membership)
         )
 
-    def rows(self, **filters: Any) -> QuerySet[Negotiation]:
+    def rows(self, sort: str = "", **filters: Any) -> QuerySet[Negotiation]:
+        # The order is no filter: get_queryset applies it to what the filters select.
         return selectors.board(tenant=self.tenant, **filters).filter(
             agent__in=visible_agents(membership=self.membership)
         )
 
+    def get_queryset(self) -> Any:
+        selected = super().get_queryset()
+        sort = self.filters.cleaned_data.get("sort", "") if self.filters.is_valid() else ""
+        return selectors.board_sorted(selected, sort)
+
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context.update(settled_count=self.selected.filter(status=Negotiation.Status.SETTLED).count())
+        query = self.filters.query()
+        sort = query.pop("sort", "") if self.filters.is_valid() else ""
+        links = {}
+        for key in ("surplus", "share", "turns", "cost"):
+            shown = {f"-{key}": "descending", key: "ascending"}.get(sort, "none")
+            href = f"?{urlencode({**query, 'sort': key if sort == f'-{key}' else f'-{key}'})}"
+            links[key] = SortLink(href, shown)
+        context.update(
+            settled_count=self.selected.filter(status=Negotiation.Status.SETTLED).count(),
+            filtered=bool(query),
+            rows=[BoardRow(n, selectors.negotiation_score(n)) for n in context["negotiations"]],
+            sort_links=links,
+            order=selectors.BOARD_ORDERS.get(sort, "newest first").lower(),
+        )
         return context
 
 
@@ -84,9 +124,12 @@ class NegotiationPageMixin(TenantMixin):
 
 
 class NegotiationDetailView(NegotiationPageMixin, DetailView):
-    """One negotiation: its header with what deciding our moves cost in all, every turn in order
-    (ours with what deciding it cost, in the agent's model's currency) and the settlement, if it
-    has one. Owners and operators get a link to the decision prompt."""
+    """One negotiation: its header with what deciding our moves cost in all, the chart of the offers
+    over the turns (:func:`selectors.negotiation_chart`, with our limit and aspiration: every member
+    who sees the page is our side, see :func:`visible_negotiations`) and the table of them, every
+    turn in order (ours with what deciding it cost, in the agent's model's currency), the
+    settlement, if it has one, and the score (:func:`selectors.negotiation_score`). Owners and
+    operators get a link to the decision prompt."""
 
     template_name = "negotiations/detail.html"
     fragment_template_name = "negotiations/_detail.html"
@@ -100,8 +143,20 @@ class NegotiationDetailView(NegotiationPageMixin, DetailView):
         for t in turns:
             if t.offer_id:
                 offers.setdefault(t.offer_id, t.seq)
+        score = selectors.negotiation_score(self.object, turns=turns)
+        chart = selectors.negotiation_chart(self.object, turns=turns, score=score)
         context.update(
             turns=[TurnView(t, term_pairs(t.terms), offers.get(t.accepts_offer_id)) for t in turns],
+            score=score,
+            chart=chart,
+            chart_description=chart.description(
+                us=self.object.agent.name,
+                them=self.object.counterparty_name or "The counterparty",
+                unit=score.currency,
+            )
+            if chart is not None
+            else "",
+            offers=selectors.negotiation_offers(turns, term=score.term),
             settlement=settlement,
             settlement_terms=term_pairs(settlement.terms) if settlement else [],
             disputed=term_pairs(settlement.disputed) if settlement else [],

@@ -337,6 +337,7 @@ SPECTACULAR_SETTINGS = {
         "QuestionKindEnum": "agents.models.Question.Kind",
         "QuestionStatusEnum": "api.runs.QuestionStatus",
         "AttemptKindEnum": "api.runs.ATTEMPT_KINDS",
+        "LimitKindEnum": "api.runs.LIMIT_KINDS",
         "NegotiationStatusEnum": "negotiations.models.Negotiation.Status",
         "TurnSideEnum": "negotiations.models.Turn.Side",
         "WebhookDeliveryStatusEnum": "parley.models.WebhookDelivery.Status",
