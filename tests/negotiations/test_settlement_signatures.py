@@ -165,3 +165,29 @@ def test_a_tenant_without_a_key_settles_and_says_it_signed_nothing(
     assert "did not activate" in other.signature_reason
     assert not mine.their_signature and not other.our_signature
     assert not any(receipts.SETTLEMENT_EXTENSION in t.raw.get("extensions", []) for t in ours.turns.all())
+
+
+def test_our_accept_of_their_offer_is_signed_and_their_confirmation_countersigns(
+    live_stack: LiveStack, buyer: Agent, seller: Agent, intent: Intent, keys: None
+) -> None:
+    """The other closing: Idris's agent concedes early, Tomas's accepts Idris's offer in a request
+    (signed), and Idris's confirms it in the reply that closes the Task (countersigned)."""
+    seller.strategy, buyer.strategy = "conceder", "boulware"
+    seller.save()
+    buyer.save()
+    ours, theirs = both_sides(buyer, seller, intent, seller_url(live_stack, seller))
+
+    accept, confirmation = list(ours.turns.order_by("seq"))[-2:]
+    assert (accept.side, accept.action, confirmation.side, confirmation.action) == (
+        "ours",
+        "accept",
+        "theirs",
+        "accept",
+    )
+    assert confirmation.accepts_offer_id == accept.accepts_offer_id
+    mine = Settlement.across_tenants.get(negotiation=ours)
+    other = Settlement.across_tenants.get(negotiation=theirs)
+    assert (mine.signature, other.signature) == ("countersigned", "countersigned")
+    assert mine.signed_settlement == other.signed_settlement
+    assert mine.signed_settlement is not None
+    assert mine.signed_settlement["offerId"] == accept.accepts_offer_id
