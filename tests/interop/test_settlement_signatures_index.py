@@ -35,7 +35,8 @@ def test_our_agent_settles_with_an_index_peer_and_says_it_signs_nothing(
     # Nothing of the extension went over the wire.
     for request in peer.received:
         message = request.body["params"]["message"]
-        assert "extensions" not in message and "metadata" not in message
+        assert "extensions" not in message
+        assert "metadata" not in message
 
 
 def test_an_index_client_settles_with_our_agent_which_says_it_signs_nothing(

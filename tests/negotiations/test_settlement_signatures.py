@@ -11,7 +11,8 @@ gateway behind.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -20,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from a2a_gateway.signing import signing_key_create
+from a2a_gateway.signing import active_signing_key, signing_key_create
 from agents.models import Agent, Intent, Run
 from negotiations import receipts
 from negotiations.models import Negotiation, Settlement, Turn
@@ -32,21 +33,29 @@ from tests.loopback import LoopbackServer
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+Tamper = Callable[[dict[str, Any]], None]
+
+
 class DialectProxy(LoopbackServer):
     """Forwards every request to the live stack as it came, headers included, but serves the
-    card with only its A2A 0.3 interface, on the proxy's origin, unsigned (a card it changed
-    cannot keep its signature): a client that reads the card here speaks 0.3."""
+    card with only its ``wire`` interface, on the proxy's origin, unsigned (a card it changed
+    cannot keep its signature): a client that reads the card here speaks that version. With
+    ``tamper``, each settlement signature in an answer (``metadata`` under the extension) is
+    passed to it to change on the way back."""
 
-    what = "the 0.3 proxy"
+    what = "the dialect proxy"
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, wire: str = "0.3", tamper: Tamper | None = None) -> None:
         super().__init__()
         self.upstream = upstream
+        self.wire = wire
+        self.tamper = tamper
         self.methods: list[str] = []
         self.listen(Starlette(routes=[Route("/{path:path}", self.forward, methods=["GET", "POST"])]))
 
     async def forward(self, request: Request) -> Response:
-        headers = {k: v for k, v in request.headers.items() if k not in ("host", "content-length", "connection")}
+        dropped = ("host", "content-length", "connection")
+        headers = {k: v for k, v in request.headers.items() if k not in dropped}
         body = await request.body()
         if request.method == "POST":
             self.methods.append(json.loads(body)["method"])
@@ -61,11 +70,29 @@ class DialectProxy(LoopbackServer):
             card["supportedInterfaces"] = [
                 {**i, "url": i["url"].replace(self.upstream, self.origin)}
                 for i in card["supportedInterfaces"]
-                if i["protocolVersion"] == "0.3"
+                if i["protocolVersion"] == self.wire
             ]
             card["url"] = card["supportedInterfaces"][0]["url"]
             body = json.dumps(card).encode()
+        elif request.method == "POST" and self.tamper is not None and answer.status_code == 200:
+            answered = json.loads(body)
+            for found in signatures_in(answered):
+                self.tamper(found)
+            body = json.dumps(answered).encode()
         return Response(body, status_code=answer.status_code, media_type=answer.headers.get("content-type"))
+
+
+def signatures_in(value: Any) -> Iterator[dict[str, Any]]:
+    """Every settlement signature (``{"signature", "card"}``) in a JSON answer."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == receipts.SETTLEMENT_EXTENSION and isinstance(item, dict):
+                yield item
+            else:
+                yield from signatures_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from signatures_in(item)
 
 
 @pytest.fixture
@@ -114,7 +141,8 @@ def test_two_parley_agents_countersign_their_settlement(
         url = url.replace(live_stack.url, proxy.origin)
     ours, theirs = both_sides(buyer, seller, intent, url)
     if wire == "0.3":
-        assert proxy.methods and set(proxy.methods) == {"message/send"}
+        assert proxy.methods
+        assert set(proxy.methods) == {"message/send"}
 
     mine = Settlement.across_tenants.get(negotiation=ours)
     other = Settlement.across_tenants.get(negotiation=theirs)
@@ -132,7 +160,8 @@ def test_two_parley_agents_countersign_their_settlement(
     assert receipts.canonical_bytes(canonical["terms"]) == receipts.canonical_bytes(mine.terms)
     assert (canonical["verdict"], canonical["basis"]) == ("agreed", "reference")
     closing = ours.turns.order_by("-seq").first()
-    assert closing is not None and canonical["offerId"] == closing.accepts_offer_id
+    assert closing is not None
+    assert canonical["offerId"] == closing.accepts_offer_id
     # Each side holds both signatures: ours is theirs, theirs is ours.
     assert (mine.our_signature, mine.their_signature) == (other.their_signature, other.our_signature)
     # Each signature is on its side's last message of the Task.
@@ -163,7 +192,8 @@ def test_a_tenant_without_a_key_settles_and_says_it_signed_nothing(
     assert "no signing key" in mine.signature_reason
     assert other.signature == Settlement.Signature.NOT_OFFERED
     assert "did not activate" in other.signature_reason
-    assert not mine.their_signature and not other.our_signature
+    assert not mine.their_signature
+    assert not other.our_signature
     assert not any(receipts.SETTLEMENT_EXTENSION in t.raw.get("extensions", []) for t in ours.turns.all())
 
 
@@ -191,3 +221,46 @@ def test_our_accept_of_their_offer_is_signed_and_their_confirmation_countersigns
     assert mine.signed_settlement == other.signed_settlement
     assert mine.signed_settlement is not None
     assert mine.signed_settlement["offerId"] == accept.accepts_offer_id
+
+
+def broken_signature(found: dict[str, Any]) -> None:
+    """The signature's last characters changed: the JWS no longer holds."""
+    jws = found["signature"]
+    found["signature"] = jws[:-4] + ("AAAA" if not jws.endswith("AAAA") else "BBBB")
+
+
+@pytest.mark.parametrize("tampered", ["signature", "terms"])
+def test_a_tampered_countersignature_is_recorded_as_such(
+    live_stack: LiveStack, buyer: Agent, seller: Agent, intent: Intent, keys: None, tampered: str
+) -> None:
+    """Idris's signature is changed on its way to us: broken, or replaced by one his key really
+    made over other terms (a counterparty signing other terms than it agreed). The deal stands;
+    our settlement says what is wrong with its countersignature."""
+    key = active_signing_key(seller.tenant_id)
+    assert key is not None
+
+    def other_terms(found: dict[str, Any]) -> None:
+        settlement = receipts.payload_of(found["signature"])
+        settlement["terms"] = {**settlement["terms"], "amount": settlement["terms"]["amount"] + 1}
+        jku = receipts.header_of(found["signature"])["jku"]
+        found["signature"] = receipts.sign(settlement, private_pem=key.private_pem, kid=key.kid, jku=jku)
+
+    tamper = broken_signature if tampered == "signature" else other_terms
+    with DialectProxy(live_stack.url, wire="1.0", tamper=tamper) as proxy:
+        url = seller_url(live_stack, seller).replace(live_stack.url, proxy.origin)
+        ours, theirs = both_sides(buyer, seller, intent, url)
+
+    mine = Settlement.across_tenants.get(negotiation=ours)
+    assert mine.outcome == Settlement.Outcome.AGREED
+    if tampered == "signature":
+        assert mine.signature == Settlement.Signature.INVALID
+        assert "does not hold" in mine.signature_reason
+    else:
+        assert mine.signature == Settlement.Signature.DIFFERS
+        assert mine.signature_reason == "The signature is over another settlement: terms differ."
+    # Their side got ours intact and holds both its own and ours.
+    assert Settlement.across_tenants.get(negotiation=theirs).signature == "countersigned"
+    check = signatures.receipt_check(signatures.receipt_of(mine))
+    assert not check.valid
+    assert check.signatures["user"] is None
+    assert check.signatures["agent"]
