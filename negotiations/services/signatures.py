@@ -202,8 +202,9 @@ def settlement_countersign(negotiation: Negotiation) -> Settlement | None:
     recorded it. ``signature`` becomes ``countersigned``, or says why not:
     ``not_offered`` (their card declares no settlement signatures, or they did
     not activate the extension), ``unsigned`` (we signed nothing: our tenant has
-    no key), ``missing`` (they signed nothing), ``differs`` (a signature covers
-    other terms, another offer or other parties) or ``invalid`` (theirs does not
+    no key, or our last message went before the Task had an id), ``missing``
+    (they signed nothing), ``differs`` (a signature covers other terms, another
+    offer or other parties) or ``invalid`` (theirs does not
     hold with the key set their card names, or that cannot be fetched).
     Does nothing for a settlement that is not agreed; returns the settlement.
     """
@@ -246,8 +247,15 @@ def _check(
             why = "They did not activate the settlement-signature extension, so they sign none."
         return S.NOT_OFFERED, why, None
     ours = own_identity(negotiation.agent)
-    if ours is None or not our_jws:
+    if ours is None or signing_material(negotiation.agent) is None:
         return S.UNSIGNED, "Our organisation has no signing key, so we signed nothing.", None
+    if not our_jws:
+        # Our last message went before the Task had an id (an opening offer they accepted at once).
+        return (
+            S.UNSIGNED,
+            "Our last message was sent before the Task had an id, so it carries no signature.",
+            None,
+        )
     outbound_side = negotiation.direction == Negotiation.Direction.OUTBOUND
     record = turns_record(negotiation)
     canonical = receipts.canonical_settlement(

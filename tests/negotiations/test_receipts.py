@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from a2a_gateway.cards import jwks_url
 from a2a_gateway.models import SigningKey
 from a2a_gateway.signing import signing_key_create
-from agents.addresses import agent_url
+from agents.addresses import agent_url, card_document
 from agents.models import Agent
 from negotiations import receipts
 from negotiations.models import Negotiation, Settlement
@@ -248,3 +248,17 @@ def test_our_side_downloads_its_receipt(
     assert api.get(f"/api/v1/negotiations/{negotiation.pk}/receipt").status_code == 404
     missing = logged_in.get(reverse("negotiations:receipt", kwargs={"tenant": "acme", "pk": negotiation.pk}))
     assert missing.status_code == 404
+
+
+# --- The card ------------------------------------------------------------------------------------
+
+
+def test_the_card_declares_the_extension_with_its_key_set_only_when_the_tenant_signs(agent: Agent) -> None:
+    assert receipts.identity_of_card(card_document(agent)) is None
+    signing_key_create(tenant=agent.tenant)
+    assert receipts.identity_of_card(card_document(agent)) == party(agent)
+    # An override cannot name another key set: the extension stays as derived.
+    other = {"uri": receipts.SETTLEMENT_EXTENSION, "params": {"jwks": "https://evil.example/jwks.json"}}
+    agent.card_fields = {"capabilities": {"extensions": [other]}}
+    agent.save()
+    assert receipts.identity_of_card(card_document(agent)) == party(agent)
