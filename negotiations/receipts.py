@@ -128,9 +128,13 @@ def payload_of(jws: str) -> Any:
         raise ReceiptError(f"The signature carries no JSON settlement: {exc}") from exc
 
 
-def verify(jws: str, settlement: Mapping[str, Any], *, jwks: str, keys: list[Any]) -> None:
+def verify(
+    jws: str, settlement: Mapping[str, Any], *, jwks: str, keys_for: Callable[[str], list[Any]]
+) -> None:
     """Check that ``jws`` signs exactly ``settlement`` with a key of the key set at ``jwks``, whose
-    keys are ``keys`` (its JWKS ``keys``).
+    keys ``keys_for(jwks)`` gives (its JWKS ``keys``; called only once the header names that key
+    set, so that a malformed signature fetches nothing; it raises :class:`ReceiptError` when it
+    has none to give).
 
     Raises :class:`ReceiptError` saying which: not a JWS; its header names another key set than
     ``jwks``, or an algorithm other than ES256; no key of that ``kid`` in the set; the signature
@@ -144,7 +148,7 @@ def verify(jws: str, settlement: Mapping[str, Any], *, jwks: str, keys: list[Any
             f"The signature names the key set {header.get('jku')!r}, not the party's {jwks!r}."
         )
     kid = header.get("kid")
-    key = next((k for k in keys if isinstance(k, dict) and k.get("kid") == kid), None)
+    key = next((k for k in keys_for(jwks) if isinstance(k, dict) and k.get("kid") == kid), None)
     if key is None:
         raise ReceiptError(f"The key set {jwks} has no key {kid!r}.")
     try:
@@ -243,7 +247,7 @@ def verify_receipt(document: Any, keys_for: Callable[[str], list[Any]]) -> Recei
             found[role] = f"The {role} side names no key set."
             continue
         try:
-            verify(jws, settlement, jwks=jwks, keys=keys_for(jwks))
+            verify(jws, settlement, jwks=jwks, keys_for=keys_for)
             found[role] = None
         except ReceiptError as exc:
             found[role] = str(exc)

@@ -274,7 +274,7 @@ def _check(
     if not their_jws:
         return S.MISSING, "They sent no signature of this settlement.", canonical
     try:
-        receipts.verify(their_jws, canonical, jwks=theirs["jwks"], keys=key_set(theirs["jwks"]))
+        receipts.verify(their_jws, canonical, jwks=theirs["jwks"], keys_for=key_set)
     except receipts.SettlementDiffers as exc:
         return S.DIFFERS, str(exc), canonical
     except receipts.ReceiptError as exc:
@@ -289,7 +289,8 @@ def key_set(url: str) -> list[Any]:
         with outbound.client(timeout=settings.A2A_CARD_TIMEOUT) as http:
             response = http.get(url)
         body = response.json() if response.is_success else None
-    except (httpx.HTTPError, ValueError) as exc:  # the address policy's refusal is an httpx error too
+    # The address policy's refusal is an httpx error too; a URL httpx cannot even parse is InvalidURL.
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
         raise receipts.ReceiptError(f"The key set {url} could not be fetched: {exc}") from exc
     keys = body.get("keys") if isinstance(body, dict) else None
     if not isinstance(keys, list):
