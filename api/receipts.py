@@ -24,13 +24,6 @@ from negotiations import receipts
 from negotiations.services import signatures
 
 
-class ReceiptSignatureSerializer(serializers.Serializer[Any]):
-    jws = serializers.CharField(
-        help_text="the side's compact JWS (ES256) over the settlement's RFC 8785 form"
-    )
-    jwks = serializers.CharField(help_text="the URL of the key set its key is in")
-
-
 class ReceiptSerializer(serializers.Serializer[Any]):
     """A receipt: the canonical ``settlement`` — ``{taskId, contextId, parties: {user, agent}, terms,
     offerId, verdict, basis}``, each party ``{name, partyId, jwks}`` as its card states it — and
@@ -38,8 +31,15 @@ class ReceiptSerializer(serializers.Serializer[Any]):
 
     settlement = serializers.DictField(help_text="the canonical settlement both sides signed")
     signatures = serializers.DictField(
-        child=ReceiptSignatureSerializer(), help_text="by role: `user` and `agent`"
+        help_text="by role (`user`, `agent`): `{jws, jwks}`, the side's compact JWS (ES256) over the "
+        "settlement's RFC 8785 form and the URL of the key set its key is in"
     )
+
+    def validate_signatures(self, value: dict[str, Any]) -> dict[str, Any]:
+        for role, entry in value.items():
+            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("jws", "jwks")):
+                raise serializers.ValidationError(f"The {role} signature must be an object {{jws, jwks}}.")
+        return value
 
 
 class ReceiptCheckSerializer(serializers.Serializer[Any]):

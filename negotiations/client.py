@@ -418,7 +418,7 @@ async def verify_card(http: httpx.AsyncClient, card: AgentCard, *, card_url: str
         if jku not in key_sets:
             if len(key_sets) == MAX_KEY_SETS:
                 raise CounterpartyError(f"{card_url}: its card names more than {MAX_KEY_SETS} key sets")
-            key_sets[jku] = await _key_set(http, jku)
+            key_sets[jku] = await key_set(http, jku)
 
     def key_for(kid: str | None, jku: str | None) -> PyJWK:
         for jwk in key_sets.get(jku or "", []):
@@ -442,13 +442,14 @@ def _protected_header(protected: str) -> dict[str, Any]:
     return header if isinstance(header, dict) else {}
 
 
-async def _key_set(http: httpx.AsyncClient, jku: str) -> list[Any]:
-    """The ``keys`` of the JSON Web Key Set at ``jku``; CounterpartyError when it cannot be read."""
+async def key_set(http: httpx.AsyncClient, jku: str) -> list[Any]:
+    """The ``keys`` of the JSON Web Key Set at ``jku``, fetched with ``http``; CounterpartyError when
+    it cannot be read (a URL httpx cannot parse included)."""
     try:
         response = await http.get(jku)
         body = response.json() if response.is_success else None
-    except (httpx.HTTPError, ValueError) as exc:
-        raise CounterpartyError(f"{jku}: the card's signing keys could not be fetched ({exc})") from exc
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+        raise CounterpartyError(f"{jku}: the signing keys could not be fetched ({exc})") from exc
     keys = body.get("keys") if isinstance(body, dict) else None
     if not isinstance(keys, list):
         raise CounterpartyError(f"{jku}: no key set there (HTTP {response.status_code})")

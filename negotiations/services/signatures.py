@@ -26,11 +26,11 @@ how to reach it (:func:`register_signing_keys`, docs/layers.md).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
 from django.conf import settings
 
 from agents import addresses
@@ -283,19 +283,18 @@ def _check(
 
 
 def key_set(url: str) -> list[Any]:
-    """The ``keys`` of the JSON Web Key Set at ``url``, fetched under the outbound address policy
-    (:mod:`parley.outbound`) within ``A2A_CARD_TIMEOUT``; ReceiptError when it cannot be read."""
+    """The ``keys`` of the JSON Web Key Set at ``url``, fetched as our client fetches a signed card's
+    (:func:`client.key_set`: under the outbound address policy, :mod:`parley.outbound`) within
+    ``A2A_CARD_TIMEOUT``; ReceiptError when it cannot be read."""
+
+    async def fetch() -> list[Any]:
+        async with outbound.async_client(timeout=settings.A2A_CARD_TIMEOUT) as http:
+            return await client.key_set(http, url)
+
     try:
-        with outbound.client(timeout=settings.A2A_CARD_TIMEOUT) as http:
-            response = http.get(url)
-        body = response.json() if response.is_success else None
-    # The address policy's refusal is an httpx error too; a URL httpx cannot even parse is InvalidURL.
-    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
-        raise receipts.ReceiptError(f"The key set {url} could not be fetched: {exc}") from exc
-    keys = body.get("keys") if isinstance(body, dict) else None
-    if not isinstance(keys, list):
-        raise receipts.ReceiptError(f"There is no key set at {url} (HTTP {response.status_code}).")
-    return keys
+        return asyncio.run(asyncio.wait_for(fetch(), settings.A2A_CARD_TIMEOUT))
+    except (client.CounterpartyError, TimeoutError) as exc:
+        raise receipts.ReceiptError(f"The key set {url} could not be read: {exc}") from exc
 
 
 def receipt_of(settlement: Settlement) -> dict[str, Any] | None:
