@@ -262,3 +262,29 @@ def test_the_card_declares_the_extension_with_its_key_set_only_when_the_tenant_s
     agent.card_fields = {"capabilities": {"extensions": [other]}}
     agent.save()
     assert receipts.identity_of_card(card_document(agent)) == party(agent)
+
+
+# --- The canonical settlement --------------------------------------------------------------------
+
+
+def test_the_canonical_form_reads_a_protobuf_double_as_the_integer_it_holds() -> None:
+    """A2A 1.0 carries 1030 as 1030.0 (docs/wire-format.md#dialects): both sides sign the same bytes."""
+    assert receipts.canonical_bytes({"amount": 1030.0, "currency": "EUR"}) == receipts.canonical_bytes(
+        {"currency": "EUR", "amount": 1030}
+    )
+    assert receipts.canonical_bytes({"amount": "1030"}) != receipts.canonical_bytes({"amount": 1030})
+
+
+def test_a_card_without_the_extension_or_its_key_set_states_no_signing_party() -> None:
+    extension = {"uri": receipts.SETTLEMENT_EXTENSION, "params": {"jwks": "https://a.example/jwks.json"}}
+    party_extension = {"uri": receipts.PARTY_EXTENSION, "params": {"partyId": "p1"}}
+    card = {"name": "A", "capabilities": {"extensions": [party_extension, extension]}}
+    assert receipts.identity_of_card(card) == {
+        "name": "A",
+        "partyId": "p1",
+        "jwks": "https://a.example/jwks.json",
+    }
+    assert receipts.identity_of_card({"name": "A", "capabilities": {"extensions": [party_extension]}}) is None
+    no_key_set = {"uri": receipts.SETTLEMENT_EXTENSION, "params": {"jwks": 7}}
+    assert receipts.identity_of_card({"name": "A", "capabilities": {"extensions": [no_key_set]}}) is None
+    assert receipts.identity_of_card({}) is None
