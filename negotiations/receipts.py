@@ -178,6 +178,7 @@ def differences(signed: Any, settlement: Mapping[str, Any]) -> str:
 
 
 def canonical_or_none(value: Any) -> bytes | None:
+    """:func:`canonical_bytes` of ``value``, or None when it has no canonical form."""
     try:
         return canonical_bytes(value)
     except ReceiptError:
