@@ -17,6 +17,10 @@ What a card says, in order of derivation:
 * where — one JSON-RPC URL, offered at A2A 1.0 and 0.3: the agent's URL under
   ``PUBLIC_BASE_URL``, or the root of its own host name when the card is
   served there (:func:`agents.addresses.endpoint_url`);
+* settlements it signs — our extension
+  :data:`negotiations.receipts.SETTLEMENT_EXTENSION`, ``params.jwks`` the key
+  set its settlement signatures are checked against, when its tenant has a
+  signing key (docs/settlement-signatures.md);
 * who may call — the security scheme of ``agent.inbound_auth``
   (:data:`API_KEY_SCHEME`: header ``X-API-Key``; :data:`BEARER_SCHEME`: HTTP
   bearer), required by ``security_requirements``; none for anonymous agents;
@@ -66,8 +70,10 @@ from agents.models import Agent
 from exchange import wire
 from exchange.models import ExchangeProfile
 from exchange.services import profile_of
+from negotiations import receipts
 from negotiations.negotiator import move_rules
 from negotiations.rules import NEGOTIATION_EXTENSION, extension_params
+from negotiations.services.signatures import SigningMaterial
 from parley.edge import API_KEY_HEADER
 from representative.selectors import face_on
 
@@ -80,9 +86,10 @@ MOVE_MODE = "application/json"
 TEXT_MODE = "text/plain"
 MODES = [MOVE_MODE, TEXT_MODE]
 
-# The party an agent acts for. A fixed URI, not one under PUBLIC_BASE_URL: an extension URI names
-# the extension's meaning, which is the same on every Parley deployment, so a client can recognise it.
-PARTY_EXTENSION = "https://parley.dev/ext/party/v1"
+# The party an agent acts for (negotiations.receipts reads it as part of a party's identity). A fixed
+# URI, not one under PUBLIC_BASE_URL: an extension URI names the extension's meaning, which is the
+# same on every Parley deployment, so a client can recognise it.
+PARTY_EXTENSION = receipts.PARTY_EXTENSION
 
 API_KEY_SCHEME = "apiKey"
 BEARER_SCHEME = "bearer"
@@ -181,6 +188,8 @@ def derived_card(agent: Agent, *, host_name: str | None = None) -> AgentCard:
     profile = profile_of(agent)
     if profile is not None:
         card.capabilities.extensions.append(exchange_extension(url, profile))
+    if signing.active_signing_key(agent.tenant_id) is not None:
+        card.capabilities.extensions.append(settlement_extension(agent))
     if (declared := _SCHEMES.get(agent.inbound_auth)) is not None:
         name, scheme = declared
         card.security_schemes[name].CopyFrom(scheme)
@@ -211,6 +220,33 @@ def negotiation_extension(agent: Agent) -> AgentExtension:
         required=False,
         params=params,
     )
+
+
+def settlement_extension(agent: Agent) -> AgentExtension:
+    """That ``agent`` signs its agreed settlements (docs/settlement-signatures.md): ``params.jwks``
+    is the key set under its URL, the same whichever host name serves the card, so that both sides
+    name it alike in the settlement they sign; ``params.alg`` the algorithm."""
+    params = Struct()
+    params.update({"jwks": jwks_url(endpoint_url(agent)), "alg": signing.ALGORITHM})
+    return AgentExtension(
+        uri=receipts.SETTLEMENT_EXTENSION,
+        description=(
+            "Signed settlements: an agreed settlement is signed by both sides (ES256 JWS over its RFC 8785 "
+            "form), each signature in the metadata of its side's closing message; params.jwks is this "
+            "agent's key set."
+        ),
+        required=False,
+        params=params,
+    )
+
+
+def settlement_key(agent: Agent) -> SigningMaterial | None:
+    """What ``agent``'s settlements are signed with: its tenant's active key and the key set its
+    card names (:func:`settlement_extension`); None when the tenant has no key."""
+    key = signing.active_signing_key(agent.tenant_id)
+    if key is None:
+        return None
+    return SigningMaterial(kid=key.kid, private_pem=key.private_pem, jwks=jwks_url(endpoint_url(agent)))
 
 
 def party_extension(agent: Agent) -> AgentExtension:
@@ -328,8 +364,8 @@ def with_overrides(card: AgentCard, agent: Agent) -> AgentCard:
     security schemes (they follow ``inbound_auth``), changes the interfaces or
     the party extension, nests deeper than :data:`MAX_OVERRIDE_DEPTH`, leaves a
     required field empty, or makes a link of the card (:func:`_check_links`)
-    anything but an http(s) URL. The negotiation extension stays as derived
-    whatever ``card_fields`` says of it.
+    anything but an http(s) URL. The negotiation and settlement extensions stay
+    as derived whatever ``card_fields`` says of them.
     """
     if agent.card_skills:
         if not isinstance(agent.card_skills, list):
@@ -363,9 +399,13 @@ def with_overrides(card: AgentCard, agent: Agent) -> AgentCard:
         # The negotiation extension is put back as derived: the gateway checks moves against the
         # agent's own rules, whatever a card would say, and an override listing extensions of its
         # own (a list replaces) need not copy it.
-        extensions = [e for e in card.capabilities.extensions if e.uri != NEGOTIATION_EXTENSION]
+        # So is the settlement extension: the key set it names is the platform's to say.
+        platform = (NEGOTIATION_EXTENSION, receipts.SETTLEMENT_EXTENSION)
+        extensions = [e for e in card.capabilities.extensions if e.uri not in platform]
         del card.capabilities.extensions[:]
-        card.capabilities.extensions.extend([*extensions, *_ours(derived, NEGOTIATION_EXTENSION)])
+        card.capabilities.extensions.extend(
+            [*extensions, *(e for uri in platform for e in _ours(derived, uri))]
+        )
     try:
         validate_proto_required_fields(card)
     except InvalidParamsError as exc:

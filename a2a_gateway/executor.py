@@ -67,6 +67,7 @@ from a2a_gateway.routing import takes
 from a2a_gateway.store import call_agent, id_problem, owner_of, stored_task, visitor_history
 from agents.models import Agent
 from exchange import wire as exchange_wire
+from negotiations import receipts
 from negotiations.services import inbound
 from negotiations.wire import (
     MoveError,
@@ -291,7 +292,12 @@ async def _answer(agent: Agent, context: RequestContext, event_queue: EventQueue
     updater = TaskUpdater(event_queue, context.task_id, context.context_id)
     await updater.start_work()
     turn = _in_turn_thread(_turn)(
-        agent=agent, task_id=context.task_id, context_id=context.context_id, prior=prior, incoming=incoming
+        agent=agent,
+        task_id=context.task_id,
+        context_id=context.context_id,
+        prior=prior,
+        incoming=incoming,
+        activated=settlement_signatures_activated(context),
     )
     reply = await _answered_in_time(agent, context, updater, turn)
     if reply is None:
@@ -301,6 +307,18 @@ async def _answer(agent: Agent, context: RequestContext, event_queue: EventQueue
     for artifact in [*reply_artifacts(reply, message), *evaluation_artifacts(reply)]:
         await updater.add_artifact(list(artifact.parts), artifact_id=artifact.artifact_id, name=artifact.name)
     await updater.update_status(STATES[reply.state])
+
+
+def settlement_signatures_activated(context: RequestContext) -> bool:
+    """Whether the request activates the settlement-signature extension as A2A activates one: named
+    in the ``A2A-Extensions`` header and listed in ``message.extensions``
+    (docs/settlement-signatures.md)."""
+    uri = receipts.SETTLEMENT_EXTENSION
+    return (
+        context.message is not None
+        and uri in context.call_context.requested_extensions
+        and uri in context.message.extensions
+    )
 
 
 def reply_artifacts(reply: inbound.InboundReply, message: Message) -> list[Artifact]:
@@ -472,7 +490,13 @@ async def _try_again(agent: Agent, updater: TaskUpdater) -> None:
 
 
 def _turn(
-    *, agent: Agent, task_id: str, context_id: str, prior: TaskRecord, incoming: dict[str, Any]
+    *,
+    agent: Agent,
+    task_id: str,
+    context_id: str,
+    prior: TaskRecord,
+    incoming: dict[str, Any],
+    activated: bool,
 ) -> inbound.InboundReply | None:
     """:func:`negotiations.inbound.inbound_turn_unless_canceled`, told of a cancel by the stored
     Task; None if the task was canceled while it ran (:func:`cancel_negotiation` is the other
@@ -495,6 +519,7 @@ def _turn(
             prior=prior,
             incoming=incoming,
             canceled_meanwhile=canceled_meanwhile,
+            activated=activated,
         )
     finally:
         connections.close_all()

@@ -17,6 +17,7 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, serializers
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -26,11 +27,12 @@ from agents.selectors import agent_currency
 from api.base import TenantViewSet
 from api.errors import Conflict
 from api.fields import of_tenant
+from api.receipts import ReceiptSerializer
 from api.runs import LIMIT_KINDS, UnderstoodSerializer, understood_data
 from api.schema import ERROR_SCHEMA
 from negotiations import negotiator, selectors
 from negotiations.models import Negotiation, Settlement, Turn
-from negotiations.services import parking
+from negotiations.services import parking, signatures
 from representative.models import IntakeRequest
 
 # Longest counterparty name or URL part the filter searches for, as on the dashboard's board.
@@ -43,6 +45,13 @@ class SettlementSerializer(serializers.ModelSerializer[Settlement]):
     ``theirs``, "" for neither) and, on a ``conflict``, the ``disputed`` terms."""
 
     ended_by = serializers.ChoiceField(choices=Turn.Side.choices, allow_blank=True, read_only=True)
+    signature = serializers.ChoiceField(
+        choices=Settlement.Signature.choices,
+        allow_blank=True,
+        read_only=True,
+        help_text="whether both sides signed an agreed settlement: `countersigned`, or why not "
+        '(`signature_reason`); "" for any other outcome (docs/settlement-signatures.md)',
+    )
 
     class Meta:
         model = Settlement
@@ -55,6 +64,8 @@ class SettlementSerializer(serializers.ModelSerializer[Settlement]):
             "reason",
             "ended_by",
             "disputed",
+            "signature",
+            "signature_reason",
             "created_at",
             "updated_at",
         ]
@@ -321,6 +332,26 @@ class NegotiationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenan
         except negotiator.NegotiatorError as exc:
             raise Conflict(f"The prompt cannot be built: {exc}") from exc
         return Response(DecisionPromptSerializer(prompt).data)
+
+    @extend_schema(
+        summary="Download our receipt of a negotiation's signed settlement",
+        responses={
+            200: ReceiptSerializer,
+            404: OpenApiResponse(
+                ERROR_SCHEMA, description="no such negotiation, or its settlement is unsigned"
+            ),
+        },
+        description="The canonical settlement and each side's signature, for anyone to check with "
+        "`POST /receipts/verify` or `manage.py verify_receipt`. Only an agreed settlement our side signed "
+        "has one; `signature` on the settlement says whether theirs holds too.",
+    )
+    @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
+    def receipt(self, request: Request, pk: Any = None) -> Response:
+        settlement = Settlement.objects.for_tenant(self.tenant).filter(negotiation=self.get_object()).first()
+        receipt = signatures.receipt_of(settlement) if settlement is not None else None
+        if receipt is None:
+            raise NotFound("This negotiation has no signed settlement.")
+        return Response(receipt)
 
     @extend_schema(
         summary="Answer an inbound negotiation waiting on its party",

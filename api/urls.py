@@ -15,6 +15,7 @@ from api.configuration import (
 from api.errors import not_found
 from api.exchanges import ExchangeProfileViewSet, OutboundExchangeViewSet
 from api.negotiations import IntakeRequestViewSet, NegotiationViewSet, SettlementViewSet
+from api.receipts import ReceiptVerifyView
 from api.runs import ApprovalViewSet, QuestionViewSet, RunViewSet
 from api.tenant import TenantView
 from api.webhooks import WebhookDeliveryViewSet, WebhookEndpointViewSet
@@ -44,6 +45,7 @@ exchange = OutboundExchangeViewSet.as_view({"get": "retrieve"})
 
 urlpatterns = [
     path("tenant", TenantView.as_view(), name="tenant"),
+    path("receipts/verify", ReceiptVerifyView.as_view(), name="receipt-verify"),
     path("agents/<uuid:pk>/exchange-profile", exchange_profile, name="agent-exchange-profile"),
     path("agents/<uuid:pk>/exchanges", exchanges, name="agent-exchange-list"),
     path("agents/<uuid:pk>/exchanges/<int:exchange_pk>", exchange, name="agent-exchange-detail"),

@@ -21,6 +21,7 @@ import asyncio
 import base64
 import binascii
 import json
+import logging
 import posixpath
 import re
 import uuid
@@ -44,9 +45,12 @@ from jwt.exceptions import PyJWKError
 
 from agents.models import Agent
 from negotiations.models import CounterpartyCredential
+from negotiations.receipts import SETTLEMENT_EXTENSION, identity_of_card
 from negotiations.rules import NEGOTIATION_EXTENSION, MoveRules, rules_from_params
 from negotiations.wire import Move
 from parley import outbound
+
+logger = logging.getLogger(__name__)
 
 CARD_PATH = "/.well-known/agent-card.json"
 JSONRPC = "JSONRPC"  # the only protocol binding our client speaks (the SDK's default)
@@ -88,12 +92,15 @@ class CounterpartyError(Exception):
 @dataclass(frozen=True)
 class Exchange:
     """One send: the counterparty's name, our Message as sent and its Task back, both as 1.0 JSON,
-    and the move rules its card publishes (:func:`published_rules`; None when it publishes none)."""
+    the move rules its card publishes (:func:`published_rules`; None when it publishes none) and
+    the party its card states when it signs settlements (:func:`negotiations.receipts.identity_of_card`;
+    None when it does not)."""
 
     counterparty_name: str
     sent: dict[str, Any]
     task: dict[str, Any]
     rules: MoveRules | None = None
+    identity: dict[str, str] | None = None
 
 
 def canonical_url(url: str) -> str:
@@ -178,6 +185,9 @@ def send_message(
     """
     seconds = timeout or settings.A2A_SEND_TIMEOUT
     headers = credential_headers(agent=agent, url=url) if agent is not None else {}
+    if SETTLEMENT_EXTENSION in message.get("extensions", []):
+        # A2A extension activation: the request names what the message carries.
+        headers["A2A-Extensions"] = SETTLEMENT_EXTENSION
     try:
         # A total deadline: httpx's timeouts bound each read, and a peer can trickle forever.
         return asyncio.run(asyncio.wait_for(_send(url, message, seconds, headers), seconds))
@@ -271,6 +281,7 @@ async def _send(url: str, message: dict[str, Any], seconds: float, headers: dict
         sent=message,
         task=with_reply_in_history(answer),
         rules=published_rules(card),
+        identity=identity_of_card(MessageToDict(card)),
     )
 
 
@@ -292,7 +303,25 @@ async def _get(
         sent=sent,
         task=with_reply_in_history(MessageToDict(task)),
         rules=published_rules(card),
+        identity=identity_of_card(MessageToDict(card)),
     )
+
+
+def card_identity(url: str, *, timeout: float) -> dict[str, str] | None:
+    """The party the card of the agent at ``url`` states when it signs settlements
+    (:func:`negotiations.receipts.identity_of_card`), read as :func:`read_card` reads cards
+    (a signed card must verify); None when it declares no settlement signatures, or cannot be
+    read within ``timeout`` seconds (logged)."""
+
+    async def read() -> dict[str, str] | None:
+        async with outbound.async_client(timeout=_timeout(timeout)) as http:
+            return identity_of_card(MessageToDict(await read_card(http, url)))
+
+    try:
+        return asyncio.run(asyncio.wait_for(read(), timeout))
+    except (CounterpartyError, httpx.HTTPError, ValueError, TimeoutError) as exc:
+        logger.warning("reading the card at %s for its settlement signatures: %s", url, exc)
+        return None
 
 
 def _timeout(seconds: float) -> httpx.Timeout:
@@ -389,7 +418,7 @@ async def verify_card(http: httpx.AsyncClient, card: AgentCard, *, card_url: str
         if jku not in key_sets:
             if len(key_sets) == MAX_KEY_SETS:
                 raise CounterpartyError(f"{card_url}: its card names more than {MAX_KEY_SETS} key sets")
-            key_sets[jku] = await _key_set(http, jku)
+            key_sets[jku] = await key_set(http, jku)
 
     def key_for(kid: str | None, jku: str | None) -> PyJWK:
         for jwk in key_sets.get(jku or "", []):
@@ -413,13 +442,14 @@ def _protected_header(protected: str) -> dict[str, Any]:
     return header if isinstance(header, dict) else {}
 
 
-async def _key_set(http: httpx.AsyncClient, jku: str) -> list[Any]:
-    """The ``keys`` of the JSON Web Key Set at ``jku``; CounterpartyError when it cannot be read."""
+async def key_set(http: httpx.AsyncClient, jku: str) -> list[Any]:
+    """The ``keys`` of the JSON Web Key Set at ``jku``, fetched with ``http``; CounterpartyError when
+    it cannot be read (a URL httpx cannot parse included)."""
     try:
         response = await http.get(jku)
         body = response.json() if response.is_success else None
-    except (httpx.HTTPError, ValueError) as exc:
-        raise CounterpartyError(f"{jku}: the card's signing keys could not be fetched ({exc})") from exc
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+        raise CounterpartyError(f"{jku}: the signing keys could not be fetched ({exc})") from exc
     keys = body.get("keys") if isinstance(body, dict) else None
     if not isinstance(keys, list):
         raise CounterpartyError(f"{jku}: no key set there (HTTP {response.status_code})")

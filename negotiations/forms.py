@@ -1,6 +1,9 @@
-"""Dashboard forms of negotiations: the board's filters."""
+"""Dashboard forms of negotiations: the board's filters, and the receipt a third party checks."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from django import forms
 from django.utils.text import capfirst
@@ -48,3 +51,25 @@ class BoardFilterForm(AgentIntentFilterForm):
         label="Order",
         error_messages={"invalid_choice": "Choose an order from the list."},
     )
+
+
+# Largest receipt the page takes, in characters: two signatures and a settlement of at most 32 terms
+# are a few kilobytes.
+MAX_RECEIPT = 100_000
+
+
+class ReceiptForm(forms.Form):
+    """A settlement receipt pasted as JSON (docs/settlement-signatures.md#receipts); ``receipt`` is
+    the parsed JSON value."""
+
+    receipt = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 16, "cols": 80, "spellcheck": "false"}),
+        max_length=MAX_RECEIPT,
+        help_text="The receipt as JSON: its settlement and each side's signature.",
+    )
+
+    def clean_receipt(self) -> Any:
+        try:
+            return json.loads(self.cleaned_data["receipt"])
+        except ValueError as exc:
+            raise forms.ValidationError(f"This is not JSON: {exc}") from exc

@@ -79,6 +79,9 @@ class Negotiation(TenantOwnedModel):
     # attempt sends exactly it: {"message": the A2A 1.0 JSON Message, "usage": {"model",
     # "input_tokens", "output_tokens", "cost"}} (what deciding it cost). Cleared when recorded.
     outbound_move = models.JSONField(null=True, blank=True)
+    # The counterparty as its card states it, when the card declares our settlement-signature
+    # extension: {"name", "partyId", "jwks"} (negotiations.receipts.identity); null when it does not.
+    counterparty_identity = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -151,6 +154,25 @@ class Settlement(TenantOwnedModel):
     reason = models.TextField(blank=True)
     ended_by = models.CharField(max_length=8, choices=Turn.Side.choices, blank=True)
     disputed = models.JSONField(null=True, blank=True)
+
+    class Signature(models.TextChoices):
+        """Whether an agreed settlement is signed by both sides (docs/settlement-signatures.md)."""
+
+        COUNTERSIGNED = "countersigned"
+        NOT_OFFERED = "not_offered", "not offered by them"
+        UNSIGNED = "unsigned", "not signed by us"
+        MISSING = "missing", "no signature of theirs"
+        DIFFERS = "differs", "signed settlements differ"
+        INVALID = "invalid", "their signature does not hold"
+
+    # "" while the outcome is not agreed (nothing to sign).
+    signature = models.CharField(max_length=16, choices=Signature.choices, blank=True)
+    signature_reason = models.TextField(blank=True, help_text="why the settlement is not countersigned")
+    # The canonical settlement (negotiations.receipts.canonical_settlement) and each side's
+    # compact JWS over it; "" for a side that sent none.
+    signed_settlement = models.JSONField(null=True, blank=True)
+    our_signature = models.TextField(blank=True)
+    their_signature = models.TextField(blank=True)
 
 
 # RFC 9110 §5.1: a field name is a token.

@@ -8,4 +8,5 @@ urlpatterns = [
     path("negotiations/<uuid:pk>/", views.NegotiationDetailView.as_view(), name="detail"),
     path("negotiations/<uuid:pk>/prompt/", views.DecisionPromptView.as_view(), name="prompt"),
     path("negotiations/<uuid:pk>/answer/", views.NegotiationAnswerView.as_view(), name="answer"),
+    path("negotiations/<uuid:pk>/receipt/", views.ReceiptDownloadView.as_view(), name="receipt"),
 ]

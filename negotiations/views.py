@@ -10,8 +10,8 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import DetailView
 
@@ -19,11 +19,11 @@ from agents.forms import AnswerForm
 from agents.pages import form_errors, inbox_context, pretty_json, region_response, term_pairs
 from agents.selectors import Understood, agent_currency, visible_agents
 from agents.services import runs
-from negotiations import negotiator, selectors
-from negotiations.forms import BoardFilterForm
-from negotiations.models import Negotiation, Turn
+from negotiations import negotiator, receipts, selectors
+from negotiations.forms import BoardFilterForm, ReceiptForm
+from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.score import Score
-from negotiations.services import parking
+from negotiations.services import parking, signatures
 from parley.models import Membership
 from parley.pages import FilteredListView, TenantMixin, is_htmx
 from parley.roles import OPERATE
@@ -162,8 +162,24 @@ class NegotiationDetailView(NegotiationPageMixin, DetailView):
             disputed=term_pairs(settlement.disputed) if settlement else [],
             currency=agent_currency(agent=self.object.agent),
             can_operate=self.membership.role in OPERATE,
+            has_receipt=settlement is not None and settlement.signed_settlement is not None,
         )
         return context
+
+
+class ReceiptDownloadView(NegotiationPageMixin, View):
+    """GET: our receipt of the negotiation's signed settlement, as a JSON file to hand to anyone
+    (:func:`signatures.receipt_of`); a 404 when it has none, or is another tenant's or party's."""
+
+    def get(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
+        negotiation = get_object_or_404(self.get_queryset(), pk=pk)
+        settlement = Settlement.objects.for_tenant(self.tenant).filter(negotiation=negotiation).first()
+        receipt = signatures.receipt_of(settlement) if settlement is not None else None
+        if receipt is None:
+            raise Http404("This negotiation has no signed settlement.")
+        response = JsonResponse(receipt, json_dumps_params={"indent": 2, "ensure_ascii": False})
+        response["Content-Disposition"] = f'attachment; filename="receipt-{negotiation.pk}.json"'
+        return response
 
 
 class DecisionPromptView(NegotiationPageMixin, DetailView):
@@ -238,3 +254,24 @@ class NegotiationAnswerView(TenantMixin, View):
         return region_response(
             request, "agents/_questions.html", context, tenant=self.tenant, membership=self.membership
         )
+
+
+class ReceiptVerifyView(View):
+    """The page anyone may use to check a settlement receipt: paste it, and it says whether both
+    signatures hold and, for each side, why not (:func:`signatures.receipt_check`, which fetches the
+    key sets the receipt's parties name). No login: a third party holds no account here."""
+
+    template_name = "negotiations/receipt_verify.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return render(request, self.template_name, {"form": ReceiptForm()})
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = ReceiptForm(request.POST)
+        context: dict[str, Any] = {"form": form}
+        if form.is_valid():
+            try:
+                context["check"] = signatures.receipt_check(form.cleaned_data["receipt"])
+            except receipts.ReceiptError as exc:
+                form.add_error("receipt", str(exc))
+        return render(request, self.template_name, context, status=200 if form.is_valid() else 400)

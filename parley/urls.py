@@ -30,6 +30,8 @@ urlpatterns = [
         name="invitation-to-me-accept",
     ),
     path("invitations/<str:token>/", organisation_views.InvitationView.as_view(), name="invitation"),
+    # A third party checks a settlement receipt here, with no account.
+    path("receipts/", include("negotiations.public_urls")),
     path("t/<slug:tenant>/", include("agents.urls")),
     path("t/<slug:tenant>/", include("negotiations.urls")),
     path("t/<slug:tenant>/", include("representative.urls")),

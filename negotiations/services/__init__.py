@@ -2,6 +2,8 @@
 
 - :mod:`~negotiations.services.recording` — what every turn writes: the turn and its event, the
   settlement (the verdict on the record), what deciding a move cost, and the agent's evaluation hook.
+- :mod:`~negotiations.services.signatures` — settlements both sides sign: which move carries which
+  signature, signing ours, checking theirs, and what the settlement records of it; receipts.
 - :mod:`~negotiations.services.parking` — a negotiation parked on its party with a question, the
   party's answer (standing guidance), and the hooks told of an answered inbound negotiation.
 - :mod:`~negotiations.services.batches` — the agent loop's ``negotiate`` and ``answer`` tools: open

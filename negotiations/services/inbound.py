@@ -21,7 +21,7 @@ from negotiations import negotiator, selectors
 from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.rules import check_move
 from negotiations.selectors import move_of
-from negotiations.services import parking, recording
+from negotiations.services import parking, recording, signatures
 from negotiations.wire import Entry, Move, MoveError, TaskRecord, parse_move
 
 # Our reply to a move while the negotiation waits on our party: the seed's inbound ``ask`` kept off
@@ -182,7 +182,13 @@ def _refuse_replays(negotiation: Negotiation, message_id: str, move: Move) -> No
 
 
 def inbound_turn(
-    *, agent: Agent, task_id: str, context_id: str, prior: TaskRecord, incoming: dict[str, Any]
+    *,
+    agent: Agent,
+    task_id: str,
+    context_id: str,
+    prior: TaskRecord,
+    incoming: dict[str, Any],
+    activated: bool = False,
 ) -> InboundReply:
     """Answer one inbound move ``incoming`` (an A2A 1.0 JSON Message) on the Task ``prior``.
 
@@ -203,6 +209,11 @@ def inbound_turn(
     :class:`negotiations.negotiator.NegotiatorError` when no move can be made.
     Nothing is written unless the reply is decided. The evaluation hook is asked
     about both moves after they are committed; a failing hook only costs their artifacts.
+
+    ``activated``: the request activated the settlement-signature extension (the edge read its
+    ``A2A-Extensions`` header and ``incoming``'s extensions). Then a reply that closes the Task
+    agreed is signed (:func:`signatures.inbound_sealed`), and once the turn is committed the
+    settlement records whether both sides signed it (:func:`signatures.settlement_countersign`).
     """
     their_move = inbound_check(agent=agent, task_id=task_id, incoming=incoming)
     negotiation = _inbound_on(agent, task_id)
@@ -217,6 +228,10 @@ def inbound_turn(
     state = _reply_state(agent, ours)
     reply = _reply_message(task_id, context_id, ours)
     final = TaskRecord(state=state, history=(*record.history, ours))
+    sealed = signatures.inbound_sealed(
+        agent, final=final, ids=(task_id, context_id), reply=reply, incoming=incoming, activated=activated
+    )
+    reply = sealed.reply
     with transaction.atomic():
         if negotiation is None and intent is not None:
             # The gateway refused this at admission; check again under the intent's lock, which
@@ -262,8 +277,11 @@ def inbound_turn(
             parking.park(negotiation, move.message)
         elif not parked:
             negotiation.status, negotiation.parked_question = Negotiation.Status.OPEN, ""
+        negotiation.counterparty_identity = sealed.identity
         settlement = recording.settlement_save(negotiation, final, our_role="agent")
         negotiation.save()
+    if settlement is not None:
+        signatures.settlement_countersign(negotiation)
     artifacts = recording.evaluate(agent, negotiation, turns)
     return InboundReply(message=reply, state=state, settlement=settlement, artifacts=artifacts)
 
@@ -367,6 +385,7 @@ def inbound_turn_unless_canceled(
     prior: TaskRecord,
     incoming: dict[str, Any],
     canceled_meanwhile: Callable[[], frozenset[str] | None],
+    activated: bool = False,
 ) -> InboundReply | None:
     """:func:`inbound_turn`, then the cancel that landed while it ran: its reply, or None when the
     counterparty canceled the Task meanwhile.
@@ -377,9 +396,16 @@ def inbound_turn_unless_canceled(
     came meanwhile is applied to the negotiation here (:func:`inbound_cancel` over
     those messages; the gateway applies it too, after cancelling: whichever comes
     second sees the turn committed), and the turn's reply reaches no one. Raises
-    what :func:`inbound_turn` raises.
+    what :func:`inbound_turn` raises; ``activated`` is its own.
     """
-    reply = inbound_turn(agent=agent, task_id=task_id, context_id=context_id, prior=prior, incoming=incoming)
+    reply = inbound_turn(
+        agent=agent,
+        task_id=task_id,
+        context_id=context_id,
+        prior=prior,
+        incoming=incoming,
+        activated=activated,
+    )
     delivered = canceled_meanwhile()
     if delivered is None:
         return reply
@@ -420,6 +446,18 @@ def inbound_reply_decided(
     ours = Entry(role="agent", move=move)
     state = _reply_state(agent, ours)
     reply = _reply_message(task_id, negotiation.context_id, ours)
+    # Their message was taken when the holding reply went out; it activated the extension then.
+    theirs = negotiation.turns.filter(side=Turn.Side.THEIRS).order_by("-seq").first()
+    incoming = theirs.raw if theirs is not None else {}
+    sealed = signatures.inbound_sealed(
+        agent,
+        final=TaskRecord(state=state, history=(*record.history, ours)),
+        ids=(task_id, negotiation.context_id),
+        reply=reply,
+        incoming=incoming,
+        activated=signatures.activated_in(incoming),
+    )
+    reply = sealed.reply
     try:
         with transaction.atomic():
             negotiation = (
@@ -457,11 +495,14 @@ def inbound_reply_decided(
             )
             negotiation.task_state = state
             negotiation.turn_count = _our_moves(final)
+            negotiation.counterparty_identity = sealed.identity
             settlement = recording.settlement_save(negotiation, final, our_role="agent")
             negotiation.save()
             put(InboundReply(message=reply, state=state, settlement=settlement))
     except TaskMovedOn:
         return None
+    if settlement is not None:
+        signatures.settlement_countersign(negotiation)
     artifacts = recording.evaluate(agent, negotiation, [turn])
     return InboundReply(message=reply, state=state, settlement=settlement, artifacts=artifacts)
 

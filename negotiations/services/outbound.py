@@ -25,7 +25,7 @@ from negotiations import client, negotiator, selectors
 from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.rules import check_move
 from negotiations.selectors import move_of, turns_record
-from negotiations.services import batches, parking, recording
+from negotiations.services import batches, parking, recording, signatures
 from negotiations.wire import Entry, Move, MoveError, parse_move, task_record_from_json
 from parley.locks import alone
 
@@ -168,6 +168,7 @@ def _outbound_decide(negotiation: Negotiation) -> _Decided | dict[str, Any] | No
         # Opening with a move that ends the exchange tells them nothing but our reason: keep it ours.
         return _fail(negotiation, f"nothing was sent: {move.message}")
     message = client.move_message(move=move, task_id=negotiation.task_id, context_id=negotiation.context_id)
+    message = signatures.outbound_signed(negotiation, move, message)
     return _Decided(message=message, usage=decision.usage, seen=len(record.history))
 
 
@@ -226,6 +227,9 @@ def _outbound_deliver(negotiation: Negotiation, *, reconcile: bool) -> dict[str,
     if recorded is None:
         return None  # another pump recorded it: the pump sees where that left the negotiation
     settlement, turns = recorded
+    if settlement is not None:
+        negotiation.refresh_from_db()
+        signatures.settlement_countersign(negotiation)
     recording.evaluate(agent, negotiation, turns)
     negotiation.refresh_from_db()
     if settlement is not None:
@@ -340,6 +344,7 @@ def _record_exchange(
         negotiation.task_id = task.get("id", negotiation.task_id)
         negotiation.context_id = task.get("contextId", negotiation.context_id)
         negotiation.counterparty_name = exchange.counterparty_name[:NAME_LIMIT]
+        negotiation.counterparty_identity = exchange.identity
         negotiation.task_state = returned.state
         negotiation.turn_count = negotiation.turns.filter(side=Turn.Side.OURS).count()
         negotiation.outbound_move = None

@@ -96,6 +96,9 @@ def test_a_negotiation_reads_with_every_turn_and_its_settlement(api: APIClient, 
         "reason": settlement.reason,
         "ended_by": "ours",
         "disputed": None,
+        # Their test client activated no settlement signatures (docs/settlement-signatures.md).
+        "signature": "not_offered",
+        "signature_reason": "They did not activate the settlement-signature extension, so they sign none.",
         "created_at": settlement.created_at.isoformat().replace("+00:00", "Z"),
         "updated_at": settlement.updated_at.isoformat().replace("+00:00", "Z"),
     }

@@ -29,7 +29,7 @@ from a2a_gateway.auth import inbound_key_create
 from a2a_gateway.models import InboundKey
 from agents.models import Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
 from exchange.models import ExchangeProfile, PreparedExchange
-from negotiations.models import Negotiation
+from negotiations.models import Negotiation, Settlement
 from parley import services
 from parley.models import ApiKey, Event, Invitation, Membership, Tenant, WebhookDelivery, WebhookEndpoint
 from parley.webhooks import endpoints
@@ -159,6 +159,7 @@ PAGES = [
     Page("negotiations:list", "get", EVERY_MEMBER),
     Page("negotiations:detail", "get", EVERY_MEMBER, pk=lambda w: w.negotiation.pk),
     Page("negotiations:prompt", "get", OPERATORS, pk=lambda w: w.negotiation.pk),
+    Page("negotiations:receipt", "get", EVERY_MEMBER, pk=lambda w: w.negotiation.pk),
     Page(
         "negotiations:answer",
         "post",
@@ -281,6 +282,14 @@ def build_world(tenant: Tenant, *, party: AbstractUser, owner: AbstractUser, pre
     )
     negotiation = Negotiation.objects.create(
         tenant=tenant, agent=agent, intent=question.run.intent, direction=Negotiation.Direction.OUTBOUND
+    )
+    # Signed (unsigned by either side here), so that it has a receipt to download.
+    Settlement.objects.create(
+        tenant=tenant,
+        negotiation=negotiation,
+        outcome=Settlement.Outcome.AGREED,
+        basis=Settlement.Basis.REFERENCE,
+        signed_settlement={"taskId": f"{prefix}-signed"},
     )
     parked = Negotiation.objects.create(
         tenant=tenant,
