@@ -200,9 +200,10 @@ def test_a_tenant_without_a_key_settles_and_says_it_signed_nothing(
 def test_our_accept_of_their_offer_is_signed_and_their_confirmation_countersigns(
     live_stack: LiveStack, buyer: Agent, seller: Agent, intent: Intent, keys: None
 ) -> None:
-    """The other closing: Idris's agent concedes early, Tomas's accepts Idris's offer in a request
-    (signed), and Idris's confirms it in the reply that closes the Task (countersigned)."""
-    seller.strategy, buyer.strategy = "conceder", "boulware"
+    """The other closing: Idris's agent concedes linearly against Tomas's Boulware, which ends with
+    Tomas's accepting Idris's offer in a request (signed), and Idris's confirming it in the reply
+    that closes the Task (countersigned)."""
+    seller.strategy, buyer.strategy = "linear", "boulware"
     seller.save()
     buyer.save()
     ours, theirs = both_sides(buyer, seller, intent, seller_url(live_stack, seller))
