@@ -3,7 +3,7 @@
 What a card says, in order of derivation:
 
 * identity — name, description, version, the tenant as provider; the party the
-  agent acts for as our extension :data:`PARTY_EXTENSION`, ``params``
+  agent acts for as our extension :data:`negotiations.receipts.PARTY_EXTENSION`, ``params``
   ``{"partyId": agent.party_id}`` (left out when the agent names no party);
 * what it takes — ``application/json`` (a move is one data part), and
   ``text/plain`` only where its representative face answers plain text
@@ -85,11 +85,6 @@ _CAMEL = re.compile(r"_([a-z])")
 MOVE_MODE = "application/json"
 TEXT_MODE = "text/plain"
 MODES = [MOVE_MODE, TEXT_MODE]
-
-# The party an agent acts for (negotiations.receipts reads it as part of a party's identity). A fixed
-# URI, not one under PUBLIC_BASE_URL: an extension URI names the extension's meaning, which is the
-# same on every Parley deployment, so a client can recognise it.
-PARTY_EXTENSION = receipts.PARTY_EXTENSION
 
 API_KEY_SCHEME = "apiKey"
 BEARER_SCHEME = "bearer"
@@ -254,7 +249,7 @@ def party_extension(agent: Agent) -> AgentExtension:
     params = Struct()
     params.update({"partyId": agent.party_id})
     return AgentExtension(
-        uri=PARTY_EXTENSION,
+        uri=receipts.PARTY_EXTENSION,
         description="The party this agent acts for: params.partyId is its DID, profile URL or account id.",
         required=False,
         params=params,
@@ -446,7 +441,7 @@ def _is_web_url(link: str) -> bool:
 
 
 def _party(card: AgentCard) -> list[AgentExtension]:
-    return _ours(card, PARTY_EXTENSION)
+    return _ours(card, receipts.PARTY_EXTENSION)
 
 
 def _ours(card: AgentCard, uri: str) -> list[AgentExtension]:

@@ -23,7 +23,9 @@ from a2a.utils._jcs import CanonicalizationError, canonicalize
 from jwt import PyJWK
 from jwt.exceptions import PyJWKError, PyJWTError
 
-# The extension a card names the party its agent acts for in (params.partyId).
+# The extension a card names the party its agent acts for in (params.partyId), part of a party's
+# identity here. A fixed URI, not one under PUBLIC_BASE_URL: an extension URI names the extension's
+# meaning, which is the same on every Parley deployment, so a client can recognise it.
 PARTY_EXTENSION = "https://parley.dev/ext/party/v1"
 # The extension a card declares to sign settlements, a message lists when it carries a signature,
 # and the key of that signature in the message's metadata. A fixed URI, as our other extensions'.

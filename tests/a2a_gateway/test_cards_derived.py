@@ -12,8 +12,9 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from google.protobuf.json_format import MessageToDict
 
-from a2a_gateway.cards import PARTY_EXTENSION, agent_card, check_overrides, derived_card
+from a2a_gateway.cards import agent_card, check_overrides, derived_card
 from agents.models import Agent, Tool
+from negotiations import receipts
 from negotiations.rules import NEGOTIATION_EXTENSION
 from tests.a2a_gateway.conftest import Endpoint, run
 
@@ -38,7 +39,7 @@ def test_the_party_is_published_as_our_extension(seller_endpoint: Endpoint, sell
 
     [extension, negotiation] = card.capabilities.extensions
     assert negotiation.uri == NEGOTIATION_EXTENSION
-    assert extension.uri == PARTY_EXTENSION == "https://parley.dev/ext/party/v1"
+    assert extension.uri == receipts.PARTY_EXTENSION == "https://parley.dev/ext/party/v1"
     assert not extension.required
     assert MessageToDict(extension.params) == {"partyId": "did:web:idris.example"}
 

@@ -21,11 +21,12 @@ import httpx
 import pytest
 from django.core.exceptions import ValidationError
 
-from a2a_gateway.cards import PARTY_EXTENSION, check_overrides
+from a2a_gateway.cards import check_overrides
 from a2a_gateway.models import InboundContext, PushConfig
 from a2a_gateway.push import MAX_CONFIGS_PER_TASK, PushURLRefused, vetted_address
 from agents.addresses import agent_url
 from agents.models import Agent
+from negotiations import receipts
 from tests.a2a_gateway.conftest import Endpoint, proposal
 from tests.a2a_gateway.rpc import call, message, task_of
 
@@ -211,7 +212,9 @@ def test_card_fields_cannot_claim_another_party(seller: Agent) -> None:
     """The party extension follows the agent's party id: ``card_fields`` setting it to
     another party is refused."""
     seller.card_fields = {
-        "capabilities": {"extensions": [{"uri": PARTY_EXTENSION, "params": {"partyId": "acme:user:tomas"}}]}
+        "capabilities": {
+            "extensions": [{"uri": receipts.PARTY_EXTENSION, "params": {"partyId": "acme:user:tomas"}}]
+        }
     }
 
     with pytest.raises(ValidationError):
