@@ -70,6 +70,7 @@ guard allows, the guard's currency) and a corrected accept becomes a counter.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
@@ -384,8 +385,12 @@ def money(value: float, currency: str) -> str:
 
 
 def is_number(value: object) -> TypeGuard[int | float]:
-    """A JSON number: an int or float, not a bool."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A JSON number a double holds: an int or float, not a bool, finite and at most
+    ``sys.float_info.max`` in size (RFC 8259 §6: beyond that no two readers agree, and
+    ``float()`` of it overflows)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= sys.float_info.max
 
 
 def _fixed_terms(s: Situation) -> dict[str, Any]:

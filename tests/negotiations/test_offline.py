@@ -398,6 +398,28 @@ def test_another_currency_is_never_taken_as_ours(t: int, theirs: dict[str, Any],
         assert move.terms == {"amount": 562, "currency": "USD"}
 
 
+# --- Absurd offers --------------------------------------------------------------------------
+
+
+def test_an_amount_no_double_holds_is_no_offer() -> None:
+    """A counterparty's structured amount of 10**400 (JSON, and a Python int, but beyond any
+    double) is no offer: the seller goes on as if none had been made, rather than failing on
+    ``float()`` of it."""
+    unanswered = decide(seller(), exchange([eur(1358)], []))
+    move = decide(seller(), exchange([eur(1358)], [eur(10**400)]))
+    assert (move.action, move.terms) == ("counter", unanswered.terms)
+
+
+def test_a_prose_amount_that_reads_as_infinity_is_never_accepted() -> None:
+    """A prose offer of €99…9 (400 digits, infinity as a double) names no amount: the seller
+    does not agree to €inf, a price no JSON can carry."""
+    idris = seller()
+    record = exchange([eur(1358)], [])
+    record = TaskRecord(record.state, (*record.history, Entry("agent", Move("counter", "€" + "9" * 400))))
+    move = decide(idris, record)
+    assert (move.action, move.terms) == ("counter", decide(seller(), exchange([eur(1358)], [])).terms)
+
+
 # --- Relative dates -----------------------------------------------------------------------
 
 
