@@ -288,3 +288,43 @@ def test_a_card_without_the_extension_or_its_key_set_states_no_signing_party() -
     no_key_set = {"uri": receipts.SETTLEMENT_EXTENSION, "params": {"jwks": 7}}
     assert receipts.identity_of_card({"name": "A", "capabilities": {"extensions": [no_key_set]}}) is None
     assert receipts.identity_of_card({}) is None
+
+
+# --- Hostile key sets and receipts ---------------------------------------------------------------
+
+
+def test_a_secret_under_the_signing_kid_is_no_key(receipt: dict[str, Any]) -> None:
+    """A key set that lists an HMAC secret (``oct``) under the signature's kid: ES256 cannot read it,
+    and the check says the signature does not hold instead of failing on it (a 500 before)."""
+    kid = receipts.header_of(receipt["signatures"]["agent"]["jws"])["kid"]
+    secret = {"kid": kid, "kty": "oct", "k": "c2VjcmV0"}
+
+    def keys_for(url: str) -> list[Any]:
+        return [secret]
+
+    check = receipts.verify_receipt(receipt, keys_for)
+    assert not check.valid
+    assert "does not hold" in str(check.signatures["agent"])
+
+
+def test_a_receipt_signed_twice_with_one_key_does_not_hold(
+    agent: Agent, seller: Agent, keys: dict[str, SigningKey]
+) -> None:
+    """Both roles' signatures made with Tomas's key, each party naming a key set that lists it: each
+    holds on its own, but one party signed for both, so the receipt proves no agreement."""
+    settlement = settlement_of(agent, seller)
+    key = keys["user"]
+    forged = receipts.receipt(
+        settlement,
+        {"user": signed_by(key, agent, settlement), "agent": signed_by(key, seller, settlement)},
+    )
+
+    def keys_for(url: str) -> list[Any]:
+        return [{**receipts.public_jwk(key.private_pem), "kid": key.kid}]
+
+    check = receipts.verify_receipt(forged, keys_for)
+    assert not check.valid
+    assert check.signatures == {
+        "user": None,
+        "agent": "It is made with the same key as the user side's: one party signed for both.",
+    }
