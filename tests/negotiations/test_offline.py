@@ -420,6 +420,21 @@ def test_a_prose_amount_that_reads_as_infinity_is_never_accepted() -> None:
     assert (move.action, move.terms) == ("counter", decide(seller(), exchange([eur(1358)], [])).terms)
 
 
+@pytest.mark.parametrize("strategy", sorted(offline.STRATEGIES))
+def test_with_one_move_in_all_an_offer_within_the_limit_is_taken(strategy: str) -> None:
+    """Our only move is our last: the choice is their offer or no deal, so 1,000 against a floor of
+    950 is taken, though short of where the curve would open (it was rejected)."""
+    record = exchange([], [eur(1000)], our_role="agent")
+    move = decide(seller(strategy), record, our_role="agent", max_moves=1)
+    assert (move.action, move.terms, move.accepts_offer_id) == ("accept", eur(1000), "t0")
+    assert (
+        decide(
+            seller(strategy), exchange([], [eur(900)], our_role="agent"), our_role="agent", max_moves=1
+        ).action
+        == "reject"
+    )
+
+
 # --- Relative dates -----------------------------------------------------------------------
 
 
