@@ -4,6 +4,7 @@ management command, offline with the key sets as files. Our side downloads its o
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from pathlib import Path
@@ -15,6 +16,10 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from a2a_gateway.cards import jwks_url
 from a2a_gateway.models import SigningKey
@@ -26,6 +31,7 @@ from negotiations.models import Negotiation, Settlement
 from negotiations.services import signatures
 from parley import services
 from tests.conftest import LiveStack
+from tests.loopback import LoopbackServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -328,3 +334,42 @@ def test_a_receipt_signed_twice_with_one_key_does_not_hold(
         "user": None,
         "agent": "It is made with the same key as the user side's: one party signed for both.",
     }
+
+
+class KeySetServer(LoopbackServer):
+    """Serves ``body`` as a key set at any path."""
+
+    what = "the key set server"
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__()
+        self.body = body
+        self.listen(Starlette(routes=[Route("/{path:path}", self.serve)]))
+
+    async def serve(self, request: Request) -> Response:
+        return Response(self.body, media_type="application/json")
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        # Anyone names the key set's URL: a body of any length is not read whole.
+        (b'{"keys": [], "pad": "' + b"x" * 1_000_000 + b'"}', "longer than 65536 bytes"),
+        # Nested past what the JSON reader can recurse into (a RecursionError, a 500, before).
+        (b"[" * 30_000 + b"]" * 30_000, "could not be fetched"),
+    ],
+)
+def test_a_key_set_too_long_or_too_deep_is_a_reason_not_an_error(
+    receipt: dict[str, Any], body: bytes, said: str
+) -> None:
+    with KeySetServer(body) as server:
+        tampered = copy.deepcopy(receipt)
+        jws = tampered["signatures"]["agent"]["jws"]
+        url = f"{server.origin}/jwks.json"
+        tampered["settlement"]["parties"]["agent"]["jwks"] = url
+        header = {**receipts.header_of(jws), "jku": url}
+        encoded = base64.urlsafe_b64encode(json.dumps(header).encode()).rstrip(b"=").decode()
+        tampered["signatures"]["agent"]["jws"] = ".".join([encoded, *jws.split(".")[1:]])
+        response = verify_api(tampered)
+    assert response.status_code == 200, response.content
+    assert said in response.json()["signatures"]["agent"]
