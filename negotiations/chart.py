@@ -10,7 +10,9 @@ is ever drawn: the counterparty's is not ours to know, and the chart is for our 
 **Scale.** Across, one slot per turn from the first turn drawn to the last, each point in the middle
 of its slot. Up, from a multiple of a round step (1, 2 or 5 times a power of ten, about four steps
 across the values drawn) below the lowest value to one above the highest; every value drawn,
-limit, aspiration and settlement included, lies inside it. Coordinates are rounded to 0.1.
+limit, aspiration and settlement included, lies inside it. Coordinates are rounded to 0.1. A value
+beyond ±:data:`REACH` (a counterparty may offer 1.7e308, a finite JSON number) is drawn at that
+edge, still labelled with what it is: a scale holding it would overflow a double.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 44
 MOST_TURN_LABELS = 12
 # About how many steps the vertical axis has.
 STEPS = 4
+# The largest magnitude drawn where it is; beyond, at this edge (module docstring).
+REACH = 1e15
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,7 @@ def draw(
     seqs = [o.seq for o in offers] + ([settlement[0]] if settlement else [])
     values = [o.value for o in offers] + [v for v in (limit, aspiration) if v is not None]
     values += [settlement[1]] if settlement else []
+    values = [_reached(v) for v in values]
     first, last = min(seqs), max(seqs)
     low, high, step = _span(min(values), max(values))
     right, bottom = WIDTH - RIGHT, HEIGHT - BOTTOM
@@ -148,7 +153,7 @@ def draw(
         return round(LEFT + (seq - first + 0.5) * slot, 1)
 
     def y(value: float) -> float:
-        return round(bottom - (value - low) / (high - low) * (bottom - TOP), 1)
+        return round(bottom - (_reached(value) - low) / (high - low) * (bottom - TOP), 1)
 
     def series(side: Side) -> Series:
         mine = sorted((o for o in offers if o.side == side), key=lambda o: o.seq)
@@ -170,6 +175,11 @@ def draw(
         x_ticks=tuple(Tick(x(seq), str(seq)) for seq in range(first, last + 1, every)),
         y_ticks=tuple(Tick(y(v), figure(v)) for v in _steps(low, high, step)),
     )
+
+
+def _reached(value: float) -> float:
+    """``value`` within ±:data:`REACH`, where it is drawn."""
+    return max(-REACH, min(REACH, value))
 
 
 def nice_step(raw: float) -> float:

@@ -72,6 +72,8 @@ SIGNATURE_ALGORITHMS = [
 _UNKNOWN_CODE = re.compile(r"JSON-RPC Error (?P<code>-?\d+): (?P<message>.*)", re.DOTALL)
 # Key sets one card may send us to: each signature names one, and each is a request.
 MAX_KEY_SETS = 3
+# The longest key set read: a few public keys take a few hundred bytes each.
+MAX_KEY_SET_BYTES = 64 * 1024
 
 
 class CounterpartyError(Exception):
@@ -444,11 +446,17 @@ def _protected_header(protected: str) -> dict[str, Any]:
 
 async def key_set(http: httpx.AsyncClient, jku: str) -> list[Any]:
     """The ``keys`` of the JSON Web Key Set at ``jku``, fetched with ``http``; CounterpartyError when
-    it cannot be read (a URL httpx cannot parse included)."""
+    it cannot be read (a URL httpx cannot parse included) or is longer than :data:`MAX_KEY_SET_BYTES`
+    (anyone may name the URL: the receipt endpoint is public)."""
     try:
-        response = await http.get(jku)
-        body = response.json() if response.is_success else None
-    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+        async with http.stream("GET", jku) as response:
+            raw = bytearray()
+            async for chunk in response.aiter_bytes():
+                raw += chunk
+                if len(raw) > MAX_KEY_SET_BYTES:
+                    raise CounterpartyError(f"{jku}: the key set is longer than {MAX_KEY_SET_BYTES} bytes")
+        body = json.loads(raw) if response.is_success else None
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError, RecursionError) as exc:
         raise CounterpartyError(f"{jku}: the signing keys could not be fetched ({exc})") from exc
     keys = body.get("keys") if isinstance(body, dict) else None
     if not isinstance(keys, list):

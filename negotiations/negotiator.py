@@ -688,28 +688,32 @@ def walks_away(
 ) -> str | None:
     """Why ``move`` walks away from a deal on the table, or None when it does not.
 
-    It does on our last move (``brief.moves_left`` is 1) when it accepts nothing while the
-    counterparty's latest offer is one the party's guards allow: accepting it breaks no guard,
-    and at least one guard limits a term it names (without one, its limits are not ours to
-    judge). The chat negotiator hands such a move back once with this reason; a model that
-    insists has a reason beyond the guards (its objective), and its move stands.
+    It does on our last move (``brief.moves_left`` is 1) when it accepts nothing (its action is
+    none that accepts: with terms off an accept names no offer) while the counterparty's latest
+    offer is one the party's guards allow: accepting it breaks no guard, and a guard limits the
+    term bargained over (:func:`numeric_term`) and the offer names it (without one, what it
+    offers is not ours to judge: a guard on the currency alone says nothing of the price). The
+    chat negotiator hands such a move back once with this reason; a model that insists has a
+    reason beyond the guards (its objective), and its move stands.
     """
-    if brief.moves_left > 1 or move.accepts_offer_id or move.action == ASK:
+    accepts = [a.name for a in brief.actions if a.accepts]
+    if brief.moves_left > 1 or move.accepts_offer_id or move.action in (ASK, *accepts):
         return None
     theirs = [e.move for e in brief.record.history if e.role != brief.our_role and e.move is not None]
     offer = theirs[-1] if theirs else None
     if offer is None or offer.terms is None or not offer.offer_id or offer.action in terminal_actions(agent):
         return None
-    accepts = [a.name for a in brief.actions if a.accepts]
-    if not accepts or not any(g.term in offer.terms for g in guards):
+    term, _currency, _unit = numeric_term(agent, guards)
+    if not accepts or term not in offer.terms or not any(g.term == term for g in guards):
         return None
     taken = Move(accepts[0], "", dict(offer.terms), "", offer.offer_id)
     if guard_violations(guards, taken):
         return None
+    how = f" (acceptsOfferId {offer.offer_id})" if brief.structured else ""
     return (
         f"this is your last move, and their offer {offer.offer_id} ({canonical_terms(offer.terms)}) is "
-        f"within the party's hard limits: {move.action} walks away from that deal. Accept it (acceptsOfferId "
-        f"{offer.offer_id}) unless the objective rules it out"
+        f"within the party's hard limits: {move.action} walks away from that deal. Accept it{how} unless "
+        "the objective rules it out"
     )
 
 

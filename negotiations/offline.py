@@ -45,7 +45,8 @@ declines instead. The aspiration is the guard's optional ``aspiration``, else
 **Acceptance** (Faratin et al.'s "next offer" rule): we accept the
 counterparty's offer once it is at least as good as our own next offer and it
 keeps to every guard and fixed term; from our last offer on, our next offer is
-the reservation, so we take any offer within our limit. On our last move, when
+the reservation, so we take any offer within our limit, as we do on our last move
+whatever the cap (with ``max_moves`` 1 it is also our first). On our last move, when
 we still cannot accept their offer, we reject. **Meeting halfway**: before our
 last offer, when their offer is within our limit but short of our next offer, a
 deal exists and we counter halfway between the two (:func:`_meet_halfway`)
@@ -70,6 +71,7 @@ guard allows, the guard's currency) and a corrected accept becomes a counter.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
@@ -336,7 +338,11 @@ def decide(s: Situation) -> Move:
             f"I must decline: I have no limit on {s.term} and no principal to ask for one.",
         )
     offered = their_offer(s)
-    if offered is not None and offered.value is not None and acceptable(s, offered, mine):
+    last_move = t >= s.max_moves - 1
+    # On our last move the choice is their offer or no deal, so our limit is the bar: with one or
+    # two moves in all, the last comes before the curve reaches it.
+    bar = s.limit.value if last_move and s.limit is not None else mine
+    if offered is not None and offered.value is not None and acceptable(s, offered, bar):
         assert offered.entry.move is not None
         shown = offered.terms if offered.terms is not None else _terms(s, offered.value)
         accept = Move(
@@ -347,7 +353,7 @@ def decide(s: Situation) -> Move:
             accepts_offer_id=offered.entry.move.offer_id,
         )
         return _corrected(s, accept, t)
-    if t >= s.max_moves - 1 and offered is not None:
+    if last_move and offered is not None:
         return Move(s.vocabulary.reject, "We cannot agree on these terms, so I must decline.")
     if offered is not None and t < last_offer_move(s.max_moves) and _within_limit(s, offered):
         mine = _meet_halfway(s, mine, offered)
@@ -384,8 +390,12 @@ def money(value: float, currency: str) -> str:
 
 
 def is_number(value: object) -> TypeGuard[int | float]:
-    """A JSON number: an int or float, not a bool."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A JSON number a double holds: an int or float, not a bool, finite and at most
+    ``sys.float_info.max`` in size (RFC 8259 §6: beyond that no two readers agree, and
+    ``float()`` of it overflows)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= sys.float_info.max
 
 
 def _fixed_terms(s: Situation) -> dict[str, Any]:

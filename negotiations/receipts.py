@@ -20,7 +20,10 @@ from typing import Any, Literal
 
 import jwt
 from a2a.utils._jcs import CanonicalizationError, canonicalize
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from jwt import PyJWK
+from jwt.algorithms import ECAlgorithm
 from jwt.exceptions import PyJWKError, PyJWTError
 
 # The extension a card names the party its agent acts for in (params.partyId), part of a party's
@@ -132,15 +135,16 @@ def payload_of(jws: str) -> Any:
 
 def verify(
     jws: str, settlement: Mapping[str, Any], *, jwks: str, keys_for: Callable[[str], list[Any]]
-) -> None:
+) -> dict[str, Any]:
     """Check that ``jws`` signs exactly ``settlement`` with a key of the key set at ``jwks``, whose
     keys ``keys_for(jwks)`` gives (its JWKS ``keys``; called only once the header names that key
     set, so that a malformed signature fetches nothing; it raises :class:`ReceiptError` when it
-    has none to give).
+    has none to give). Returns the key (a JWK dict) that the signature holds with.
 
     Raises :class:`ReceiptError` saying which: not a JWS; its header names another key set than
-    ``jwks``, or an algorithm other than ES256; no key of that ``kid`` in the set; the signature
-    does not hold; or it signs another settlement (naming the fields that differ).
+    ``jwks``, or an algorithm other than ES256; no key of that ``kid`` in the set, or one that is
+    no ES256 key (an ``oct`` secret under that ``kid``, say); the signature does not hold; or it
+    signs another settlement (naming the fields that differ).
     """
     header = header_of(jws)
     if header.get("alg") != ALGORITHM:
@@ -154,7 +158,10 @@ def verify(
     if key is None:
         raise ReceiptError(f"The key set {jwks} has no key {kid!r}.")
     try:
-        payload = jwt.api_jws.decode_complete(jws, key=PyJWK(key).key, algorithms=[ALGORITHM])["payload"]
+        # The key is read as ES256's, whatever its own "kty" and "alg" say: a key of another type
+        # under the kid is refused here rather than handed to ES256 to fail on.
+        public = PyJWK(key, algorithm=ALGORITHM).key
+        payload = jwt.api_jws.decode_complete(jws, key=public, algorithms=[ALGORITHM])["payload"]
     except (PyJWTError, PyJWKError) as exc:
         raise ReceiptError(f"The signature does not hold with key {kid!r} of {jwks}: {exc}") from exc
     if payload != canonical_bytes(settlement):
@@ -165,6 +172,22 @@ def verify(
         raise SettlementDiffers(
             f"The signature is over another settlement: {differences(signed, settlement)}."
         )
+    return dict(key)
+
+
+def same_key(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether the EC public keys (JWK dicts) ``a`` and ``b`` are one key: the members of their
+    RFC 7638 thumbprint (``crv``, ``kty``, ``x``, ``y``) are equal, whatever their ``kid``."""
+    members = ("crv", "kty", "x", "y")
+    return all(a.get(m) == b.get(m) for m in members)
+
+
+def public_jwk(private_pem: str) -> dict[str, Any]:
+    """The public half of the PEM EC key ``private_pem`` as a JWK dict (``kty``, ``crv``, ``x``, ``y``)."""
+    private = serialization.load_pem_private_key(private_pem.encode(), password=None)
+    assert isinstance(private, ec.EllipticCurvePrivateKey)
+    jwk: dict[str, Any] = ECAlgorithm.to_jwk(private.public_key(), as_dict=True)
+    return jwk
 
 
 def differences(signed: Any, settlement: Mapping[str, Any]) -> str:
@@ -226,9 +249,10 @@ def verify_receipt(document: Any, keys_for: Callable[[str], list[Any]]) -> Recei
     settlement names), raising :class:`ReceiptError` when it has none to give.
 
     Each role's signature must sign the receipt's settlement, with a key of the key set that role's
-    party names (:func:`verify`). Raises :class:`ReceiptError` only for a document that is no
-    receipt at all (not an object, no settlement, no parties); a missing or failing signature is a
-    :class:`ReceiptCheck` that is not valid, saying why.
+    party names (:func:`verify`), and the two keys must differ (:func:`same_key`). Raises
+    :class:`ReceiptError` only for a document that is no receipt at all (not an object, no
+    settlement, no parties); a missing or failing signature is a :class:`ReceiptCheck` that is not
+    valid, saying why.
     """
     if not isinstance(document, dict) or not isinstance(document.get("settlement"), dict):
         raise ReceiptError("A receipt is a JSON object with a settlement and its signatures.")
@@ -239,6 +263,7 @@ def verify_receipt(document: Any, keys_for: Callable[[str], list[Any]]) -> Recei
     signatures = document.get("signatures")
     signatures = signatures if isinstance(signatures, dict) else {}
     found: dict[str, str | None] = {}
+    keys: dict[str, dict[str, Any]] = {}
     for role in PARTIES:
         entry = signatures.get(role)
         jws = entry.get("jws") if isinstance(entry, dict) else None
@@ -250,10 +275,13 @@ def verify_receipt(document: Any, keys_for: Callable[[str], list[Any]]) -> Recei
             found[role] = f"The {role} side names no key set."
             continue
         try:
-            verify(jws, settlement, jwks=jwks, keys_for=keys_for)
+            keys[role] = verify(jws, settlement, jwks=jwks, keys_for=keys_for)
             found[role] = None
         except ReceiptError as exc:
             found[role] = str(exc)
+    if len(keys) == len(PARTIES) and same_key(keys["user"], keys["agent"]):
+        # One key signed for both sides: nobody but its holder agreed to anything.
+        found["agent"] = "It is made with the same key as the user side's: one party signed for both."
     failed = [f"{role}: {why}" for role, why in found.items() if why is not None]
     if failed:
         return ReceiptCheck(False, found, "The receipt does not hold. " + " ".join(failed))

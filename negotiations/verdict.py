@@ -11,6 +11,7 @@ Pure: no Django, no I/O.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -166,12 +167,13 @@ def prose_amounts(text: str) -> tuple[float, ...]:
 
     A number (commas removed, decimals allowed) right after ``$``, ``€`` or ``£`` (one optional
     space), or right before euro(s)/dollar(s)/pound(s)/usd/eur/gbp, case-insensitive. Distinct
-    values in order of first appearance: "€1,200 or 1200 euros" gives ``(1200.0,)``.
+    values in order of first appearance: "€1,200 or 1200 euros" gives ``(1200.0,)``. A number
+    too large for a double (it reads as infinity) is no amount.
     """
     found: list[float] = []
     for match in _AMOUNT.finditer(text):
         amount = float((match.group(1) or match.group(2)).replace(",", ""))
-        if amount not in found:
+        if math.isfinite(amount) and amount not in found:
             found.append(amount)
     return tuple(found)
 

@@ -274,11 +274,15 @@ def _check(
     if not their_jws:
         return S.MISSING, "They sent no signature of this settlement.", canonical
     try:
-        receipts.verify(their_jws, canonical, jwks=theirs["jwks"], keys_for=key_set)
+        their_key = receipts.verify(their_jws, canonical, jwks=theirs["jwks"], keys_for=key_set)
     except receipts.SettlementDiffers as exc:
         return S.DIFFERS, str(exc), canonical
     except receipts.ReceiptError as exc:
         return S.INVALID, str(exc), canonical
+    material = signing_material(negotiation.agent)
+    if material is not None and receipts.same_key(their_key, receipts.public_jwk(material.private_pem)):
+        # A card naming our key set can hand back a signature of ours as theirs.
+        return S.INVALID, "Their signature is made with our own key: they signed nothing.", canonical
     return S.COUNTERSIGNED, "", canonical
 
 

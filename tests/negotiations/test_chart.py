@@ -186,3 +186,16 @@ class TestScore:
         scored = score(None, None)
 
         assert (scored.turns, scored.tokens, scored.cost) == (6, 150, Decimal("0.0042"))
+
+
+def test_an_absurd_offer_is_drawn_at_the_edge_and_labelled_as_it_is() -> None:
+    """A counterparty's 1.7e308 and -1.7e308 are finite JSON numbers; a scale holding them would
+    overflow (draw raised OverflowError on them). They are drawn at ±REACH, inside the plot."""
+    offers = [Offer(1, "ours", 700), Offer(2, "theirs", 1.7e308), Offer(3, "theirs", -1.7e308)]
+    drawn = chart.draw(offers, limit=1000)
+    assert drawn is not None
+    ys = [p.y for p in drawn.ours.points + drawn.theirs.points]
+    assert all(TOP <= y <= HEIGHT - BOTTOM for y in ys)
+    assert [p.value for p in drawn.theirs.points] == [1.7e308, -1.7e308]
+    assert drawn.theirs.points[0].y == min(ys)
+    assert drawn.theirs.points[1].y == max(ys)

@@ -430,3 +430,34 @@ def test_a_reject_is_not_handed_back_outside_the_limits_or_before_the_last_move(
 
     assert move.action == "reject"
     assert len(chat.requests) == 1
+
+
+@pytest.mark.django_db
+def test_an_accept_in_prose_on_the_last_move_is_not_walking_away(buyer: Agent, chat: ChatServer) -> None:
+    """With terms off an accept names no offer (the tool has no acceptsOfferId): it is still an accept,
+    not a walk-away to hand back."""
+    buyer.terms = ""
+    buyer.save()
+    chat.script(
+        move_call(action="accept", message="Agreed at €1,050 a day."),
+        move_call(action="reject", message="No deal then."),
+    )
+
+    move = decide(buyer, their_offer(1050), max_moves=1).move
+
+    assert move.action == "accept"
+    assert len(chat.requests) == 1
+
+
+@pytest.mark.django_db
+def test_a_guard_on_the_currency_alone_does_not_judge_the_price(buyer: Agent, chat: ChatServer) -> None:
+    """The only guard fixes the currency: it says nothing of the amount, so a reject of 50,000 EUR a
+    day on the last move is the model's call, not a walk-away from a deal within the limits."""
+    buyer.term_guards = [{"term": "currency", "op": "==", "value": "EUR"}]
+    buyer.save()
+    chat.script(move_call(action="reject", message="Far too much."))
+
+    move = decide(buyer, their_offer(50_000), max_moves=1).move
+
+    assert move.action == "reject"
+    assert len(chat.requests) == 1

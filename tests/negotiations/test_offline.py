@@ -398,6 +398,43 @@ def test_another_currency_is_never_taken_as_ours(t: int, theirs: dict[str, Any],
         assert move.terms == {"amount": 562, "currency": "USD"}
 
 
+# --- Absurd offers --------------------------------------------------------------------------
+
+
+def test_an_amount_no_double_holds_is_no_offer() -> None:
+    """A counterparty's structured amount of 10**400 (JSON, and a Python int, but beyond any
+    double) is no offer: the seller goes on as if none had been made, rather than failing on
+    ``float()`` of it."""
+    unanswered = decide(seller(), exchange([eur(1358)], []))
+    move = decide(seller(), exchange([eur(1358)], [eur(10**400)]))
+    assert (move.action, move.terms) == ("counter", unanswered.terms)
+
+
+def test_a_prose_amount_that_reads_as_infinity_is_never_accepted() -> None:
+    """A prose offer of €99…9 (400 digits, infinity as a double) names no amount: the seller
+    does not agree to €inf, a price no JSON can carry."""
+    idris = seller()
+    record = exchange([eur(1358)], [])
+    record = TaskRecord(record.state, (*record.history, Entry("agent", Move("counter", "€" + "9" * 400))))
+    move = decide(idris, record)
+    assert (move.action, move.terms) == ("counter", decide(seller(), exchange([eur(1358)], [])).terms)
+
+
+@pytest.mark.parametrize("strategy", sorted(offline.STRATEGIES))
+def test_with_one_move_in_all_an_offer_within_the_limit_is_taken(strategy: str) -> None:
+    """Our only move is our last: the choice is their offer or no deal, so 1,000 against a floor of
+    950 is taken, though short of where the curve would open (it was rejected)."""
+    record = exchange([], [eur(1000)], our_role="agent")
+    move = decide(seller(strategy), record, our_role="agent", max_moves=1)
+    assert (move.action, move.terms, move.accepts_offer_id) == ("accept", eur(1000), "t0")
+    assert (
+        decide(
+            seller(strategy), exchange([], [eur(900)], our_role="agent"), our_role="agent", max_moves=1
+        ).action
+        == "reject"
+    )
+
+
 # --- Relative dates -----------------------------------------------------------------------
 
 

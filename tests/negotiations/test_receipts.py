@@ -4,6 +4,7 @@ management command, offline with the key sets as files. Our side downloads its o
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from pathlib import Path
@@ -15,6 +16,10 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from a2a_gateway.cards import jwks_url
 from a2a_gateway.models import SigningKey
@@ -26,6 +31,7 @@ from negotiations.models import Negotiation, Settlement
 from negotiations.services import signatures
 from parley import services
 from tests.conftest import LiveStack
+from tests.loopback import LoopbackServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -288,3 +294,82 @@ def test_a_card_without_the_extension_or_its_key_set_states_no_signing_party() -
     no_key_set = {"uri": receipts.SETTLEMENT_EXTENSION, "params": {"jwks": 7}}
     assert receipts.identity_of_card({"name": "A", "capabilities": {"extensions": [no_key_set]}}) is None
     assert receipts.identity_of_card({}) is None
+
+
+# --- Hostile key sets and receipts ---------------------------------------------------------------
+
+
+def test_a_secret_under_the_signing_kid_is_no_key(receipt: dict[str, Any]) -> None:
+    """A key set that lists an HMAC secret (``oct``) under the signature's kid: ES256 cannot read it,
+    and the check says the signature does not hold instead of failing on it (a 500 before)."""
+    kid = receipts.header_of(receipt["signatures"]["agent"]["jws"])["kid"]
+    secret = {"kid": kid, "kty": "oct", "k": "c2VjcmV0"}
+
+    def keys_for(url: str) -> list[Any]:
+        return [secret]
+
+    check = receipts.verify_receipt(receipt, keys_for)
+    assert not check.valid
+    assert "does not hold" in str(check.signatures["agent"])
+
+
+def test_a_receipt_signed_twice_with_one_key_does_not_hold(
+    agent: Agent, seller: Agent, keys: dict[str, SigningKey]
+) -> None:
+    """Both roles' signatures made with Tomas's key, each party naming a key set that lists it: each
+    holds on its own, but one party signed for both, so the receipt proves no agreement."""
+    settlement = settlement_of(agent, seller)
+    key = keys["user"]
+    forged = receipts.receipt(
+        settlement,
+        {"user": signed_by(key, agent, settlement), "agent": signed_by(key, seller, settlement)},
+    )
+
+    def keys_for(url: str) -> list[Any]:
+        return [{**receipts.public_jwk(key.private_pem), "kid": key.kid}]
+
+    check = receipts.verify_receipt(forged, keys_for)
+    assert not check.valid
+    assert check.signatures == {
+        "user": None,
+        "agent": "It is made with the same key as the user side's: one party signed for both.",
+    }
+
+
+class KeySetServer(LoopbackServer):
+    """Serves ``body`` as a key set at any path."""
+
+    what = "the key set server"
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__()
+        self.body = body
+        self.listen(Starlette(routes=[Route("/{path:path}", self.serve)]))
+
+    async def serve(self, request: Request) -> Response:
+        return Response(self.body, media_type="application/json")
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        # Anyone names the key set's URL: a body of any length is not read whole.
+        (b'{"keys": [], "pad": "' + b"x" * 1_000_000 + b'"}', "longer than 65536 bytes"),
+        # Nested past what the JSON reader can recurse into (a RecursionError, a 500, before).
+        (b"[" * 30_000 + b"]" * 30_000, "could not be fetched"),
+    ],
+)
+def test_a_key_set_too_long_or_too_deep_is_a_reason_not_an_error(
+    receipt: dict[str, Any], body: bytes, said: str
+) -> None:
+    with KeySetServer(body) as server:
+        tampered = copy.deepcopy(receipt)
+        jws = tampered["signatures"]["agent"]["jws"]
+        url = f"{server.origin}/jwks.json"
+        tampered["settlement"]["parties"]["agent"]["jwks"] = url
+        header = {**receipts.header_of(jws), "jku": url}
+        encoded = base64.urlsafe_b64encode(json.dumps(header).encode()).rstrip(b"=").decode()
+        tampered["signatures"]["agent"]["jws"] = ".".join([encoded, *jws.split(".")[1:]])
+        response = verify_api(tampered)
+    assert response.status_code == 200, response.content
+    assert said in response.json()["signatures"]["agent"]

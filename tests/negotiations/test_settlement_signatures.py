@@ -21,7 +21,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from a2a_gateway.cards import jwks_url
 from a2a_gateway.signing import active_signing_key, signing_key_create
+from agents.addresses import agent_url
 from agents.models import Agent, Intent, Run
 from negotiations import receipts
 from negotiations.models import Negotiation, Settlement, Turn
@@ -265,3 +267,53 @@ def test_a_tampered_countersignature_is_recorded_as_such(
     assert not check.valid
     assert check.signatures["user"] is None
     assert check.signatures["agent"]
+
+
+class ReflectingProxy(DialectProxy):
+    """A counterparty that signs nothing: its card (served here) names Tomas's key set as its own,
+    and each signature its answers carry is replaced by Tomas's own latest one, read from his
+    requests, which is over the very settlement those requests would close on."""
+
+    def __init__(self, upstream: str, *, their_key_set: str) -> None:
+        self.their_key_set = their_key_set
+        self.reflected = ""
+        super().__init__(upstream, wire="1.0", tamper=self.reflect)
+
+    def reflect(self, found: dict[str, Any]) -> None:
+        found["signature"] = self.reflected
+
+    async def forward(self, request: Request) -> Response:
+        if request.method == "POST":
+            for found in signatures_in(json.loads(await request.body())):
+                self.reflected = found["signature"]
+        response = await super().forward(request)
+        if not request.url.path.endswith("/.well-known/agent-card.json") or response.status_code != 200:
+            return response
+        card = json.loads(response.body)
+        for extension in card["capabilities"]["extensions"]:
+            if extension["uri"] == receipts.SETTLEMENT_EXTENSION:
+                extension["params"]["jwks"] = self.their_key_set
+        return Response(json.dumps(card).encode(), media_type="application/json")
+
+
+def test_a_counterparty_handing_back_our_own_signature_has_not_countersigned(
+    live_stack: LiveStack, buyer: Agent, seller: Agent, intent: Intent, keys: None
+) -> None:
+    """A card naming our key set as its own, and their closing reply carrying our own signature of
+    the settlement: it holds with that key set, but they signed nothing, so the settlement is not
+    recorded countersigned."""
+    ours_url = jwks_url(agent_url(buyer))
+    with ReflectingProxy(live_stack.url, their_key_set=ours_url) as proxy:
+        url = seller_url(live_stack, seller).replace(live_stack.url, proxy.origin)
+        ours, _theirs = both_sides(buyer, seller, intent, url)
+        assert proxy.reflected
+
+    mine = Settlement.across_tenants.get(negotiation=ours)
+    assert mine.outcome == Settlement.Outcome.AGREED
+    assert mine.their_signature == proxy.reflected
+    assert (mine.signature, mine.signature_reason) == (
+        Settlement.Signature.INVALID,
+        "Their signature is made with our own key: they signed nothing.",
+    )
+    check = signatures.receipt_check(signatures.receipt_of(mine))
+    assert not check.valid

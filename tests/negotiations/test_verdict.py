@@ -307,6 +307,8 @@ def test_verify_agreement_reads_both_dialects_alike() -> None:
         ("$  450", ()),
         ("100 usd.", (100.0,)),
         ("1.5 EUR", (1.5,)),
+        # Too large for a double: it would read as infinity.
+        ("€" + "9" * 400 + " or €5", (5.0,)),
     ],
 )
 def test_prose_amounts(prose: str, expected: tuple[float, ...]) -> None:
