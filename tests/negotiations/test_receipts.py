@@ -182,14 +182,20 @@ def test_anyone_checks_a_receipt_on_the_page(live_stack: LiveStack, receipt: dic
 # --- The management command, offline ---------------------------------------------------------------
 
 
-def files(tmp_path: Path, receipt: dict[str, Any], keys: dict[str, SigningKey]) -> list[str]:
+def files(
+    tmp_path: Path, receipt: dict[str, Any], keys: dict[str, SigningKey], *, swapped: bool = False
+) -> list[str]:
+    """The command's arguments: the receipt, and each role's key set saved for its party's URL (or,
+    ``swapped``, for the other party's)."""
     (tmp_path / "receipt.json").write_text(json.dumps(receipt))
-    paths = []
+    parties = receipt["settlement"]["parties"]
+    given = []
     for role, key in keys.items():
         path = tmp_path / f"{role}-jwks.json"
         path.write_text(json.dumps({"keys": [key.public_jwk]}))
-        paths.append(str(path))
-    return [str(tmp_path / "receipt.json"), *(f"--jwks={p}" for p in paths)]
+        url = parties["agent" if role == "user" else "user"]["jwks"] if swapped else parties[role]["jwks"]
+        given.append(f"--jwks={url}={path}")
+    return [str(tmp_path / "receipt.json"), *given]
 
 
 def test_the_command_checks_a_receipt_offline(
@@ -206,8 +212,25 @@ def test_the_command_fails_a_tampered_receipt_or_a_missing_key_set(
 ) -> None:
     with pytest.raises(CommandError, match="terms differ"):
         call_command("verify_receipt", *files(tmp_path, with_other_terms(receipt), keys))
-    with pytest.raises(CommandError, match="has no key"):
+    with pytest.raises(CommandError, match="No key set file was given"):
         call_command("verify_receipt", *files(tmp_path, receipt, {"user": keys["user"]}))
+
+
+def test_the_command_checks_each_side_only_with_its_own_partys_key_set(
+    tmp_path: Path, receipt: dict[str, Any], keys: dict[str, SigningKey]
+) -> None:
+    """Both key sets given, but each under the other party's URL: neither side's key vouches for the
+    other's signature."""
+    with pytest.raises(CommandError, match=r"user: .*agent: "):
+        call_command("verify_receipt", *files(tmp_path, receipt, keys, swapped=True))
+
+
+def test_the_command_names_the_form_of_a_key_set_argument(
+    tmp_path: Path, receipt: dict[str, Any], keys: dict[str, SigningKey]
+) -> None:
+    (tmp_path / "receipt.json").write_text(json.dumps(receipt))
+    with pytest.raises(CommandError, match="is not URL=FILE"):
+        call_command("verify_receipt", str(tmp_path / "receipt.json"), f"--jwks={tmp_path / 'a.json'}")
 
 
 # --- Our side downloads its receipt -------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""``manage.py verify_receipt RECEIPT --jwks FILE [--jwks FILE]``: check a settlement receipt offline.
+"""``manage.py verify_receipt RECEIPT --jwks URL=FILE [--jwks URL=FILE]``: check a settlement receipt offline.
 
 A third party's check (docs/settlement-signatures.md#receipts) with nothing but
 the receipt and the parties' public key sets, as files: no network, no
-database. Each signature is checked with the key of its ``kid`` found in any
-of the key sets given (a ``kid`` is the key's RFC 7638 thumbprint, so it names
-that key alone). Prints whether each side's signature holds; exits non-zero
-when the receipt does not hold.
+database. Each file is given for the key set URL it was saved from (the
+``jwks`` a party of the settlement names), and a side's signature is checked
+only with the keys of its own party's file, so one party's keys never vouch for
+the other's. Prints whether each side's signature holds; exits non-zero when
+the receipt does not hold.
 """
 
 from __future__ import annotations
@@ -37,20 +38,33 @@ class Command(BaseCommand):
             action="append",
             default=[],
             required=True,
-            help="a party's JSON Web Key Set, a JSON file (give one per party)",
+            metavar="URL=FILE",
+            help="a party's key set URL as the receipt names it, and the file its JSON Web Key Set was "
+            "saved to (give one per party)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         document = read_json(options["receipt"], "receipt")
-        keys: list[Any] = []
-        for path in options["jwks"]:
+        key_sets: dict[str, list[Any]] = {}
+        for given in options["jwks"]:
+            url, sep, path = given.rpartition("=")
+            if not sep or not url or not path:
+                raise CommandError(
+                    f"--jwks {given!r} is not URL=FILE: name the key set URL the file was saved from."
+                )
             key_set = read_json(path, "key set")
             found = key_set.get("keys") if isinstance(key_set, dict) else None
             if not isinstance(found, list):
                 raise CommandError(f'The key set {path} has no keys: a JWKS is {{"keys": [...]}}.')
-            keys.extend(found)
+            key_sets[url] = found
+
+        def keys_for(url: str) -> list[Any]:
+            if url not in key_sets:
+                raise receipts.ReceiptError(f"No key set file was given for {url} (--jwks {url}=FILE).")
+            return key_sets[url]
+
         try:
-            check = receipts.verify_receipt(document, lambda url: keys)
+            check = receipts.verify_receipt(document, keys_for)
         except receipts.ReceiptError as exc:
             raise CommandError(str(exc)) from exc
         for role, why in check.signatures.items():
