@@ -10,19 +10,10 @@ import pytest
 from rest_framework.test import APIClient
 
 from agents.models import Agent, Intent
-from negotiations.models import Negotiation, Settlement
-from tests.negotiations.pages import FLOOR, inbound_deal, outbound
+from negotiations.models import Negotiation
+from tests.negotiations.pages import AGREED_AT_1000, CEILING, FLOOR, inbound_deal, outbound
 
 pytestmark = pytest.mark.django_db
-
-CEILING = [{"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"}]
-AGREED_AT_1000: dict[str, Any] = {
-    "outcome": Settlement.Outcome.AGREED,
-    "basis": Settlement.Basis.TERMS,
-    "terms": {"amount": 1000, "currency": "EUR"},
-    "reason": "Closing move carries terms.",
-    "ended_by": "ours",
-}
 
 
 def ok(response: Any) -> Any:

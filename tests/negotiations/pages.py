@@ -18,6 +18,21 @@ from parley.models import Tenant
 
 # The floor the inbound tests' agent sells above: the offline negotiator then counters, never asks.
 FLOOR = [{"term": "amount", "op": ">=", "value": 950, "currency": "EUR"}]
+# A buyer's ceiling, and settlements to record on a negotiation (Settlement fields), for scored pages.
+CEILING = [{"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"}]
+AGREED_AT_1000: dict[str, Any] = {
+    "outcome": Settlement.Outcome.AGREED,
+    "basis": Settlement.Basis.TERMS,
+    "terms": {"amount": 1000, "currency": "EUR"},
+    "reason": "Closing move carries terms.",
+    "ended_by": "ours",
+}
+DECLINED: dict[str, Any] = {
+    "outcome": Settlement.Outcome.DECLINED,
+    "basis": Settlement.Basis.STATE,
+    "reason": "Task ended as rejected.",
+    "ended_by": "theirs",
+}
 
 
 def board_url(tenant: Tenant | str) -> str:

@@ -5,35 +5,30 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
 from agents.models import Agent, Intent
-from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.models import Negotiation, Turn
 from parley.models import Membership, Tenant
-from tests.negotiations.pages import FLOOR, board_rows, board_url, detail_url, inbound_deal, outbound
+from tests.negotiations.pages import (
+    AGREED_AT_1000,
+    CEILING,
+    DECLINED,
+    FLOOR,
+    board_rows,
+    board_url,
+    detail_url,
+    inbound_deal,
+    outbound,
+)
 from tests.parley.tenancy import member
 
 pytestmark = pytest.mark.django_db
 
 COUNTERPARTY, TURNS, SURPLUS, SHARE, COST = 0, 5, 8, 9, 10
-CEILING = [{"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"}]
-AGREED_AT_1000: dict[str, Any] = {
-    "outcome": Settlement.Outcome.AGREED,
-    "basis": Settlement.Basis.TERMS,
-    "terms": {"amount": 1000, "currency": "EUR"},
-    "reason": "Closing move carries terms.",
-    "ended_by": "ours",
-}
-DECLINED: dict[str, Any] = {
-    "outcome": Settlement.Outcome.DECLINED,
-    "basis": Settlement.Basis.STATE,
-    "reason": "Task ended as rejected.",
-    "ended_by": "theirs",
-}
 
 
 @pytest.fixture

@@ -12,24 +12,9 @@ import pytest
 from agents.models import Agent, Intent
 from negotiations import selectors
 from negotiations.models import Negotiation, Settlement, Turn
-from tests.negotiations.pages import FLOOR, inbound_deal, outbound
+from tests.negotiations.pages import AGREED_AT_1000, CEILING, DECLINED, FLOOR, inbound_deal, outbound
 
 pytestmark = pytest.mark.django_db
-
-CEILING = [{"term": "amount", "op": "<=", "value": 1100, "currency": "EUR"}]
-AGREED_AT_1000: dict[str, Any] = {
-    "outcome": Settlement.Outcome.AGREED,
-    "basis": Settlement.Basis.TERMS,
-    "terms": {"amount": 1000, "currency": "EUR"},
-    "reason": "Closing move carries terms.",
-    "ended_by": "ours",
-}
-DECLINED: dict[str, Any] = {
-    "outcome": Settlement.Outcome.DECLINED,
-    "basis": Settlement.Basis.STATE,
-    "reason": "Task ended as rejected.",
-    "ended_by": "theirs",
-}
 
 
 def guarded(agent: Agent, guards: list[dict[str, Any]]) -> Agent:
