@@ -692,8 +692,10 @@ def walks_away(
     none that accepts: with terms off an accept names no offer) while the counterparty's latest
     offer is one the party's guards allow: accepting it breaks no guard, and a guard limits the
     term bargained over (:func:`numeric_term`) and the offer names it (without one, what it
-    offers is not ours to judge: a guard on the currency alone says nothing of the price). The
-    chat negotiator hands such a move back once with this reason; a model that insists has a
+    offers is not ours to judge: a guard on the currency alone says nothing of the price), and it
+    names no term beyond that one, the currency and terms a guard limits (a penalty clause no guard
+    weighs is the model's to judge, as the ``offline`` strategy takes no such offer). The chat
+    negotiator hands such a move back once with this reason; a model that insists has a
     reason beyond the guards (its objective), and its move stands.
     """
     accepts = [a.name for a in brief.actions if a.accepts]
@@ -705,6 +707,8 @@ def walks_away(
         return None
     term, _currency, _unit = numeric_term(agent, guards)
     if not accepts or term not in offer.terms or not any(g.term == term for g in guards):
+        return None
+    if set(offer.terms) - {term, "currency", *(g.term for g in guards)}:
         return None
     taken = Move(accepts[0], "", dict(offer.terms), "", offer.offer_id)
     if guard_violations(guards, taken):

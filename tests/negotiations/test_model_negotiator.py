@@ -461,3 +461,23 @@ def test_a_guard_on_the_currency_alone_does_not_judge_the_price(buyer: Agent, ch
 
     assert move.action == "reject"
     assert len(chat.requests) == 1
+
+
+@pytest.mark.django_db
+def test_an_offer_with_a_term_no_guard_weighs_is_not_pressed_on_the_model(
+    buyer: Agent, chat: ChatServer
+) -> None:
+    """Their 1,050 is within the ceiling, but it carries a penalty clause no guard limits: rejecting
+    it on the last move is the model's call, not handed back."""
+    penalty = Move(
+        "propose",
+        "1,050, with a penalty.",
+        {"amount": 1050, "currency": "EUR", "penalty": 1000000},
+        THEIR_OFFER,
+    )
+    chat.script(move_call(action="reject", message="No deal."))
+
+    move = decide(buyer, TaskRecord("input-required", (Entry(role="agent", move=penalty),)), max_moves=1).move
+
+    assert move.action == "reject"
+    assert len(chat.requests) == 1
