@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 from api.schema import ERROR_SCHEMA
 from negotiations import receipts
 from negotiations.services import signatures
+from negotiations.throttles import ReceiptCheckThrottle
 
 
 class ReceiptSerializer(serializers.Serializer[Any]):
@@ -56,6 +57,7 @@ class ReceiptVerifyView(APIView):
 
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
+    throttle_classes = [ReceiptCheckThrottle]
 
     @extend_schema(
         summary="Check a settlement receipt",
@@ -63,6 +65,11 @@ class ReceiptVerifyView(APIView):
         responses={
             200: ReceiptCheckSerializer,
             400: OpenApiResponse(ERROR_SCHEMA, description="the body is no receipt"),
+            429: OpenApiResponse(
+                ERROR_SCHEMA,
+                description="too many checks from this address this minute (`RECEIPT_CHECKS_PER_MINUTE`); "
+                "`Retry-After` says when to ask again",
+            ),
         },
         auth=[],
         description="Anyone may ask: the answer rests on nothing but the receipt and the public key sets its "

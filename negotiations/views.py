@@ -3,6 +3,7 @@ to an inbound one parked on it. Thin."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -24,6 +25,7 @@ from negotiations.forms import BoardFilterForm, ReceiptForm
 from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.score import Score
 from negotiations.services import parking, signatures
+from negotiations.throttles import ReceiptCheckThrottle
 from parley.models import Membership
 from parley.pages import FilteredListView, TenantMixin, is_htmx
 from parley.roles import OPERATE
@@ -269,6 +271,13 @@ class ReceiptVerifyView(View):
     def post(self, request: HttpRequest) -> HttpResponse:
         form = ReceiptForm(request.POST)
         context: dict[str, Any] = {"form": form}
+        throttle = ReceiptCheckThrottle()
+        if not throttle.allow_page(request):
+            wait = math.ceil(throttle.wait() or 1)
+            form.add_error("receipt", f"Too many receipt checks from your address: try again in {wait} s.")
+            response = render(request, self.template_name, context, status=429)
+            response["Retry-After"] = str(wait)
+            return response
         if form.is_valid():
             try:
                 context["check"] = signatures.receipt_check(form.cleaned_data["receipt"])

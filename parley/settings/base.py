@@ -268,6 +268,9 @@ PARLEY_HOST_OPERATIONS_ALLOW_HTTP = env.bool("PARLEY_HOST_OPERATIONS_ALLOW_HTTP"
 # (parley.outbound), unless this allows private, loopback and link-local ones: on the embedded
 # default, whose demo counterparties and local models (Ollama at 127.0.0.1:11434) are on loopback.
 OUTBOUND_ALLOW_PRIVATE = env.bool("OUTBOUND_ALLOW_PRIVATE", default=EMBEDDED)
+# Receipt checks one client address may make a minute, at POST /api/v1/receipts/verify and the
+# /receipts/verify/ page together: each fetches the key sets a stranger's receipt names.
+RECEIPT_CHECKS_PER_MINUTE = env.int("RECEIPT_CHECKS_PER_MINUTE", default=30)
 
 # LOG_FORMAT=plain (the default, for people) or json (one object per line, for log shippers). In
 # both, records logged inside parley.telemetry.log_context carry its ids (run_id, tenant_id…) and

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.test import Client
+from django.test import Client, override_settings
 from django.urls import reverse
 from rest_framework.test import APIClient
 from starlette.applications import Starlette
@@ -99,6 +100,13 @@ def with_swapped_signer(receipt: dict[str, Any]) -> dict[str, Any]:
     return tampered
 
 
+@pytest.fixture(autouse=True)
+def no_checks_counted_yet() -> None:
+    """Each test starts with no receipt checks counted against its address: the count is kept in
+    the cache for a minute, and other tests (the schema's property-based calls) make checks too."""
+    cache.clear()
+
+
 # --- The API endpoint ------------------------------------------------------------------------------
 
 
@@ -156,6 +164,25 @@ def test_what_is_no_receipt_is_refused(db: None) -> None:
     assert response.json()["error"]["fields"]["settlement"] == [
         "The settlement names no parties (parties.user and parties.agent)."
     ]
+
+
+@override_settings(RECEIPT_CHECKS_PER_MINUTE=2)
+def test_an_address_that_checks_too_often_is_told_when_to_come_back(db: None) -> None:
+    """Two checks a minute here, the API's and the page's counted together: the third from the same
+    address is a 429 with Retry-After, through either door, and fetches nothing."""
+    no_receipt = {"settlement": {"terms": {}}, "signatures": {}}
+    assert verify_api(no_receipt).status_code == 400
+    assert Client().post(reverse("receipts:verify"), {"receipt": "{}"}).status_code == 400
+
+    refused = verify_api(no_receipt)
+    page = Client().post(reverse("receipts:verify"), {"receipt": "{}"})
+
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "throttled"
+    assert 0 < int(refused["Retry-After"]) <= 60
+    assert page.status_code == 429
+    assert 0 < int(page["Retry-After"]) <= 60
+    assert "Too many receipt checks from your address" in page.content.decode()
 
 
 # --- The page ------------------------------------------------------------------------------------
