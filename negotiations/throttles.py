@@ -3,8 +3,8 @@
 A receipt check (:func:`negotiations.services.signatures.receipt_check`) is open to anyone and
 fetches up to two key sets from the URLs the receipt names, so an address that checks without
 pause would have us fetch without pause. DRF's throttle counts the checks in the default cache,
-keyed by the client's address (``REMOTE_ADDR``, or ``X-Forwarded-For`` behind
-``REST_FRAMEWORK["NUM_PROXIES"]`` proxies); the rate is ``RECEIPT_CHECKS_PER_MINUTE``.
+keyed by the client's address (the connection's, or read from ``X-Forwarded-For`` behind
+``TRUSTED_PROXY_COUNT`` proxies); the rate is ``RECEIPT_CHECKS_PER_MINUTE``.
 """
 
 from __future__ import annotations
