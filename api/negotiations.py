@@ -347,8 +347,7 @@ class NegotiationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tenan
     )
     @action(detail=True, methods=["get"], filter_backends=[], pagination_class=None)
     def receipt(self, request: Request, pk: Any = None) -> Response:
-        settlement = Settlement.objects.for_tenant(self.tenant).filter(negotiation=self.get_object()).first()
-        receipt = signatures.receipt_of(settlement) if settlement is not None else None
+        receipt = signatures.receipt_for(self.get_object())
         if receipt is None:
             raise NotFound("This negotiation has no signed settlement.")
         return Response(receipt)

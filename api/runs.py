@@ -9,7 +9,7 @@ answered or decided shows ``answered_by``/``decided_by`` null.
 from __future__ import annotations
 
 from datetime import UTC
-from typing import Any
+from typing import Any, get_args
 
 import django_filters
 from django.db import models
@@ -29,6 +29,7 @@ from api.base import TenantViewSet
 from api.configuration import JSONObjectField
 from api.errors import Conflict
 from api.fields import TenantRowField, of_tenant
+from negotiations.limits import Kind
 from parley.models import Event
 
 # Runs.
@@ -141,7 +142,7 @@ class ModelCallSerializer(serializers.ModelSerializer[Message]):
 # The kinds of a failed try of a model call (the run.retry and run.fallback events, less "run.").
 ATTEMPT_KINDS = [("retry", "retry"), ("fallback", "fallback")]
 # A limit's kinds (negotiations.limits.Kind): the most the party pays, or the least it takes.
-LIMIT_KINDS = [("ceiling", "ceiling"), ("floor", "floor")]
+LIMIT_KINDS = [(kind, kind) for kind in get_args(Kind)]
 
 
 class AttemptSerializer(serializers.Serializer[Event]):

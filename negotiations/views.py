@@ -22,7 +22,7 @@ from agents.selectors import Understood, agent_currency, visible_agents
 from agents.services import runs
 from negotiations import negotiator, receipts, selectors
 from negotiations.forms import BoardFilterForm, ReceiptForm
-from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.models import Negotiation, Turn
 from negotiations.score import Score
 from negotiations.services import parking, signatures
 from negotiations.throttles import ReceiptCheckThrottle
@@ -175,8 +175,7 @@ class ReceiptDownloadView(NegotiationPageMixin, View):
 
     def get(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
         negotiation = get_object_or_404(self.get_queryset(), pk=pk)
-        settlement = Settlement.objects.for_tenant(self.tenant).filter(negotiation=negotiation).first()
-        receipt = signatures.receipt_of(settlement) if settlement is not None else None
+        receipt = signatures.receipt_for(negotiation)
         if receipt is None:
             raise Http404("This negotiation has no signed settlement.")
         response = JsonResponse(receipt, json_dumps_params={"indent": 2, "ensure_ascii": False})

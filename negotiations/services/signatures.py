@@ -247,7 +247,8 @@ def _check(
             why = "They did not activate the settlement-signature extension, so they sign none."
         return S.NOT_OFFERED, why, None
     ours = own_identity(negotiation.agent)
-    if ours is None or signing_material(negotiation.agent) is None:
+    material = signing_material(negotiation.agent)
+    if ours is None or material is None:
         return S.UNSIGNED, "Our organisation has no signing key, so we signed nothing.", None
     if not our_jws:
         # Our last message went before the Task had an id (an opening offer they accepted at once).
@@ -279,8 +280,7 @@ def _check(
         return S.DIFFERS, str(exc), canonical
     except receipts.ReceiptError as exc:
         return S.INVALID, str(exc), canonical
-    material = signing_material(negotiation.agent)
-    if material is not None and receipts.same_key(their_key, receipts.public_jwk(material.private_pem)):
+    if receipts.same_key(their_key, receipts.public_jwk(material.private_pem)):
         # A card naming our key set can hand back a signature of ours as theirs.
         return S.INVALID, "Their signature is made with our own key: they signed nothing.", canonical
     return S.COUNTERSIGNED, "", canonical
@@ -312,6 +312,13 @@ def receipt_of(settlement: Settlement) -> dict[str, Any] | None:
     return receipts.receipt(
         settlement.signed_settlement, {ours: settlement.our_signature, theirs: settlement.their_signature}
     )
+
+
+def receipt_for(negotiation: Negotiation) -> dict[str, Any] | None:
+    """Our receipt of ``negotiation``'s settlement (:func:`receipt_of`), read within its tenant; None
+    when it has no settlement or that was never signed."""
+    settlement = Settlement.objects.for_tenant(negotiation.tenant_id).filter(negotiation=negotiation).first()
+    return receipt_of(settlement) if settlement is not None else None
 
 
 def receipt_check(document: Any) -> receipts.ReceiptCheck:
