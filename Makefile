@@ -31,6 +31,7 @@ lint: $(STAMP)
 	$(BIN)/mypy .
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null
+	env -u DJANGO_SETTINGS_MODULE $(BIN)/python scripts/import-benchmarks
 
 run: $(STAMP)
 	$(BIN)/python manage.py migrate

@@ -44,7 +44,8 @@ ratios. The client runs on the same cores as the server.
 
     .venv/bin/python bench/exchange.py [--requests 200] [--warmup 20] [--concurrency 1 8]
 
-Uses a fresh database ``parley_bench_ex`` (dropped and created) and Redis DB 12, which it empties
+Uses a fresh database ``parley_bench_ex`` (dropped and created) and the Redis database of
+``BENCH_REDIS_URL`` (bench/stack.py), which it empties
 before and after (the queued runs go with it).
 """
 
@@ -63,10 +64,9 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 from gateway import AGENT_CAPS, body, machine
-from stack import free_port, fresh_database, percentile, stop, wait
+from stack import REDIS_URL, database_url, free_port, fresh_database, percentile, stop, wait
 
 DATABASE = "parley_bench_ex"
-REDIS_URL = "redis://127.0.0.1:6379/12"
 TENANT, RECIPIENT, SELLER = "bench", "recipient", "seller"
 ISSUER, KID = "https://auth.party.example", "bench-key-1"
 # A request and its token outlive any run of the default sizes many times over.
@@ -250,7 +250,7 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DATABASE}",
+        "DATABASE_URL": database_url(DATABASE),
         "REDIS_URL": REDIS_URL,
         "PUBLIC_BASE_URL": base,
         "DJANGO_SETTINGS_MODULE": "parley.settings.base",
@@ -317,7 +317,7 @@ def main() -> None:
     print(
         f"         mcp {version('mcp')}, PyJWT {version('PyJWT')}, cryptography {version('cryptography')}\n"
         f"server:  parley.asgi under uvicorn, one process (devstack.start_web); Postgres {DATABASE} "
-        f"(CONN_MAX_AGE={settings.DATABASES['default']['CONN_MAX_AGE']}), Redis DB 12, no worker; "
+        f"(CONN_MAX_AGE={settings.DATABASES['default']['CONN_MAX_AGE']}), Redis {REDIS_URL}, no worker; "
         f"the client (httpx, one process) shares the cores\n"
         f"agents:  {', '.join(f'{k}={v}' for k, v in AGENT_CAPS.items())}; tenant without a model budget\n"
         f"exchange: {RECIPIENT} (api_key), ES256 at+jwt delegation, no mandate; prepare, then SendMessage "

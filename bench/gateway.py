@@ -25,7 +25,8 @@ The client runs on the same cores as the servers.
 
     .venv/bin/python bench/gateway.py [--requests 1000] [--warmup 100] [--concurrency 1 32]
 
-Uses a fresh database ``parley_bench_gw`` (dropped and created) and Redis DB 12, which it empties.
+Uses a fresh database ``parley_bench_gw`` (dropped and created) and the Redis database of ``BENCH_REDIS_URL``
+(bench/stack.py), which it empties.
 """
 
 from __future__ import annotations
@@ -52,12 +53,11 @@ from a2a.server.routes import create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from a2a.utils.errors import InvalidParamsError
-from stack import ROOT, free_port, fresh_database, wait
+from stack import REDIS_URL, ROOT, database_url, free_port, fresh_database, wait
 from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
 DATABASE = "parley_bench_gw"
-REDIS_URL = "redis://127.0.0.1:6379/12"
 TENANT, AGENT = "bench", "echo"
 PATH = f"/a2a/{TENANT}/{AGENT}"
 # One uvicorn worker process each, the same settings for both servers.
@@ -200,7 +200,7 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     postgres = subprocess.run(
-        ["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", "show server_version"],
+        ["psql", database_url("postgres"), "-tAc", "show server_version"],
         capture_output=True,
         text=True,
         check=True,
@@ -225,7 +225,7 @@ def main() -> None:
     ports = {"gateway": free_port(), "bare": free_port()}
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DATABASE}",
+        "DATABASE_URL": database_url(DATABASE),
         "REDIS_URL": REDIS_URL,
         "PUBLIC_BASE_URL": f"http://127.0.0.1:{ports['gateway']}",
         "DJANGO_SETTINGS_MODULE": "parley.settings.base",
@@ -263,7 +263,7 @@ def main() -> None:
         f"(httpx, one process) shares the cores\n"
         f"gateway: build_app(executor=EchoExecutor()), agent inbound_auth=api_key (X-API-Key), "
         f"{', '.join(f'{k}={v}' for k, v in AGENT_CAPS.items())}; Postgres {DATABASE} "
-        f"(CONN_MAX_AGE={settings.DATABASES['default']['CONN_MAX_AGE']}), Redis DB 12\n"
+        f"(CONN_MAX_AGE={settings.DATABASES['default']['CONN_MAX_AGE']}), Redis {REDIS_URL}\n"
         f"bare:    create_jsonrpc_routes + DefaultRequestHandler + InMemoryTaskStore, same EchoExecutor\n"
         f"load:    SendMessage (A2A-Version 1.0), a new task each; {args.warmup} warm-up + "
         f"{args.requests} measured requests per server and level"

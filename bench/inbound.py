@@ -34,7 +34,7 @@ process) run on the same cores as the web process and Postgres.
 
     .venv/bin/python bench/inbound.py [--rounds 5] [--concurrency 1 20] [--cases visitor move]
         [--database-url postgres://postgres@127.0.0.1:5432/parley_bench_in]
-        [--redis-url redis://127.0.0.1:6379/13]
+        [--redis-url $BENCH_REDIS_URL]
 
 The database is dropped and created; the Redis database is emptied before and after.
 """
@@ -56,14 +56,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway import body, machine
-from stack import ROOT, free_port, fresh_database, percentile, stop, wait
+from stack import REDIS_URL, ROOT, database_url, free_port, fresh_database, percentile, stop, wait
 
 sys.path.insert(0, str(ROOT))
 
 from tests.chat_server import ChatServer, Reply, text, tool_calls
 
-DATABASE_URL = "postgres://postgres@127.0.0.1:5432/parley_bench_in"
-REDIS_URL = "redis://127.0.0.1:6379/13"
+DATABASE_URL = database_url("parley_bench_in")
 TENANT, VISITED, SELLER = "bench", "studio", "seller"
 # Lifted so that the load is served, not refused: every request comes from the one anonymous caller.
 AGENT_CAPS = {"rate_limit": 1_000_000, "max_contexts": 1_000_000}

@@ -19,8 +19,8 @@ commits questions back to back, as fast as it steps).
 
     .venv/bin/python bench/live.py [--questions 200]
 
-Uses a fresh database ``parley_bench`` (dropped and created) and Redis DB 9,
-which it empties.
+Uses a fresh database ``parley_bench`` (dropped and created) and the Redis database of
+``BENCH_REDIS_URL`` (bench/stack.py), which it empties.
 """
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ import threading
 import time
 from typing import Any
 
-from stack import DATABASE_URL, free_port, fresh_database, percentile, stop, wait, wait_for_workers
+from stack import DATABASE_URL, REDIS_URL, free_port, fresh_database, percentile, stop, wait, wait_for_workers
 
-REDIS_URL = "redis://127.0.0.1:6379/9"
 WARM_UP = 5
 
 

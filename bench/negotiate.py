@@ -8,8 +8,8 @@ buyer agent negotiates with all counterparties at once; the wall time is from
 
     .venv/bin/python bench/negotiate.py [--sizes 1 10 50] [--threads 8]
 
-Uses a fresh database ``parley_bench`` (dropped and created) and Redis DB 8,
-which it empties.
+Uses a fresh database ``parley_bench`` (dropped and created) and the Redis database of
+``BENCH_REDIS_URL`` (bench/stack.py), which it empties.
 """
 
 from __future__ import annotations
@@ -19,11 +19,7 @@ import os
 import subprocess
 import time
 
-from stack import DATABASE_URL, free_port, fresh_database, wait
-
-from agents.services import runs
-
-REDIS_URL = "redis://127.0.0.1:6379/8"
+from stack import DATABASE_URL, REDIS_URL, free_port, fresh_database, wait
 
 
 def main() -> None:
@@ -49,6 +45,7 @@ def main() -> None:
 
     from agents.addresses import agent_url
     from agents.models import Agent, Intent, Run
+    from agents.services import runs
     from parley import devstack
     from parley.models import Tenant
 

@@ -1,5 +1,13 @@
 """What the benchmarks share: a fresh Postgres database for the production shape, waiting, ports, stopping
-processes, percentiles."""
+processes, percentiles.
+
+Where the benchmarks run, from the environment (so two people, or a benchmark and the test suite, can share a
+machine without emptying each other's Redis):
+
+* ``BENCH_POSTGRES_URL`` — the Postgres server, without a database (default
+  ``postgres://postgres@127.0.0.1:5432``); each benchmark drops and creates its own database there;
+* ``BENCH_REDIS_URL`` — the Redis database every benchmark empties and uses (default DB 8 on 127.0.0.1).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +20,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DATABASE_URL = "postgres://postgres@127.0.0.1:5432/parley_bench"
+POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432").rstrip("/")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/8")
+
+
+def database_url(name: str) -> str:
+    """The URL of the database ``name`` on the benchmarks' Postgres server."""
+    return f"{POSTGRES_URL}/{name}"
+
+
+DATABASE_URL = database_url("parley_bench")
 
 
 def fresh_database(env: dict[str, str], name: str = "parley_bench") -> None:
@@ -20,7 +37,7 @@ def fresh_database(env: dict[str, str], name: str = "parley_bench") -> None:
     (whose ``DATABASE_URL`` names that database)."""
     os.environ.update(env)
     for sql in (f"drop database if exists {name}", f"create database {name}"):
-        subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True)
+        subprocess.run(["psql", database_url("postgres"), "-qc", sql], check=True)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
     import django
 

@@ -22,8 +22,8 @@ end ``done`` after exactly N steps, or the benchmark fails.
 
     .venv/bin/python bench/steps.py [--steps 10] [--runs 20] [--workers 1 4]
 
-Uses a fresh database ``parley_bench`` (dropped and created) and Redis DB 8,
-which it empties.
+Uses a fresh database ``parley_bench`` (dropped and created) and the Redis database of
+``BENCH_REDIS_URL`` (bench/stack.py), which it empties.
 """
 
 from __future__ import annotations
@@ -38,11 +38,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from stack import DATABASE_URL, fresh_database, percentile, stop, wait, wait_for_workers
+from stack import DATABASE_URL, REDIS_URL, fresh_database, percentile, stop, wait, wait_for_workers
 
-from agents.services import runs
-
-REDIS_URL = "redis://127.0.0.1:6379/8"
 ALONE_RUNS = 3
 FINAL_TEXT = "All looked up."
 
@@ -184,6 +181,7 @@ def _measure(agent: Any, steps: int, count: int) -> Measured:
     from django.utils import timezone
 
     from agents.models import Intent, Message, Run
+    from agents.services import runs
 
     intents = [
         Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Look things up.")
