@@ -407,6 +407,11 @@ class Intent(TenantOwnedModel):
     )
 
     class Meta:
+        # Newest first: an agent's (the forms' selects), and the tenant's (the API's list).
+        indexes = [
+            models.Index(fields=["agent", "-created_at"], name="intent_agent_newest"),
+            models.Index(fields=["tenant", "-created_at", "-id"], name="intent_newest"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["agent", "external_id"],
@@ -471,6 +476,8 @@ class Run(TenantOwnedModel):
 
     class Meta:
         ordering = ["-created_at"]
+        # The runs page's and the API's order: a page from the index, however many the tenant holds.
+        indexes = [models.Index(fields=["tenant", "-created_at", "-id"], name="run_newest")]
 
     def __str__(self) -> str:
         return f"run {self.pk} ({self.status})"
@@ -558,6 +565,16 @@ class Question(TenantOwnedModel):
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [
+            # The inbox: the open ones, newest first (answered ones outnumber them as work goes on).
+            models.Index(
+                fields=["tenant", "-created_at", "-id"],
+                condition=models.Q(answered_at=None),
+                name="question_open_newest",
+            ),
+            # The API's lists of questions and of approvals, newest first.
+            models.Index(fields=["tenant", "kind", "-created_at", "-id"], name="question_kind_newest"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["run", "tool_call_id"], name="one_question_per_tool_call")
         ]

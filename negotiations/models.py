@@ -85,6 +85,12 @@ class Negotiation(TenantOwnedModel):
 
     class Meta:
         ordering = ["-created_at"]
+        # The board's and the API's orders, newest first, whole or by status: read a page from the
+        # index and stop, however many the tenant holds.
+        indexes = [
+            models.Index(fields=["tenant", "-created_at", "-id"], name="negotiation_newest"),
+            models.Index(fields=["tenant", "status", "-created_at", "-id"], name="negotiation_status_newest"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["agent", "direction", "task_id"],
@@ -173,6 +179,10 @@ class Settlement(TenantOwnedModel):
     signed_settlement = models.JSONField(null=True, blank=True)
     our_signature = models.TextField(blank=True)
     their_signature = models.TextField(blank=True)
+
+    class Meta:
+        # The API's list, newest first: a page from the index, however many the tenant holds.
+        indexes = [models.Index(fields=["tenant", "-created_at", "-id"], name="settlement_newest")]
 
 
 # RFC 9110 §5.1: a field name is a token.

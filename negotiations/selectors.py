@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
 from agents.llm import ChatMessage, ToolSpec
 from agents.models import OFFLINE, Agent, Intent, Question
@@ -91,12 +92,17 @@ def board(
     rows) and its latest turn's ``last_side``, ``last_action`` and ``last_at``
     (None without turns): one query however many rows.
     """
-    latest = Turn.objects.for_tenant(tenant).filter(negotiation=OuterRef("pk")).order_by("-seq")
+    turns = Turn.objects.for_tenant(tenant).filter(negotiation=OuterRef("pk"))
+    latest = turns.order_by("-seq")
+    # Correlated subqueries, not Count("turns") over a join: Postgres then reads them only for the
+    # rows of the page (from the index on (negotiation, seq)), where a GROUP BY counted every turn
+    # of the tenant before the page was cut.
+    counted = turns.order_by().values("negotiation").annotate(n=Count("pk")).values("n")
     rows = (
         Negotiation.objects.for_tenant(tenant)
         .select_related("agent", "intent", "settlement")
         .annotate(
-            turns_recorded=Count("turns"),
+            turns_recorded=Coalesce(Subquery(counted), 0),
             last_side=Subquery(latest.values("side")[:1]),
             last_action=Subquery(latest.values("action")[:1]),
             last_at=Subquery(latest.values("created_at")[:1]),
@@ -280,23 +286,40 @@ def waiting_for_party(
     return found
 
 
-def parked_inbound(*, tenant: Tenant | int, agents: QuerySet[Agent]) -> list[tuple[Negotiation, Turn | None]]:
+class ParkedInbound:
+    """A lazy list of inbound negotiations waiting on their party, for a paginator: ``count()`` is one
+    query; a slice is two, its rows loaded with agent, principal and intent, each paired with the
+    counterparty's latest Turn (:func:`_their_last_turns`)."""
+
+    def __init__(self, tenant: Tenant | int, rows: QuerySet[Negotiation]) -> None:
+        self.tenant, self.rows = tenant, rows
+
+    def count(self) -> int:
+        """How many there are."""
+        return self.rows.count()
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, cut: slice) -> list[tuple[Negotiation, Turn | None]]:
+        rows = list(self.rows[cut])
+        last_moves = _their_last_turns(self.tenant, rows)
+        return [(n, last_moves.get(n.pk)) for n in rows]
+
+
+def parked_inbound(*, tenant: Tenant | int, agents: QuerySet[Agent]) -> ParkedInbound:
     """The tenant's inbound negotiations of ``agents`` waiting on their party, oldest first: each asks
     it ``parked_question`` and takes its answer
-    (:func:`negotiations.services.parking.negotiation_guidance_give`).
-
-    Loaded with agent, its principal and intent, each paired with the
-    counterparty's latest Turn (:func:`_their_last_turns`): two queries,
-    however many. What the party's inbox lists with an answer box.
+    (:func:`negotiations.services.parking.negotiation_guidance_give`). What the party's inbox lists
+    with an answer box, a page at a time (:class:`ParkedInbound`).
     """
-    rows = list(
+    rows = (
         Negotiation.objects.for_tenant(tenant)
         .filter(agent__in=agents, status=Negotiation.Status.WAITING, direction=Negotiation.Direction.INBOUND)
         .select_related("agent__principal", "intent")
         .order_by("created_at", "pk")
     )
-    last_moves = _their_last_turns(tenant, rows)
-    return [(n, last_moves.get(n.pk)) for n in rows]
+    return ParkedInbound(tenant, rows)
 
 
 def _their_last_turns(tenant: Tenant | int, rows: list[Negotiation]) -> dict[Any, Turn]:
