@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -11,6 +13,7 @@ from zoneinfo import ZoneInfo
 from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
+from django.forms.models import ModelChoiceIterator
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -21,6 +24,8 @@ from parley.models import Tenant
 
 # Longest task, answer or reason the dashboard takes, in characters.
 MAX_TEXT = 4000
+# How many of the newest intents a select offers (and the one chosen, if older).
+INTENTS_SHOWN = 100
 # What the system-message preview will show: years a datetime can be moved between timezones in.
 PREVIEW_YEARS = (1900, 2999)
 
@@ -108,8 +113,39 @@ def agent_intents(agent: Agent) -> QuerySet[Intent]:
     return Intent.objects.for_tenant(agent.tenant_id).filter(agent=agent).order_by("-created_at")
 
 
+class NewestChoices(ModelChoiceIterator):
+    """A select's choices of the newest :data:`INTENTS_SHOWN` rows of the field's query set (ordered newest
+    first), and the one chosen (:meth:`IntentChoiceField.keep`) if it is older: however many an agent
+    has, the page renders a bounded select. Validation still accepts any row of the query set."""
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        if self.field.empty_label is not None:
+            yield ("", self.field.empty_label)
+        shown = list(self.queryset[:INTENTS_SHOWN])
+        kept = getattr(self.field, "kept", None)
+        if kept is not None and all(str(row.pk) != kept for row in shown):
+            shown += list(self.queryset.filter(pk=kept))
+        for row in shown:
+            yield self.choice(row)
+
+    def __len__(self) -> int:
+        return (self.field.empty_label is not None) + min(self.queryset.count(), INTENTS_SHOWN)
+
+
 class IntentChoiceField(forms.ModelChoiceField):
-    """An intent by its statement, cut to fit a select."""
+    """An intent by its statement, cut to fit a select, which offers the newest :data:`INTENTS_SHOWN`
+    and the one chosen (:class:`NewestChoices`)."""
+
+    iterator = NewestChoices
+    kept: str | None = None
+
+    def keep(self, value: Any) -> None:
+        """Offer the intent ``value`` (its id as given, or "" / None for none) even if it is older
+        than the newest shown; a malformed or unknown id offers nothing more."""
+        try:
+            self.kept = str(uuid.UUID(str(value))) if value else None
+        except ValueError:
+            self.kept = None
 
     def label_from_instance(self, obj: Intent) -> str:
         statement = " ".join(obj.statement.split())
@@ -157,6 +193,8 @@ class AgentIntentFilterForm(forms.Form):
             .select_related("agent")
             .order_by("-created_at", "pk")
         )
+        assert isinstance(intent_field, IntentChoiceField)
+        intent_field.keep(self["intent"].value())
 
     def query(self) -> dict[str, str]:
         """The filters as given, empty ones left out: for links that keep them (pages, live source)."""
@@ -253,6 +291,7 @@ class RunStartForm(InAgentTimezone):
         intent_field = self.fields["intent"]
         assert isinstance(intent_field, IntentChoiceField)
         intent_field.queryset = agent_intents(agent)
+        intent_field.keep(self["intent"].value())
         # Django's field template marks help text safe: escape what the operator typed.
         self.fields["deadline"].help_text = format_html(
             "Optional. In the agent's timezone, {}.", agent.timezone
@@ -328,3 +367,4 @@ class SystemMessagePreviewForm(InAgentTimezone):
         intent_field = self.fields["intent"]
         assert isinstance(intent_field, IntentChoiceField)
         intent_field.queryset = agent_intents(agent)
+        intent_field.keep(self["intent"].value())
