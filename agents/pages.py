@@ -11,12 +11,13 @@ form's errors), and the base of every page about one agent (:class:`AgentPageMix
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
 
-from django.db.models import QuerySet
+from django.core.paginator import Page, Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.loader import render_to_string
@@ -30,6 +31,8 @@ from parley.roles import OPERATE
 
 # How many of the latest runs the inbox lists; the runs page lists them all, a page at a time.
 INBOX_RUNS = 20
+# How many open questions a page of the inbox lists.
+INBOX_PAGE = 50
 
 
 def pretty_json(value: Any) -> str:
@@ -37,7 +40,7 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
-def with_arguments_shown(questions: QuerySet[Question]) -> list[Question]:
+def with_arguments_shown(questions: Iterable[Question]) -> list[Question]:
     """The questions, each with ``arguments_json``: what an approval's tool would run with, as JSON."""
     shown = list(questions)
     for q in shown:
@@ -90,10 +93,10 @@ class InboxItem:
     waiting: list[Waiting]
 
 
-def inbox_items(*, tenant: Tenant, membership: Membership) -> list[InboxItem]:
-    """The member's open questions (:func:`selectors.open_questions_for`), newest first, each with the
+def inbox_items(*, tenant: Tenant, membership: Membership, questions: list[Question]) -> list[InboxItem]:
+    """The member's open ``questions`` (a page of :func:`selectors.open_questions_for`), each with the
     negotiations waiting on the party under its run's thread; a fixed number of queries."""
-    questions = with_arguments_shown(selectors.open_questions_for(tenant=tenant, membership=membership))
+    questions = with_arguments_shown(questions)
     waiting = selectors.waiting_on_party(
         tenant=tenant, pairs={(q.run.agent_id, q.run.intent_id) for q in questions}
     )
@@ -119,27 +122,80 @@ class ParkedItem:
     can_answer: bool
 
 
-def parked_items(*, membership: Membership) -> list[ParkedItem]:
-    """What waits on the parties the member sees with a question of its own
-    (:func:`selectors.parked_for`), each with the counterparty's last move."""
+def parked_items(*, membership: Membership, parked: list[tuple[Any, Any]]) -> list[ParkedItem]:
+    """What waits on the parties the member sees with a question of its own (a page of
+    :func:`selectors.parked_for`'s (negotiation, the counterparty's last move) pairs)."""
     return [
         ParkedItem(
             waiting=Waiting(n, move, term_pairs(move.terms if move is not None else None)),
             can_answer=selectors.can_answer_as(membership=membership, principal_id=n.agent.principal_id),
         )
-        for n, move in selectors.parked_for(membership=membership)
+        for n, move in parked
     ]
 
 
-def inbox_context(*, tenant: Tenant, membership: Membership) -> dict[str, Any]:
-    """What the inbox's live regions show the member: their open questions (those of runs, then those
-    parked on their own) and latest runs."""
-    items = inbox_items(tenant=tenant, membership=membership)
-    parked = parked_items(membership=membership)
+class Chained:
+    """Lazy lists (:class:`selectors.Pageable`: query sets among them) one after another, as one lazy
+    list a :class:`~django.core.paginator.Paginator` cuts: each part counted once (one query), and a
+    slice reads only the parts it covers."""
+
+    def __init__(self, parts: Sequence[selectors.Pageable]) -> None:
+        self.parts = parts
+
+    @cached_property
+    def counts(self) -> list[int]:
+        return [part.count() for part in self.parts]
+
+    def count(self) -> int:
+        """How many rows all the parts hold."""
+        return sum(self.counts)
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, cut: slice) -> list[Any]:
+        start, stop = cut.start or 0, self.count() if cut.stop is None else cut.stop
+        rows: list[Any] = []
+        offset = 0
+        for part, size in zip(self.parts, self.counts, strict=True):
+            low, high = max(start - offset, 0), min(stop - offset, size)
+            if low < high:
+                rows.extend(part[low:high])
+            offset += size
+        return rows
+
+
+def page_asked(request: HttpRequest) -> str | None:
+    """The inbox page ``request`` asks for: its ``page`` parameter, or, for an htmx form posted from
+    the inbox, that of the page it was posted from (so the region comes back at the same page)."""
+    if request.method == "GET":
+        return request.GET.get("page")
+    current = getattr(getattr(request, "htmx", None), "current_url", None)
+    if not current:
+        return None
+    return parse_qs(urlsplit(current).query).get("page", [None])[0]
+
+
+def inbox_context(*, tenant: Tenant, membership: Membership, page: Any = None) -> dict[str, Any]:
+    """What the inbox's live regions show the member: their open questions, those of runs (newest
+    first) then those parked on their own (oldest first), :data:`INBOX_PAGE` a page (``page``: its
+    number as asked, ``page_obj``; an invalid one is the first, one past the end the last), and
+    latest runs. A fixed number of queries however many there are."""
+    open_items = Chained(
+        [
+            selectors.open_questions_for(tenant=tenant, membership=membership),
+            *selectors.parked_for(membership=membership),
+        ]
+    )
+    # A Paginator asks only count() and slices of what it cuts, which Chained answers.
+    shown: Page[Any] = Paginator(cast(Any, open_items), INBOX_PAGE).get_page(page)
+    questions = [row for row in shown if isinstance(row, Question)]
+    parked = [row for row in shown if not isinstance(row, Question)]
     return {
-        "items": items,
-        "parked": parked,
-        "open_count": len(items) + len(parked),
+        "items": inbox_items(tenant=tenant, membership=membership, questions=questions),
+        "parked": parked_items(membership=membership, parked=parked),
+        "open_count": shown.paginator.count,
+        "page_obj": shown,
         "runs": selectors.runs_list(membership=membership)[:INBOX_RUNS],
         "sees_every_party": selectors.sees_every_party(membership),
         "is_viewer": membership.role == Membership.Role.VIEWER,

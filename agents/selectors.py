@@ -7,7 +7,7 @@ import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Any
+from typing import Any, Protocol
 
 from django.db.models import Q, QuerySet
 
@@ -172,10 +172,18 @@ def answer_understood(*, question: Question, answer: str) -> Understood | None:
     return None
 
 
+class Pageable(Protocol):
+    """A lazy list a paginator cuts: ``count()`` and slices, each a bounded number of queries."""
+
+    def count(self) -> int: ...
+
+    def __getitem__(self, cut: slice) -> Any: ...
+
+
 # What else waits on the party with a question of its own, outside any run (an inbound negotiation
-# parked for guidance), as (item, the counterparty's last move or None) pairs. ``negotiations``
-# registers its source when it loads, as for :func:`waiting_on_party`.
-ParkedSource = Callable[..., Sequence[tuple[Any, Any]]]
+# parked for guidance), as a lazy list (:class:`Pageable`) of (item, the counterparty's last move or
+# None) pairs. ``negotiations`` registers its source when it loads, as for :func:`waiting_on_party`.
+ParkedSource = Callable[..., Pageable]
 _parked_sources: list[ParkedSource] = []
 
 
@@ -185,12 +193,12 @@ def register_parked_source(source: ParkedSource) -> None:
         _parked_sources.append(source)
 
 
-def parked_for(*, membership: Membership) -> list[tuple[Any, Any]]:
+def parked_for(*, membership: Membership) -> list[Pageable]:
     """What waits on the parties of the agents the member sees (:func:`visible_agents`) with a
-    question of its own, from every registered source in turn, each oldest first; each source reads
-    in a fixed number of queries, however many there are."""
+    question of its own: one lazy list (:class:`Pageable`) per registered source, each oldest first;
+    none is read until it is counted or cut."""
     agents = visible_agents(membership=membership)
-    return [row for source in _parked_sources for row in source(tenant=membership.tenant_id, agents=agents)]
+    return [source(tenant=membership.tenant_id, agents=agents) for source in _parked_sources]
 
 
 def questions_of(*, membership: Membership) -> QuerySet[Question]:

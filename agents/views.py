@@ -27,7 +27,14 @@ from agents.forms import (
 )
 from agents.instructions import PLACEHOLDER_INTENT, system_message
 from agents.models import Agent, Intent, Question, Run
-from agents.pages import form_errors, inbox_context, pretty_json, region_response, with_arguments_shown
+from agents.pages import (
+    form_errors,
+    inbox_context,
+    page_asked,
+    pretty_json,
+    region_response,
+    with_arguments_shown,
+)
 from agents.services import questions, runs
 from parley import roles
 from parley.models import Membership
@@ -97,7 +104,11 @@ class InboxView(TenantMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context.update(inbox_context(tenant=self.tenant, membership=self.membership))
+        context.update(
+            inbox_context(tenant=self.tenant, membership=self.membership, page=page_asked(self.request))
+        )
+        page = context["page_obj"].number
+        context["live_src"] = f"{self.request.path}?fragment=1" + (f"&page={page}" if page > 1 else "")
         return context
 
 
@@ -119,7 +130,7 @@ class QuestionActionView(TenantMixin, View):
             context = run_context(run=run, membership=self.membership)
             template = "agents/_run.html"
         else:
-            context = inbox_context(tenant=self.tenant, membership=self.membership)
+            context = inbox_context(tenant=self.tenant, membership=self.membership, page=page_asked(request))
             template = "agents/_questions.html"
         return region_response(request, template, context, tenant=self.tenant, membership=self.membership)
 

@@ -17,7 +17,7 @@ from django.views import View
 from django.views.generic import DetailView
 
 from agents.forms import AnswerForm
-from agents.pages import form_errors, inbox_context, pretty_json, region_response, term_pairs
+from agents.pages import form_errors, inbox_context, page_asked, pretty_json, region_response, term_pairs
 from agents.selectors import Understood, agent_currency, visible_agents
 from agents.services import runs
 from negotiations import negotiator, receipts, selectors
@@ -251,7 +251,7 @@ class NegotiationAnswerView(TenantMixin, View):
                 messages.success(request, guidance_kept(selectors.last_answer_understood(answered)))
         if not is_htmx(request):
             return redirect("negotiations:detail", tenant=self.tenant.slug, pk=negotiation.pk)
-        context = inbox_context(tenant=self.tenant, membership=self.membership)
+        context = inbox_context(tenant=self.tenant, membership=self.membership, page=page_asked(request))
         return region_response(
             request, "agents/_questions.html", context, tenant=self.tenant, membership=self.membership
         )
