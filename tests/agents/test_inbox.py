@@ -740,3 +740,50 @@ class TestWhatTheAnswerToARunsQuestionTellsItsNegotiations:
         )
 
         assert '<li class="success">Answer sent. Your agent carries on.</li>' in response.content.decode()
+
+
+class TestPages:
+    """The inbox lists its open questions a page at a time (``agents.pages.INBOX_PAGE``, 2 here):
+    runs' questions newest first, then those parked on the party; every one is on some page."""
+
+    @pytest.fixture(autouse=True)
+    def two_a_page(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr("agents.pages.INBOX_PAGE", 2)
+
+    def test_each_page_lists_its_share_and_links_to_the_others(self, logged_in: Client, agent: Agent) -> None:
+        older, newer = approval_asked(agent, "Intent one."), approval_asked(agent, "Intent two.")
+        n = parked(agent)
+
+        first = logged_in.get(inbox_url()).content.decode()
+        second = logged_in.get(inbox_url(), {"page": "2"}).content.decode()
+
+        assert "Questions from your agents (3)" in first and "Questions from your agents (3)" in second
+        assert first.index(f'id="item-{newer.pk}"') < first.index(f'id="item-{older.pk}"')
+        assert f'id="item-{n.pk}"' not in first
+        assert '<a href="?page=2" rel="next">Older</a>' in first and "Page 1 of 2" in first
+        assert f'id="item-{n.pk}"' in second and f'id="item-{older.pk}"' not in second
+        assert '<a href="?page=1" rel="prev">Newer</a>' in second and 'rel="next"' not in second
+        assert f'data-live-src="{inbox_url()}?fragment=1&amp;page=2"' in second
+        # A page past the end is the last, a malformed one the first.
+        assert f'id="item-{n.pk}"' in logged_in.get(inbox_url(), {"page": "9"}).content.decode()
+        assert f'id="item-{newer.pk}"' in logged_in.get(inbox_url(), {"page": "x"}).content.decode()
+
+    def test_an_answer_by_htmx_comes_back_at_the_page_it_was_sent_from(
+        self, logged_in: Client, agent: Agent
+    ) -> None:
+        approval_asked(agent, "Intent one.")
+        approval_asked(agent, "Intent two.")
+        n = parked(agent)
+        parked(agent, task_id="task-2")
+
+        response = logged_in.post(
+            guidance_url(n),
+            {"answer": "At least €1,000."},
+            HTTP_HX_CURRENT_URL=f"http://testserver{inbox_url()}?page=2",
+            **htmx("questions"),
+        )
+
+        html = response.content.decode()
+        assert "Questions from your agents (3)" in html
+        assert f'id="item-{n.pk}"' not in html
+        assert "Page 2 of 2" in html
