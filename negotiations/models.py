@@ -85,11 +85,14 @@ class Negotiation(TenantOwnedModel):
 
     class Meta:
         ordering = ["-created_at"]
-        # The board's and the API's orders, newest first, whole or by status: read a page from the
-        # index and stop, however many the tenant holds.
+        # The board's and the API's orders, newest first, whole or by status, and the board's by cost
+        # either way (newest first among equals): read a page from the index and stop, however many
+        # the tenant holds.
         indexes = [
             models.Index(fields=["tenant", "-created_at", "-id"], name="negotiation_newest"),
             models.Index(fields=["tenant", "status", "-created_at", "-id"], name="negotiation_status_newest"),
+            models.Index(fields=["tenant", "cost", "-created_at", "-id"], name="negotiation_cheapest"),
+            models.Index(fields=["tenant", "-cost", "-created_at", "-id"], name="negotiation_costliest"),
         ]
         constraints = [
             models.UniqueConstraint(
