@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/exchange.py
 	$(BIN)/python bench/live.py
 	$(BIN)/python bench/inbound.py
+	$(BIN)/python bench/pages.py
 
 clean:
 	rm -rf $(VENV) demo.sqlite3* parley.sqlite3*

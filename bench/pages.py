@@ -25,7 +25,8 @@ ratio against the machine's load.
 
     .venv/bin/python bench/pages.py [--repeats 9] [--smoke]
 
-Uses a fresh database ``parley_bench_pages_h`` (dropped and created) and Redis DB 34, which it empties.
+Uses a fresh database ``parley_bench_pages_h`` (dropped and created) on ``BENCH_POSTGRES_URL``, and the
+Redis database ``BENCH_REDIS_URL``, which it empties (bench/stack.py).
 """
 
 from __future__ import annotations
@@ -39,11 +40,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from stack import fresh_database
+from stack import REDIS_URL, database_url, fresh_database
 
 DATABASE_NAME = "parley_bench_pages_h"
-DATABASE_URL = f"postgres://postgres@127.0.0.1:5432/{DATABASE_NAME}"
-REDIS_URL = "redis://127.0.0.1:6379/34"
 AGENTS = 4
 TURNS = 4
 BOARD_SORTS = ("-turns", "-cost", "-surplus", "-share")
@@ -291,7 +290,7 @@ def main() -> None:
     repeats = 1 if args.smoke else args.repeats
     env = {
         **os.environ,
-        "DATABASE_URL": DATABASE_URL,
+        "DATABASE_URL": database_url(DATABASE_NAME),
         "REDIS_URL": REDIS_URL,
         "DJANGO_SETTINGS_MODULE": "parley.settings.base",
         "LOG_LEVEL": "ERROR",
