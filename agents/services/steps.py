@@ -89,11 +89,14 @@ def run_step(*, run_id: Any, tenant_id: int, step: int | None = None, seconds: f
 
 class _Task:
     """What the steps one task takes share: the agent's tools and model and the run's thread, read at
-    the first step that needs them (an agent changed meanwhile applies from the next task), and when the
-    run's next step goes back to the queue (``hand_back_at``, ``time.monotonic()``)."""
+    the first step that needs them (an agent changed meanwhile applies from the next task); the system
+    message, as the input guardrails passed it (``system``, None until built and once a step ran a
+    tool that may change what it records, see :func:`_chat_messages`); and when the run's next step
+    goes back to the queue (``hand_back_at``, ``time.monotonic()``)."""
 
     def __init__(self, *, hand_back_at: float) -> None:
         self.hand_back_at = hand_back_at
+        self.system: str | None = None
         self._offered: dict[str, tools.Tool] | None = None
         self._model: ChatModel | None = None
         self._thread: threads.Thread | None = None
@@ -151,7 +154,7 @@ def _take_step(run: Run, task: _Task) -> Run | None:
     offered = task.offered(agent)
     thread = task.thread(run)
     try:
-        messages = _chat_messages(run, thread)
+        messages = _chat_messages(run, thread, task)
     except guardrails.GuardrailTripped as exc:
         runs.finish(run, Run.Status.FAILED, str(exc))
         return None
@@ -167,8 +170,8 @@ def _take_step(run: Run, task: _Task) -> Run | None:
 
 @dataclass(frozen=True)
 class _Stored:
-    """A step written: the run as written (still ``select_related`` to its agent and intent), and
-    whether this task takes its next step (else a worker does, or it has none)."""
+    """A step written: the run as written, and whether this task takes its next step (else a worker
+    does, or it has none)."""
 
     run: Run
     takes_next: bool
@@ -199,10 +202,12 @@ def _ask_model(
     thread = task.thread(run)
     reply = _with_unique_call_ids(run, reply, thread.call_ids(run))
     early = tool_calls.run_outside_transaction(run, reply, offered)
+    if len(early) < len(reply.tool_calls):
+        # A call run in the step's transaction (a built-in: negotiate, answer…) may change what the
+        # system message records; host operations write nothing of ours.
+        task.system = None
     return _apply_step(
-        run_id=run.pk,
-        tenant_id=run.tenant_id,
-        seen_steps=run.step_count,
+        seen=run,
         reply=reply,
         content=content,
         offered=offered,
@@ -360,9 +365,7 @@ def _stopped_check(run: Run) -> Callable[[], bool]:
 
 def _apply_step(
     *,
-    run_id: Any,
-    tenant_id: int,
-    seen_steps: int,
+    seen: Run,
     reply: ModelReply,
     content: str,
     offered: dict[str, tools.Tool],
@@ -372,19 +375,17 @@ def _apply_step(
 ) -> _Stored | None:
     """Write the step in ``thread``: the reply, its tool calls' outcomes and the run's next status.
 
-    None when it was not written here (another worker applied it, or the run stopped meanwhile).
+    ``seen`` is the run as the step read it; the run is read again under its row lock, with the
+    same agent and intent. None when the step was not written here (another worker applied it, or
+    the run stopped meanwhile).
     A run still ``running`` has its next step sent to a worker once this commits, unless it is
     written before ``hand_back_at`` (``time.monotonic()``): then this task takes that step.
     """
     with transaction.atomic():
-        run = (
-            Run.objects.for_tenant(tenant_id)
-            .select_for_update()
-            .select_related("agent", "intent")
-            .get(pk=run_id)
-        )
-        if run.step_count != seen_steps or run.status not in Run.STEPPING:
+        run = Run.objects.for_tenant(seen.tenant_id).select_for_update().get(pk=seen.pk)
+        if run.step_count != seen.step_count or run.status not in Run.STEPPING:
             return None  # another worker applied this step, or the run was stopped meanwhile
+        run.agent, run.intent = seen.agent, seen.intent
         run.step_count += 1
         run.input_tokens += reply.input_tokens
         run.output_tokens += reply.output_tokens
@@ -459,10 +460,14 @@ def _problem(exc: Exception) -> str:
     return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
 
 
-def _chat_messages(run: Run, thread: threads.Thread) -> list[ChatMessage]:
+def _chat_messages(run: Run, thread: threads.Thread, task: _Task) -> list[ChatMessage]:
     """What the model gets: the system message and the ``thread``'s history, under the agent's
     history policy, with its input guardrails applied to the system message and to what the party
     and tools wrote.
+
+    The system message is built once a task (``task.system``) and again after a step that ran a
+    tool in its transaction; what else it records (negotiations moving on in other workers) is read
+    as of the task's first step, as it is as of the step's start while a model call takes its time.
 
     Raises :class:`guardrails.GuardrailTripped` when an input guardrail blocks.
     """
@@ -473,8 +478,9 @@ def _chat_messages(run: Run, thread: threads.Thread) -> list[ChatMessage]:
     for entry in chat:
         if entry["role"] in ("user", "tool") and entry["content"]:
             entry["content"] = guardrails.check(agent.guardrails, stage="input", text=entry["content"])
-    # The system message carries the party's intent and what counterparties said in negotiations.
-    system = guardrails.check(
-        agent.guardrails, stage="input", text=system_message(agent=agent, intent=run.intent)
-    )
-    return [{"role": "system", "content": system}, *chat]
+    if task.system is None:
+        # The system message carries the party's intent and what counterparties said in negotiations.
+        task.system = guardrails.check(
+            agent.guardrails, stage="input", text=system_message(agent=agent, intent=run.intent)
+        )
+    return [{"role": "system", "content": task.system}, *chat]

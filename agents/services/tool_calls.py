@@ -47,6 +47,9 @@ def run_outside_transaction(
                 ready.append((call.id, call.name, tool, arguments))
     if not ready:
         return {}
+    if len(ready) == 1:  # no thread to start for one
+        call_id, name, tool, arguments = ready[0]
+        return {call_id: execute(run, call_id, name, tool, arguments)}
     with ThreadPoolExecutor(max_workers=min(len(ready), 8)) as pool:
         # Each call runs in a copy of this context, so its span is a child of the step's.
         futures = {
