@@ -14,8 +14,9 @@ from parley.celery import TaskQueue
     time_limit=330,
 )
 def run_step(run_id: str, tenant_id: int, step: int | None = None) -> None:
-    """Take step ``step`` of a run (see :func:`agents.services.steps.run_step`)."""
-    steps.run_step(run_id=run_id, tenant_id=tenant_id, step=step)
+    """Take step ``step`` of a run, and its next steps for up to ``steps.TASK_SECONDS`` (see
+    :func:`agents.services.steps.run_step`)."""
+    steps.run_step(run_id=run_id, tenant_id=tenant_id, step=step, seconds=steps.TASK_SECONDS)
 
 
 @shared_task(queue=TaskQueue.AGENT.value, soft_time_limit=50, time_limit=55)

@@ -1,11 +1,12 @@
 """One step of a run: the model asked (streamed live, stopped when the run is cancelled, within
 the run's budget), its reply written with its tool calls' outcomes, and the run's next status.
 
-Every step is written in one transaction before the next is enqueued, so a worker that dies
+Every step is written in one transaction before the next begins, so a worker that dies
 mid-run loses at most the step in flight, and a step taken twice is applied once (the run's
 ``step_count`` is checked under its row lock, and one model reply per run step is a database
 constraint). Each message names the step it is for, so a message that comes twice takes no
-second step.
+second step. A worker's task goes on to the run's next steps itself while the run keeps running,
+for up to :data:`TASK_SECONDS`, reading the agent's tools, its model and the thread once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -24,7 +25,16 @@ from django.utils import timezone
 
 from agents import guardrails, history, host_operations, tools
 from agents.instructions import system_message
-from agents.llm import CallOptions, ChatMessage, ModelCancelled, ModelError, ModelReply, Retry, model_for
+from agents.llm import (
+    CallOptions,
+    ChatMessage,
+    ChatModel,
+    ModelCancelled,
+    ModelError,
+    ModelReply,
+    Retry,
+    model_for,
+)
 from agents.models import Agent, Message, Run
 from agents.services import runs, threads, tool_calls
 from parley import strict_json, telemetry
@@ -36,10 +46,15 @@ logger = logging.getLogger(__name__)
 CANCEL_POLL_SECONDS = 0.5
 # Tool call ids are the model's; longer ones, repeats and blanks are replaced by ids of ours.
 MAX_CALL_ID = 64
+# Seconds a worker's task goes on taking a run's steps itself (checked as each step is written): the
+# next step follows without a trip through the broker while this lasts, then goes back to the queue,
+# behind the other runs' steps. A step with a real model takes seconds, so this mostly joins fast ones.
+TASK_SECONDS = 5.0
 
 
-def run_step(*, run_id: Any, tenant_id: int, step: int | None = None) -> None:
-    """Take step ``step`` of the run: ask the model, run the tools it called, record it all.
+def run_step(*, run_id: Any, tenant_id: int, step: int | None = None, seconds: float = 0.0) -> None:
+    """Take step ``step`` of the run: ask the model, run the tools it called, record it all; and
+    for ``seconds``, the run's next steps.
 
     ``step`` is the step the message is for (the run's ``step_count`` + 1 when
     it was sent): a message for a step already taken — a duplicate, or one the
@@ -52,17 +67,64 @@ def run_step(*, run_id: Any, tenant_id: int, step: int | None = None) -> None:
     host operations are called outside any transaction; everything is then
     written in one. The step is a span of the run's trace, and its logs carry
     the run's and tenant's ids.
+
+    While the run is ``running`` after a step written less than ``seconds`` after
+    this began, its next step is taken here rather than sent to a worker (the
+    task passes :data:`TASK_SECONDS`; 0 takes the one step): each is still
+    written in its own transaction, so a worker that dies loses at most the step
+    in flight — no message names it, so the sweep sends it again — and nothing
+    is applied twice. It stops at anything else: a question, a wait, an end.
     """
-    run = Run.objects.for_tenant(tenant_id).select_related("agent", "intent").filter(pk=run_id).first()
+    run: Run | None = (
+        Run.objects.for_tenant(tenant_id).select_related("agent", "intent").filter(pk=run_id).first()
+    )
     if run is None or run.status not in Run.STEPPING:
         return
     if step is not None and step != run.step_count + 1:
         return
+    task = _Task(hand_back_at=time.monotonic() + seconds)
+    while run is not None:
+        run = _one_step(run, task)
+
+
+class _Task:
+    """What the steps one task takes share: the agent's tools and model and the run's thread, read at
+    the first step that needs them (an agent changed meanwhile applies from the next task); the system
+    message, as the input guardrails passed it (``system``, None until built and once a step ran a
+    tool that may change what it records, see :func:`_chat_messages`); and when the run's next step
+    goes back to the queue (``hand_back_at``, ``time.monotonic()``)."""
+
+    def __init__(self, *, hand_back_at: float) -> None:
+        self.hand_back_at = hand_back_at
+        self.system: str | None = None
+        self._offered: dict[str, tools.Tool] | None = None
+        self._model: ChatModel | None = None
+        self._thread: threads.Thread | None = None
+
+    def offered(self, agent: Agent) -> dict[str, tools.Tool]:
+        if self._offered is None:
+            self._offered = tools.tools_for(agent)
+        return self._offered
+
+    def model(self, agent: Agent) -> ChatModel:
+        """:func:`agents.llm.model_for`; raises its :class:`ModelError`."""
+        if self._model is None:
+            self._model = model_for(agent)
+        return self._model
+
+    def thread(self, run: Run) -> threads.Thread:
+        if self._thread is None:
+            self._thread = threads.Thread(run)
+        return self._thread
+
+
+def _one_step(run: Run, task: _Task) -> Run | None:
+    """Take the run's next step; the run, locked and written, when this task takes the next one too."""
     with (
-        telemetry.log_context(run_id=str(run.pk), tenant_id=tenant_id),
+        telemetry.log_context(run_id=str(run.pk), tenant_id=run.tenant_id),
         telemetry.run_step_span(
             run_id=run.pk,
-            tenant_id=tenant_id,
+            tenant_id=run.tenant_id,
             agent_id=run.agent_id,
             agent_name=run.agent.name,
             intent_id=run.intent_id,
@@ -70,7 +132,7 @@ def run_step(*, run_id: Any, tenant_id: int, step: int | None = None) -> None:
         ),
     ):
         try:
-            _take_step(run)
+            return _take_step(run, task)
         except Exception as exc:
             # A step that cannot be written would fail the same way on every delivery, and a
             # run left stepping blocks its thread: end it, saying so.
@@ -80,61 +142,78 @@ def run_step(*, run_id: Any, tenant_id: int, step: int | None = None) -> None:
                 Run.Status.FAILED,
                 f"Step {run.step_count + 1} failed unexpectedly ({type(exc).__name__}).",
             )
+            return None
 
 
-def _take_step(run: Run) -> None:
+def _take_step(run: Run, task: _Task) -> Run | None:
     agent = run.agent
     limit = _limit_reached(run)
     if limit is not None:
         runs.finish(run, *limit)
-        return
-    offered = tools.tools_for(agent)
+        return None
+    offered = task.offered(agent)
+    thread = task.thread(run)
     try:
-        messages = _chat_messages(run)
+        messages = _chat_messages(run, thread, task)
     except guardrails.GuardrailTripped as exc:
         runs.finish(run, Run.Status.FAILED, str(exc))
-        return
+        return None
     live = _LiveText(run)
-    kept = False
+    stored = None
     try:
-        kept = _ask_model(run, messages, offered, live)
+        stored = _ask_model(run, messages, offered, live, task)
     finally:
-        if not kept:
+        if stored is None:
             live.withdraw()  # streamed text of a reply that was not stored must not stay on the page
+    return stored.run if stored is not None and stored.takes_next else None
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A step written: the run as written, and whether this task takes its next step (else a worker
+    does, or it has none)."""
+
+    run: Run
+    takes_next: bool
 
 
 def _ask_model(
-    run: Run, messages: list[ChatMessage], offered: dict[str, tools.Tool], live: _LiveText
-) -> bool:
-    """Call the model, run the tools it called and write the step; whether the reply was stored."""
+    run: Run, messages: list[ChatMessage], offered: dict[str, tools.Tool], live: _LiveText, task: _Task
+) -> _Stored | None:
+    """Call the model, run the tools it called and write the step; None when the reply was not stored."""
     agent = run.agent
     provider = "parley.offline" if agent.model == "offline" else "openai"
     try:
         with telemetry.model_call_span(model=agent.model, provider=provider) as call:
-            reply = model_for(agent).complete(
+            reply = task.model(agent).complete(
                 messages=messages, tools=[t.spec for t in offered.values()], options=_call_options(run, live)
             )
             call.record(reply.model, reply.input_tokens, reply.output_tokens)
     except ModelCancelled:
-        return False  # the run was stopped meanwhile; whoever stopped it wrote its end
+        return None  # the run was stopped meanwhile; whoever stopped it wrote its end
     except ModelError as exc:
         runs.finish(run, Run.Status.FAILED, str(exc))
-        return False
+        return None
     try:
         content = guardrails.check(agent.guardrails, stage="output", text=reply.content)
     except guardrails.GuardrailTripped as exc:
         runs.finish(run, Run.Status.FAILED, str(exc), spent=reply)
-        return False
-    reply = _with_unique_call_ids(run, reply)
+        return None
+    thread = task.thread(run)
+    reply = _with_unique_call_ids(run, reply, thread.call_ids(run))
     early = tool_calls.run_outside_transaction(run, reply, offered)
+    if len(early) < len(reply.tool_calls):
+        # A call run in the step's transaction (a built-in: negotiate, answer…) may change what the
+        # system message records; host operations write nothing of ours.
+        task.system = None
     return _apply_step(
-        run_id=run.pk,
-        tenant_id=run.tenant_id,
-        seen_steps=run.step_count,
+        seen=run,
         reply=reply,
         content=content,
         offered=offered,
         early=early,
+        thread=thread,
+        hand_back_at=task.hand_back_at,
     )
 
 
@@ -171,21 +250,14 @@ class _LiveText:
             )
 
 
-def _with_unique_call_ids(run: Run, reply: ModelReply) -> ModelReply:
+def _with_unique_call_ids(run: Run, reply: ModelReply, used: set[str]) -> ModelReply:
     """``reply`` with every tool call id unique in the run, non-empty and at most :data:`MAX_CALL_ID` long.
 
     Some servers number calls afresh in every message (``call_0``…) or repeat an
     id within one; results are matched to calls by id, so ids that are not
     unique are replaced by ids of ours (``call_<step>_<n>``), in the stored
-    message and its results alike.
+    message and its results alike. ``used`` holds the ids of the run's earlier calls.
     """
-    used = {
-        call["id"]
-        for calls in Message.objects.for_tenant(run.tenant_id)
-        .filter(run=run, role=Message.Role.ASSISTANT)
-        .values_list("tool_calls", flat=True)
-        for call in calls
-    }
     step, renamed = run.step_count + 1, []
     for n, call in enumerate(reply.tool_calls, start=1):
         call_id = call.id
@@ -273,8 +345,12 @@ def _call_options(run: Run, live: _LiveText) -> CallOptions:
 
 
 def _stopped_check(run: Run) -> Callable[[], bool]:
-    """A check, cheap to call often, of whether the run stopped stepping (cancelled, expired)."""
-    looked_at, stopped = 0.0, False
+    """A check, cheap to call often, of whether the run stopped stepping (cancelled, expired).
+
+    Its first look is :data:`CANCEL_POLL_SECONDS` after the step read ``run``: a step that is
+    over sooner asks nothing (its transaction checks the run's status anyway).
+    """
+    looked_at, stopped = time.monotonic(), False
 
     def stopped_now() -> bool:
         nonlocal looked_at, stopped
@@ -289,30 +365,32 @@ def _stopped_check(run: Run) -> Callable[[], bool]:
 
 def _apply_step(
     *,
-    run_id: Any,
-    tenant_id: int,
-    seen_steps: int,
+    seen: Run,
     reply: ModelReply,
     content: str,
     offered: dict[str, tools.Tool],
     early: dict[str, tools.Outcome],
-) -> bool:
-    """Write the step: the reply, its tool calls' outcomes and the run's next status; whether it
-    was written here (not when another worker applied it, or the run stopped meanwhile)."""
+    thread: threads.Thread,
+    hand_back_at: float,
+) -> _Stored | None:
+    """Write the step in ``thread``: the reply, its tool calls' outcomes and the run's next status.
+
+    ``seen`` is the run as the step read it; the run is read again under its row lock, with the
+    same agent and intent. None when the step was not written here (another worker applied it, or
+    the run stopped meanwhile).
+    A run still ``running`` has its next step sent to a worker once this commits, unless it is
+    written before ``hand_back_at`` (``time.monotonic()``): then this task takes that step.
+    """
     with transaction.atomic():
-        run = (
-            Run.objects.for_tenant(tenant_id)
-            .select_for_update()
-            .select_related("agent", "intent")
-            .get(pk=run_id)
-        )
-        if run.step_count != seen_steps or run.status not in Run.STEPPING:
-            return False  # another worker applied this step, or the run was stopped meanwhile
+        run = Run.objects.for_tenant(seen.tenant_id).select_for_update().get(pk=seen.pk)
+        if run.step_count != seen.step_count or run.status not in Run.STEPPING:
+            return None  # another worker applied this step, or the run was stopped meanwhile
+        run.agent, run.intent = seen.agent, seen.intent
         run.step_count += 1
         run.input_tokens += reply.input_tokens
         run.output_tokens += reply.output_tokens
         run.cost += reply.cost
-        threads.append(
+        thread.append(
             run,
             role=Message.Role.ASSISTANT,
             content=content,
@@ -324,10 +402,11 @@ def _apply_step(
             cost=reply.cost,
         )
         if reply.tool_calls:
-            run.status = tool_calls.run_tools(run, reply, offered, early)
+            run.status = tool_calls.run_tools(run, reply, offered, early, thread)
         else:
-            _final_answer(run, content)
-        if run.status == Run.Status.RUNNING:
+            _final_answer(run, content, thread)
+        goes_on = run.status == Run.Status.RUNNING and time.monotonic() < hand_back_at
+        if run.status == Run.Status.RUNNING and not goes_on:
             runs.enqueue_step(run)
         run.save(
             update_fields=[
@@ -344,10 +423,10 @@ def _apply_step(
         runs.publish_run(run)
         if run.status in Run.ENDED:
             runs.ended(run)
-    return True
+    return _Stored(run=run, takes_next=goes_on)
 
 
-def _final_answer(run: Run, content: str) -> None:
+def _final_answer(run: Run, content: str, thread: threads.Thread) -> None:
     """End the run ``done`` with ``content``, or, when it misses the output schema, ask again."""
     if run.output_schema is None:
         run.status, run.output = Run.Status.DONE, content
@@ -357,7 +436,7 @@ def _final_answer(run: Run, content: str) -> None:
         host_operations.validate_arguments(schema=run.output_schema, arguments=data)
     except (ValueError, tools.ToolError) as exc:
         problem = _problem(exc)
-        threads.append(
+        thread.append(
             run,
             role=Message.Role.USER,
             content=(
@@ -381,22 +460,27 @@ def _problem(exc: Exception) -> str:
     return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
 
 
-def _chat_messages(run: Run) -> list[ChatMessage]:
-    """What the model gets: the system message and the thread's history, under the agent's history
-    policy, with its input guardrails applied to the system message and to what the party and
-    tools wrote.
+def _chat_messages(run: Run, thread: threads.Thread, task: _Task) -> list[ChatMessage]:
+    """What the model gets: the system message and the ``thread``'s history, under the agent's
+    history policy, with its input guardrails applied to the system message and to what the party
+    and tools wrote.
+
+    The system message is built once a task (``task.system``) and again after a step that ran a
+    tool in its transaction; what else it records (negotiations moving on in other workers) is read
+    as of the task's first step, as it is as of the step's start while a model call takes its time.
 
     Raises :class:`guardrails.GuardrailTripped` when an input guardrail blocks.
     """
     agent = run.agent
-    thread = threads.chat_history(run)
+    chat = thread.chat()
     if agent.history == Agent.History.WINDOW:
-        thread = history.window(thread, agent.history_window)
-    for entry in thread:
+        chat = history.window(chat, agent.history_window)
+    for entry in chat:
         if entry["role"] in ("user", "tool") and entry["content"]:
             entry["content"] = guardrails.check(agent.guardrails, stage="input", text=entry["content"])
-    # The system message carries the party's intent and what counterparties said in negotiations.
-    system = guardrails.check(
-        agent.guardrails, stage="input", text=system_message(agent=agent, intent=run.intent)
-    )
-    return [{"role": "system", "content": system}, *thread]
+    if task.system is None:
+        # The system message carries the party's intent and what counterparties said in negotiations.
+        task.system = guardrails.check(
+            agent.guardrails, stage="input", text=system_message(agent=agent, intent=run.intent)
+        )
+    return [{"role": "system", "content": task.system}, *chat]

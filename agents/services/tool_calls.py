@@ -47,6 +47,9 @@ def run_outside_transaction(
                 ready.append((call.id, call.name, tool, arguments))
     if not ready:
         return {}
+    if len(ready) == 1:  # no thread to start for one
+        call_id, name, tool, arguments = ready[0]
+        return {call_id: execute(run, call_id, name, tool, arguments)}
     with ThreadPoolExecutor(max_workers=min(len(ready), 8)) as pool:
         # Each call runs in a copy of this context, so its span is a child of the step's.
         futures = {
@@ -57,9 +60,14 @@ def run_outside_transaction(
 
 
 def run_tools(
-    run: Run, reply: ModelReply, offered: dict[str, tools.Tool], early: dict[str, tools.Outcome]
+    run: Run,
+    reply: ModelReply,
+    offered: dict[str, tools.Tool],
+    early: dict[str, tools.Outcome],
+    thread: threads.Thread,
 ) -> str:
-    """Record every tool call of one model message, in order; return the run's next status."""
+    """Record every tool call of one model message, in order, in the run's ``thread``; return the run's
+    next status."""
     suspended = deferred = False
     for call in reply.tool_calls:
         outcome = early.get(call.id)
@@ -100,7 +108,7 @@ def run_tools(
         elif isinstance(outcome, tools.Defer):
             deferred = True
         else:
-            threads.append_result(run, call.id, call.name, outcome.text)
+            thread.append_result(run, call.id, call.name, outcome.text)
     if suspended:
         return Run.Status.NEEDS_INPUT
     return Run.Status.WAITING if deferred else Run.Status.RUNNING
