@@ -28,7 +28,7 @@ from typing import Any
 
 from django.conf import settings
 
-if not settings.configured:
+if "BENCH_PEER_LAYER" in os.environ and not settings.configured:  # bench/live.py started this process
     settings.configure(CHANNEL_LAYERS=json.loads(os.environ["BENCH_PEER_LAYER"]))
 
 from asgiref.sync import async_to_sync
