@@ -13,14 +13,24 @@ row's ``created_at``, which the worker stamps inside that transaction just
 before it commits: the figure is an upper bound of commit → frame (it also
 holds the transaction's tail and the commit itself).
 
-Two passes of Q questions each (default 200): one run started at a time
-(each question alone on the socket), and Q runs started at once (the worker
-commits questions back to back, as fast as it steps).
+The peer, in the same run (bench/live_peer.py): a bare Channels app (one
+``AsyncWebsocketConsumer`` joining one group) under the same uvicorn, on the
+same channels-redis layer config, and a sender process that writes a row in a
+Postgres transaction, stamping ``created_at`` inside it, and on commit does
+``async_to_sync(layer.group_send)``; its latency is measured the same way.
+
+Two passes of Q questions each (default 200), each pass alternating Parley and
+the peer: one question at a time (each alone on its socket; Parley and peer
+take turns per question), and a burst of Q (Parley's Q runs started at once, so
+the worker commits questions back to back as fast as it steps; then the
+peer's sender commits Q back to back). Prints p50/p99 of both, the ratios
+Parley ÷ peer, and the load average.
 
     .venv/bin/python bench/live.py [--questions 200]
 
-Uses a fresh database ``parley_bench`` (dropped and created) and the Redis database of
-``BENCH_REDIS_URL`` (bench/stack.py), which it empties.
+Uses a fresh database ``parley_bench_live`` on ``BENCH_POSTGRES_URL``'s server
+(dropped and created) and the Redis database of ``BENCH_REDIS_URL``
+(bench/stack.py), which it empties.
 """
 
 from __future__ import annotations
@@ -33,10 +43,15 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
-from stack import DATABASE_URL, REDIS_URL, free_port, fresh_database, percentile, stop, wait, wait_for_workers
+from stack import REDIS_URL, database_url, free_port, fresh_database, percentile, stop, wait, wait_for_workers
 
+BENCH = Path(__file__).resolve().parent
+DATABASE = "parley_bench_live"
+BENCH_DATABASE_URL = database_url(DATABASE)
 WARM_UP = 5
 
 
@@ -46,11 +61,18 @@ class Socket:
     def __init__(self, url: str, cookie: str, origin: str) -> None:
         self.arrived: dict[str, float] = {}
         self.connected = threading.Event()
+        self.failed = False
         self._url, self._headers = url, {"Cookie": cookie, "Origin": origin}
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_until_complete, args=(self._read(),), daemon=True).start()
 
     async def _read(self) -> None:
+        try:
+            await self._connected()
+        except OSError:
+            self.failed = True  # the server is not listening yet
+
+    async def _connected(self) -> None:
         import websockets
 
         async with websockets.connect(self._url, additional_headers=self._headers) as socket:
@@ -72,40 +94,119 @@ def main() -> None:
     if args.questions < 1:
         parser.error("--questions must be at least 1")
 
-    port = free_port()
+    port, peer_port = free_port(), free_port()
     env = {
         **os.environ,
-        "DATABASE_URL": DATABASE_URL,
+        "DATABASE_URL": BENCH_DATABASE_URL,
         "REDIS_URL": REDIS_URL,
         "DJANGO_SETTINGS_MODULE": "parley.settings.base",
         "LOG_LEVEL": "ERROR",
+        "OUTBOUND_ALLOW_PRIVATE": "true",  # the model is on loopback
     }
-    fresh_database(env)
+    fresh_database(env, DATABASE)
+    import live_peer
     import redis
+    from django.conf import settings
 
     from parley import devstack
     from tests.chat_server import ChatServer, tool_calls
 
     redis.Redis.from_url(REDIS_URL).flushdb()
+    live_peer.create_table(BENCH_DATABASE_URL)
+    peer_env = {
+        **env,
+        "BENCH_PEER_LAYER": json.dumps(settings.CHANNEL_LAYERS),
+        "BENCH_PEER_DATABASE": BENCH_DATABASE_URL,
+    }
+    peer_env.pop("DJANGO_SETTINGS_MODULE")
     ask = ("call_ask", "ask_user", '{"question": "Which budget may I commit?"}')
     with ChatServer(lambda body: tool_calls(ask)) as chat:
         agent, cookie = _create_agent(model_url=chat.url)
         web = devstack.start_web(port, env, subprocess.DEVNULL)
         worker = devstack.start_worker(env, subprocess.DEVNULL, threads=1, name="live@%h")
+        uvicorn = [sys.executable, "-m", "uvicorn", "live_peer:application", "--host", "127.0.0.1"]
+        peer_web = subprocess.Popen(
+            [*uvicorn, "--port", str(peer_port), "--log-level", "error"], cwd=BENCH, env=peer_env
+        )
+        sender = Sender(peer_env)
         try:
             wait(lambda: _healthy(port), timeout=60)
             wait_for_workers(1)
             socket = Socket(f"ws://127.0.0.1:{port}/ws/live/", cookie, f"http://127.0.0.1:{port}")
             if not socket.connected.wait(timeout=30):
                 raise SystemExit("the live socket did not connect")
+            wait(lambda: _peer_socket(peer_port).connected.is_set(), timeout=30)
+            peer_socket = _peer_socket(peer_port)
             _print_setup()
-            _measure(agent, socket, WARM_UP, at_once=False)
-            alone = _measure(agent, socket, args.questions, at_once=False)
-            print(_line("1 question at a time", alone))
-            together = _measure(agent, socket, args.questions, at_once=True)
-            print(_line(f"{args.questions} runs at once", together))
+            _measure_alternating(agent, socket, sender, peer_socket, WARM_UP)
+            alone = _measure_alternating(agent, socket, sender, peer_socket, args.questions)
+            _report("1 question at a time", *alone)
+            burst = (
+                _measure(agent, socket, args.questions, at_once=True),
+                sender.measure(peer_socket, args.questions),
+            )
+            _report(f"burst of {args.questions}", *burst)
+            print(f"  loadavg {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         finally:
-            stop([worker, web])
+            sender.close()
+            stop([worker, web, peer_web])
+
+
+_peer_sockets: dict[int, Socket] = {}
+
+
+def _peer_socket(port: int) -> Socket:
+    """The one socket on the peer app (connected once its server listens)."""
+    socket = _peer_sockets.get(port)
+    if socket is None or socket.failed:
+        socket = _peer_sockets[port] = Socket(f"ws://127.0.0.1:{port}/ws/", "", f"http://127.0.0.1:{port}")
+    return socket
+
+
+class Sender:
+    """The peer's sender process (bench/live_peer.py), fed question ids on its stdin."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, str(BENCH / "live_peer.py")],
+            cwd=BENCH,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def measure(self, socket: Socket, count: int) -> list[float]:
+        """Commit ``count`` questions back to back and wait for their frames; each latency in seconds."""
+        assert self._process.stdin is not None
+        assert self._process.stdout is not None
+        questions = [str(uuid.uuid4()) for _ in range(count)]
+        self._process.stdin.write(" ".join(questions) + "\n")
+        self._process.stdin.flush()
+        if self._process.stdout.readline().strip() != "ok":
+            raise SystemExit("the peer's sender failed")
+        wait(lambda: all(q in socket.arrived for q in questions), timeout=60 + count)
+        import live_peer
+
+        stamped = live_peer.created_at(BENCH_DATABASE_URL, questions)
+        return [socket.arrived[q] - stamped[q] for q in questions]
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        self._process.wait(timeout=20)
+
+
+def _measure_alternating(
+    agent: Any, socket: Socket, sender: Sender, peer_socket: Socket, count: int
+) -> tuple[list[float], list[float]]:
+    """``count`` questions one at a time, Parley and the peer taking turns; (Parley's, peer's) latencies."""
+    ours: list[float] = []
+    peers: list[float] = []
+    for _ in range(count):
+        ours += _measure(agent, socket, 1, at_once=False)
+        peers += sender.measure(peer_socket, 1)
+    return ours, peers
 
 
 def _create_agent(*, model_url: str) -> tuple[Any, str]:
@@ -142,7 +243,10 @@ def _print_setup() -> None:
         postgres = cursor.fetchone()[0].split()[0]
     print(f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, Postgres {postgres}, Redis layer")
     print("1 uvicorn web process, 1 Celery worker process (1 thread), 1 connected socket. Latency: the")
-    print("question.opened frame's arrival minus the event's created_at (in the worker's transaction)")
+    print("question.opened frame's arrival minus the event's created_at (in the worker's transaction).")
+    print("Peer: a bare Channels app under uvicorn, the same layer, a sender process committing a row and")
+    print("then async_to_sync(layer.group_send); its frame's arrival minus the row's created_at.")
+    print(f"loadavg {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 def _measure(agent: Any, socket: Socket, count: int, *, at_once: bool) -> list[float]:
@@ -164,12 +268,12 @@ def _measure(agent: Any, socket: Socket, count: int, *, at_once: bool) -> list[f
         if not at_once:
             wait(lambda run=run: _arrived(socket, agent.tenant_id, run.pk), timeout=60)
     try:
-        wait(lambda: all(_arrived(socket, agent.tenant_id, pk) for pk in runs), timeout=60 + count)
+        wait(lambda: all(_arrived(socket, agent.tenant_id, pk) for pk in run_ids), timeout=60 + count)
     except SystemExit:
-        asked = Question.objects.for_tenant(agent.tenant_id).filter(run_id__in=runs).count()
+        asked = Question.objects.for_tenant(agent.tenant_id).filter(run_id__in=run_ids).count()
         arrived = len(socket.arrived)
         raise SystemExit(f"{arrived} frames arrived for {asked} questions asked by {count} runs") from None
-    asked_now = Question.objects.for_tenant(agent.tenant_id).filter(run_id__in=runs)
+    asked_now = Question.objects.for_tenant(agent.tenant_id).filter(run_id__in=run_ids)
     questions = {str(q.pk): q.run_id for q in asked_now}
     opened = Event.objects.for_tenant(agent.tenant_id).filter(kind="question.opened")
     events = list(opened.filter(payload__question__in=list(questions)))
@@ -189,7 +293,15 @@ def _arrived(socket: Socket, tenant_id: int, run_id: Any) -> bool:
 def _line(label: str, latencies: list[float]) -> str:
     p50, p99, most = (percentile(latencies, p) * 1000 for p in (50, 99, 100))
     counted = f"{len(latencies)} questions"
-    return f"  {label:<21} {counted:<14} p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  max {most:6.1f} ms"
+    return f"  {label:<32} {counted:<14} p50 {p50:6.1f} ms  p99 {p99:6.1f} ms  max {most:6.1f} ms"
+
+
+def _report(label: str, ours: list[float], peers: list[float]) -> None:
+    """Print both lines of a pass and the ratios Parley ÷ peer at p50 and p99."""
+    print(_line(f"{label}, Parley", ours))
+    print(_line(f"{label}, peer", peers))
+    p50, p99 = (percentile(ours, p) / percentile(peers, p) for p in (50, 99))
+    print(f"  {label}: Parley / peer  p50 {p50:.2f}x  p99 {p99:.2f}x")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from importlib import import_module
@@ -51,31 +52,46 @@ class LiveConsumer(AsyncWebsocketConsumer):
         ]
         self.closing = False
         self.checked_at = time.monotonic()
+        self.rechecking: asyncio.Task[None] | None = None
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
+        rechecking: asyncio.Task[None] | None = getattr(self, "rechecking", None)
+        if rechecking is not None:
+            rechecking.cancel()
         for group in getattr(self, "joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def live_event(self, message: dict[str, Any]) -> None:
         if self.closing:
             return  # events already queued for this socket when it was closed
-        # The session and memberships are read again on a stored event at most once a
-        # LIVE_RECHECK_SECONDS: three queries per event would put a busy socket seconds behind (and
-        # past the layer's channel capacity, which drops events). Transient events never re-check.
-        now = time.monotonic()
-        if (
-            message["event"] not in live.TRANSIENT_EVENTS
-            and now - self.checked_at >= settings.LIVE_RECHECK_SECONDS
-        ):
-            self.checked_at = now
+        # The session and memberships are read again as stored events come, never on an idle socket:
+        # three queries per event would put a busy socket seconds behind (and past the layer's channel
+        # capacity, which drops events). Read ahead in the background, they keep the event that comes
+        # next from waiting for them. Transient events never re-check.
+        if message["event"] not in live.TRANSIENT_EVENTS:
+            age = time.monotonic() - self.checked_at
+            if self.rechecking is None and age >= settings.LIVE_RECHECK_SECONDS / 2:
+                self.rechecking = asyncio.ensure_future(self._recheck())
+            if age >= settings.LIVE_RECHECK_SECONDS and self.rechecking is not None:
+                await asyncio.shield(self.rechecking)
+            if self.closing:
+                return
+        await self.send(text_data=json.dumps({"event": message["event"], "payload": message["payload"]}))
+
+    async def _recheck(self) -> None:
+        """Read the user and roles again: close the socket if they changed, else renew the check."""
+        started = time.monotonic()
+        try:
             if await self._roles_now() != self.roles:
                 self.closing = True
                 await self.close(code=CLOSE_STALE)
-                return
-        await self.send(text_data=json.dumps({"event": message["event"], "payload": message["payload"]}))
+            else:
+                self.checked_at = started
+        finally:
+            self.rechecking = None
 
     async def _roles_now(self) -> list[tuple[int, str]] | None:
         """The user's ``(tenant id, role)`` pairs now, or ``None`` once the session no longer holds

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import threading
+from concurrent.futures import Future
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -108,10 +109,17 @@ def _audience(tenant_id: int, party_id: int | None) -> list[str]:
     return groups
 
 
+# Seconds a publishing thread waits for its event to be sent to the channel layer (see _send).
+SEND_WAIT = 0.5
+
+# (groups, message, resolved once sent or None) queued on a delivery loop.
+_Outgoing = tuple[list[str], dict[str, Any], "Future[None] | None"]
+
 _server_loop: asyncio.AbstractEventLoop | None = None
 _delivery: tuple[int, asyncio.AbstractEventLoop] | None = None  # (pid, loop) of the delivery thread
 _delivery_lock = threading.Lock()
-_outboxes: dict[asyncio.AbstractEventLoop, asyncio.Queue[tuple[str, dict[str, Any]]]] = {}
+_delivery_behind = threading.Event()  # a wait for a send ran out: don't wait again until caught up
+_outboxes: dict[asyncio.AbstractEventLoop, asyncio.Queue[_Outgoing]] = {}
 
 
 def bind_server_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -133,6 +141,13 @@ def _send(groups: list[str], message: dict[str, Any]) -> None:
     ``async_to_sync`` would open a new loop and connection per event (15 to 50
     ms each, in the middle of a worker's step). One queue per loop sends in
     the order events were published, so streamed text arrives in order. The
+    calling thread then waits (at most :data:`SEND_WAIT` seconds) until the
+    message is sent: a worker thread that went on stepping would hold the GIL
+    the delivery thread needs at each of its Redis round trips (5 ms switch
+    interval each), and in a burst pile up a backlog behind which every frame
+    waits. Once a wait runs out (Redis slow or gone) callers stop waiting until
+    the delivery thread has caught up, so a lost Redis holds a step up once,
+    not at every event; a thread that runs an event loop never waits. The
     in-memory layer (tests, the embedded default) must be sent on its
     consumers' loop: the server's when bound, else the caller's.
     """
@@ -140,19 +155,36 @@ def _send(groups: list[str], message: dict[str, Any]) -> None:
     if layer is None:
         return
     if _server_loop is not None and _server_loop.is_running():
-        loop: asyncio.AbstractEventLoop | None = _server_loop
-    elif isinstance(layer, InMemoryChannelLayer):
-        loop = None
-    else:
-        loop = _delivery_loop()
-    for group in groups:
-        if loop is not None:
-            loop.call_soon_threadsafe(_enqueue, loop, group, message)
-            continue
-        try:
-            async_to_sync(layer.group_send)(group, message)
-        except Exception:  # a lost push never loses state; the page re-syncs from the database
-            logger.warning("live event %s to %s was not delivered", message["event"], group, exc_info=True)
+        _server_loop.call_soon_threadsafe(_enqueue, _server_loop, groups, message, None)
+        return
+    if isinstance(layer, InMemoryChannelLayer):
+        for group in groups:
+            try:
+                async_to_sync(layer.group_send)(group, message)
+            except Exception:  # a lost push never loses state; the page re-syncs from the database
+                logger.warning(
+                    "live event %s to %s was not delivered", message["event"], group, exc_info=True
+                )
+        return
+    loop = _delivery_loop()
+    waits = not _delivery_behind.is_set() and not _runs_a_loop()
+    sent: Future[None] | None = Future() if waits else None
+    loop.call_soon_threadsafe(_enqueue, loop, groups, message, sent)
+    if sent is None:
+        return
+    try:
+        sent.result(timeout=SEND_WAIT)
+    except TimeoutError:
+        _delivery_behind.set()
+
+
+def _runs_a_loop() -> bool:
+    """Whether this thread runs an event loop (which must never block on a send)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _delivery_loop() -> asyncio.AbstractEventLoop:
@@ -166,23 +198,37 @@ def _delivery_loop() -> asyncio.AbstractEventLoop:
         return _delivery[1]
 
 
-def _enqueue(loop: asyncio.AbstractEventLoop, group: str, message: dict[str, Any]) -> None:
+def _enqueue(
+    loop: asyncio.AbstractEventLoop, groups: list[str], message: dict[str, Any], sent: Future[None] | None
+) -> None:
     """On ``loop``: queue the send, starting the loop's sender at the first one."""
     outbox = _outboxes.get(loop)
     if outbox is None:
         outbox = _outboxes[loop] = asyncio.Queue()
         loop.create_task(_deliver(outbox))
-    outbox.put_nowait((group, message))
+    outbox.put_nowait((groups, message, sent))
 
 
-async def _deliver(outbox: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
-    """Send what ``outbox`` holds, one message after another, for as long as its loop runs."""
+async def _deliver(outbox: asyncio.Queue[_Outgoing]) -> None:
+    """Send what ``outbox`` holds, one message after another, for as long as its loop runs.
+
+    A message's groups are sent at once (a principal's group need not wait
+    behind the tenant's); the next message waits for all of them, so each
+    group gets its events in order. ``sent`` is resolved once they are.
+    """
     while True:
-        group, message = await outbox.get()
+        groups, message, sent = await outbox.get()
         layer = get_channel_layer()  # read each time: tests swap layers
-        if layer is None:
-            continue
-        try:
-            await layer.group_send(group, message)
-        except Exception:  # a lost push never loses state; the page re-syncs from the database
-            logger.warning("live event %s to %s was not delivered", message["event"], group, exc_info=True)
+        if layer is not None:
+            results = await asyncio.gather(
+                *(layer.group_send(g, message) for g in groups), return_exceptions=True
+            )
+            for group, result in zip(groups, results, strict=True):
+                if isinstance(result, Exception):  # a lost push never loses state; the page re-syncs
+                    logger.warning(
+                        "live event %s to %s was not delivered", message["event"], group, exc_info=result
+                    )
+        if sent is not None and not sent.done():
+            sent.set_result(None)
+        if outbox.empty():
+            _delivery_behind.clear()
