@@ -29,12 +29,18 @@ time of a round (first request sent to last answer), p50 and p99 latency over
 every request of the rounds (nearest rank), the most model calls the server
 saw in flight at once, the median seconds from a round's first model call to
 its last ("began": the gateway's work before the model, for all the requests),
-and the ideal: one model call. The client and the model server (one Python
-process) run on the same cores as the web process and Postgres.
+the ideal (one model call) and the wall time over it. The client and the model
+server (one Python process) run on the same cores as the web process and
+Postgres, so the machine's load average is printed before and after.
+
+With ``--profile PREFIX``, py-spy (``pip install py-spy``) samples the web
+process's threads holding the GIL during every measured level of more than one
+request at once, writing ``PREFIX-<case>-<level>.raw`` (collapsed stacks, one
+line per stack and thread: where the process's CPU went).
 
     .venv/bin/python bench/inbound.py [--rounds 5] [--concurrency 1 20] [--cases visitor move]
         [--database-url postgres://postgres@127.0.0.1:5432/parley_bench_in]
-        [--redis-url $BENCH_REDIS_URL]
+        [--redis-url $BENCH_REDIS_URL] [--profile /tmp/inbound]
 
 The database is dropped and created; the Redis database is emptied before and after.
 """
@@ -45,7 +51,10 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -216,6 +225,24 @@ def move_check(response: Any) -> str | None:
     return None
 
 
+def profiler(pid: int, out: str) -> subprocess.Popen[bytes]:
+    """py-spy sampling ``pid``'s threads while they hold the GIL, into ``out`` (raw collapsed stacks)
+    once stopped by :func:`stop_profiler`."""
+    spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
+    command = [spy, "record", "--pid", str(pid), "--format", "raw", "--output", out, "--threads", "--gil"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)  # attached before the first request
+    return process
+
+
+def stop_profiler(process: subprocess.Popen[bytes]) -> None:
+    """Stop py-spy as Ctrl-C does, so that it writes its samples."""
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=60)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="measured rounds per case and level")
@@ -224,6 +251,9 @@ def main() -> None:
     parser.add_argument("--model-seconds", type=float, default=1.0, help="how long the model takes")
     parser.add_argument("--database-url", default=DATABASE_URL, help="a Postgres database to drop and create")
     parser.add_argument("--redis-url", default=REDIS_URL, help="a Redis database to empty")
+    parser.add_argument(
+        "--profile", metavar="PREFIX", help="py-spy the web process into PREFIX-<case>-<level>.raw"
+    )
     args = parser.parse_args()
     if args.rounds < 1 or min(args.concurrency) < 1 or args.model_seconds < 0:
         parser.error("--rounds and --concurrency must be at least 1, --model-seconds at least 0")
@@ -287,7 +317,8 @@ def main() -> None:
         f"agents:  max_concurrency={visited.max_concurrency}, turn_timeout={visited.turn_timeout:g} s "
         f"(defaults), {', '.join(f'{k}={v}' for k, v in AGENT_CAPS.items())}; visitor: "
         f"{len(DOCUMENTS)} grounding documents; move: propose €800, the model counters €1,000\n"
-        f"load:    1 warm-up + {args.rounds} measured rounds per case and level, a new task per request"
+        f"load:    1 warm-up + {args.rounds} measured rounds per case and level, a new task per request\n"
+        f"loadavg: {_loadavg()} before"
     )
     results: dict[tuple[str, int], tuple[list[Round], int, float]] = {}
     with model.server:
@@ -298,10 +329,15 @@ def main() -> None:
                 url, make, check = cases[case]
                 for concurrency in args.concurrency:
                     rounds, ends = [], []
-                    for _ in range(1 + args.rounds):  # the first is the warm-up
+                    spy = None
+                    for i in range(1 + args.rounds):  # the first is the warm-up
+                        if i == 1 and args.profile and concurrency > 1:
+                            spy = profiler(web.pid, f"{args.profile}-{case}-{concurrency}.raw")
                         bodies = [make(request_id=i) for i in range(concurrency)]
                         rounds.append(asyncio.run(burst(url, headers, bodies, check)))
                         ends.append(model.round_end(concurrency))
+                    if spy is not None:
+                        stop_profiler(spy)
                     peak = max(p for p, _ in ends[1:])
                     spread = statistics.median(s for _, s in ends[1:])
                     results[case, concurrency] = (rounds[1:], peak, spread)
@@ -310,10 +346,11 @@ def main() -> None:
             redis.Redis.from_url(redis_url).flushdb()
 
     ideal = args.model_seconds
+    print(f"loadavg: {_loadavg()} after")
     print()
     print(
         f"{'case':<8} {'at once':>7} {'wall s':>7} {'p50 s':>7} {'p99 s':>7} {'in flight':>9} "
-        f"{'began s':>7} {'ideal s':>7}"
+        f"{'began s':>7} {'ideal s':>7} {'x ideal':>7}"
     )
     for case in args.cases:
         for concurrency in args.concurrency:
@@ -323,8 +360,13 @@ def main() -> None:
             p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
             print(
                 f"{case:<8} {concurrency:>7} {wall:>7.2f} {p50:>7.2f} {p99:>7.2f} {peak:>9} "
-                f"{spread:>7.2f} {ideal:>7.2f}"
+                f"{spread:>7.2f} {ideal:>7.2f} {wall / ideal if ideal else float('inf'):>7.2f}"
             )
+
+
+def _loadavg() -> str:
+    """The machine's load average over 1, 5 and 15 minutes (other work shares the cores)."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
-from django.db import connections  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 from starlette.types import ASGIApp, Receive, Scope, Send  # noqa: E402
 
@@ -34,6 +33,7 @@ from mcp_gateway.app import build_app as build_mcp_app  # noqa: E402
 from parley import live, telemetry  # noqa: E402
 from parley.celery import start_embedded_worker  # noqa: E402
 from parley.consumers import LiveConsumer  # noqa: E402
+from parley.gateway_threads import GatewayThreads, mend  # noqa: E402
 
 telemetry.setup()
 a2a_app = build_app()
@@ -51,13 +51,9 @@ async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 class MendConnections:
-    """ASGI middleware: before each HTTP request, close a database connection that failed and can no
-    longer be used, so that the next query opens a new one.
-
-    Django does this around its own requests (``close_old_connections`` on ``request_started``);
-    the gateways query through the ORM outside that cycle, on asgiref's one shared thread, whose
-    connection would otherwise stay dead after a Postgres restart or failover until the process
-    restarts. The request that meets the dead connection still fails; the next one succeeds.
+    """ASGI middleware: before each HTTP request, mend the database connection of asgiref's one
+    shared thread (:func:`parley.gateway_threads.mend`), where work outside Django's request cycle
+    and outside :class:`~parley.gateway_threads.GatewayThreads` queries (``AgentHosts``' host names).
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -65,14 +61,8 @@ class MendConnections:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            await sync_to_async(_close_broken_connections)()
+            await sync_to_async(mend)()
         await self.app(scope, receive, send)
-
-
-def _close_broken_connections() -> None:
-    for connection in connections.all(initialized_only=True):
-        if connection.connection is not None and connection.errors_occurred and not connection.is_usable():
-            connection.close()
 
 
 application = ProtocolTypeRouter(
@@ -82,8 +72,9 @@ application = ProtocolTypeRouter(
             AgentHosts(
                 URLRouter(
                     [
-                        re_path(r"^a2a/", a2a_app),  # type: ignore[arg-type]  # Channels routes ASGI apps too
-                        re_path(r"^mcp/", mcp_app),  # type: ignore[arg-type]
+                        # The gateways' database work runs on the web process's gateway threads.
+                        re_path(r"^a2a/", GatewayThreads(a2a_app)),  # type: ignore[arg-type]  # Channels routes ASGI apps too
+                        re_path(r"^mcp/", GatewayThreads(mcp_app)),  # type: ignore[arg-type]
                         re_path(r"", ASGIStaticFilesHandler(django_asgi)),  # type: ignore[arg-type]
                     ]
                 )

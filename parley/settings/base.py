@@ -228,6 +228,9 @@ PARLEY_EMBEDDED_WORKER_THREADS = env.int("PARLEY_EMBEDDED_WORKER_THREADS", defau
 # Threads of a web process that run inbound turns (a2a_gateway.executor.turn_pool): that many turns
 # wait on their models at once. Each holds a database connection while it runs.
 A2A_TURN_THREADS = env.int("A2A_TURN_THREADS", default=32)
+# Threads of a web process that run the gateways' database work (parley.gateway_threads), each
+# keeping one database connection: requests at once share them, each request on one.
+GATEWAY_THREADS = env.int("GATEWAY_THREADS", default=8)
 A2A_MAX_BODY_BYTES = env.int("A2A_MAX_BODY_BYTES", default=64 * 1024)
 # Seconds our client waits for a counterparty's answer to one move (seed default: 180 s).
 A2A_SEND_TIMEOUT = env.float("A2A_SEND_TIMEOUT", default=180.0)

@@ -168,8 +168,9 @@ def test_the_gateway_answers_again_after_its_database_connection_is_dropped(
 ) -> None:
     """A Postgres restart or failover drops the web process's connections. Django's own pages
     reconnect (close_old_connections runs around each Django request); the gateways query outside
-    that cycle, on asgiref's shared thread, whose broken connection parley.asgi.MendConnections
-    closes before the next request: at most one request fails."""
+    that cycle, on the web process's gateway threads, whose broken connection
+    parley.gateway_threads.mend closes before the thread's next request: at most one request per
+    thread fails (here one: requests one at a time take the same thread)."""
     with web_process(live_stack, PGAPPNAME=APP_NAME) as origin:
         url = f"{origin}/mcp/{seller.tenant.slug}"
         structured(call_tool(url, "list_bridges", {}))  # the edge's connection is open
