@@ -169,12 +169,13 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
         built = await super().build(
             context=context, params=params, task_id=task_id, context_id=context_id, task=task
         )
-        answered_at_end = context.state.get("method") in ANSWERED_AT_END_METHODS
-        if answered_at_end:
-            context.state[ANSWERED_AT_END] = True
         if params is not None and not task_id and built.task_id:
             context.state[NEW_TASK] = built.task_id
-            if answered_at_end and not params.configuration.HasField("task_push_notification_config"):
+            if context.state.get("method") in ANSWERED_AT_END_METHODS and not params.configuration.HasField(
+                "task_push_notification_config"
+            ):
+                # A push reads its task's row (DjangoPushConfigStore): with none, nothing is held.
+                context.state[ANSWERED_AT_END] = True
                 self._push_configs.mark_without_configs(built.task_id)
                 context.state[WITHOUT_PUSH] = built.task_id
         if params is not None:

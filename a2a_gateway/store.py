@@ -39,12 +39,15 @@ MAX_PAGE_START = 2**31
 # (a fresh UUID no one else can know): until the task is first saved, it is known not to be stored.
 NEW_TASK = "new_task"
 # Where the gateway marks, in the call context's state, a call answered only once its task is final
-# (SendMessage, 0.3 message/send): the task's passing states need not be written before the answer.
+# (SendMessage, 0.3 message/send) that opens a task without push configs: the task's passing states
+# need not be written before the answer.
 ANSWERED_AT_END = "answered_at_end"
-# Seconds a passing state (SUBMITTED, WORKING) of such a call's task is held before it is written, unless
-# a later state replaces it first: a turn that answers at once writes its task once.
+# Seconds a passing state of such a call's task is held before it is written, unless a later state
+# replaces it first: a turn that answers at once writes its task once.
 HOLD_SECONDS = 0.1
-PASSING = frozenset({TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING})
+# The states held: only SUBMITTED (and its artifacts). WORKING is written at once: an executor says it
+# before a long turn, during which the task must be found from any process (GetTask, CancelTask).
+PASSING = frozenset({TaskState.TASK_STATE_SUBMITTED})
 
 
 def call_agent(context: ServerCallContext) -> Agent:
@@ -112,7 +115,7 @@ class DjangoTaskStore(TaskStore):
     """Tasks as protobuf JSON in :class:`a2a_gateway.models.A2ATask`, owner-scoped.
 
     The SDK saves a task at every event of a turn. For a call answered only once
-    its task is final (:data:`ANSWERED_AT_END`), a passing state is held up to
+    its task is final (:data:`ANSWERED_AT_END`), a passing state (:data:`PASSING`) is held up to
     :data:`HOLD_SECONDS` and written only if no later state replaces it by then; the
     final one is written before :meth:`save` returns, and the gateway writes the
     task's held state (:meth:`flush`) before it answers, so every answer stands on a
