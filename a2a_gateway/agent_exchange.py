@@ -101,6 +101,18 @@ def _error(status: int, message: str, *, headers: dict[str, str] | None = None) 
     )
 
 
+async def _profile(agent: Agent) -> ExchangeProfile | None:
+    """``agent``'s Agent Exchange profile, if it has one: read with the agent at the edge
+    (``select_related``), else here."""
+    if Agent.exchange_profile.is_cached(agent):
+        try:
+            profile: ExchangeProfile | None = agent.exchange_profile
+        except ExchangeProfile.DoesNotExist:
+            profile = None
+        return profile if profile is None or profile.tenant_id == agent.tenant_id else None
+    return await ExchangeProfile.objects.for_tenant(agent.tenant_id).filter(agent=agent).afirst()
+
+
 async def gate(context: ServerCallContext, message: Message, *, wire_0_3: bool) -> str | None:
     """The reference ``message`` carries when it is an Agent Exchange message, else None.
 
@@ -112,7 +124,7 @@ async def gate(context: ServerCallContext, message: Message, *, wire_0_3: bool) 
     message whose one data part is not ``{"reference": "sha256:…"}``, or that names a ``taskId``.
     """
     agent: Agent = context.state["agent"]
-    profile = await ExchangeProfile.objects.for_tenant(agent.tenant_id).filter(agent=agent).afirst()
+    profile = await _profile(agent)
     required = profile is not None and profile.mode == ExchangeProfile.Mode.REQUIRED
     activated = (
         wire.EXTENSION_URI in context.requested_extensions and wire.EXTENSION_URI in message.extensions

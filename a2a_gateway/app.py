@@ -68,7 +68,7 @@ from a2a_gateway.hosts import HOST_NAME
 from a2a_gateway.push import DjangoPushConfigStore, PushSender, url_allowed
 from a2a_gateway.resends import KeyedLocks, message_key, resent_task
 from a2a_gateway.signing import jwks_endpoint
-from a2a_gateway.store import DjangoTaskStore, call_agent
+from a2a_gateway.store import ANSWERED_AT_END, NEW_TASK, DjangoTaskStore, call_agent
 from agents.models import Agent
 from exchange.wire import PREPARATION_PATH
 from parley.edge import API_KEY_HEADER, Unauthenticated, rpc_error
@@ -82,6 +82,11 @@ _CREDENTIAL_HEADERS = frozenset({b"authorization", API_KEY_HEADER.lower().encode
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # \uD800 to \uDFFF, any case
 # The 0.3 methods a message comes by; the Index wire's refusals apply to both.
 V0_3_SENDS = frozenset({"message/send", "message/stream"})
+# The methods answered once, when the task is final or parked, rather than streamed event by event.
+ANSWERED_AT_END_METHODS = frozenset({"SendMessage", "message/send"})
+# Where the context builder leaves, in the call context's state, the new task it marked as having no
+# push config for the call (DjangoPushConfigStore.mark_without_configs), for the handler to unmark.
+WITHOUT_PUSH = "without_push"
 
 
 class AgentContextBuilder(DefaultServerCallContextBuilder):
@@ -125,9 +130,10 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
     write the message out as JSON.
     """
 
-    def __init__(self, store: DjangoTaskStore) -> None:
+    def __init__(self, store: DjangoTaskStore, push_configs: DjangoPushConfigStore) -> None:
         super().__init__(task_store=store)
         self._store = store
+        self._push_configs = push_configs
 
     async def build(
         self,
@@ -163,6 +169,15 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
         built = await super().build(
             context=context, params=params, task_id=task_id, context_id=context_id, task=task
         )
+        if params is not None and not task_id and built.task_id:
+            context.state[NEW_TASK] = built.task_id
+            if context.state.get("method") in ANSWERED_AT_END_METHODS and not params.configuration.HasField(
+                "task_push_notification_config"
+            ):
+                # A push reads its task's row (DjangoPushConfigStore): with none, nothing is held.
+                context.state[ANSWERED_AT_END] = True
+                self._push_configs.mark_without_configs(built.task_id)
+                context.state[WITHOUT_PUSH] = built.task_id
         if params is not None:
             # The SDK checks an inline push URL only after this builder; checked first, a refused
             # message counts no turn of its conversation.
@@ -206,7 +221,17 @@ class GatewayHandler(DefaultRequestHandler):
             resent = await self._resent(params, context)
             if resent is not None:
                 return resent
-            return await super().on_message_send(params, context)
+            try:
+                answer = await super().on_message_send(params, context)
+            finally:
+                if WITHOUT_PUSH in context.state:
+                    assert isinstance(self._push_config_store, DjangoPushConfigStore)
+                    self._push_config_store.unmark(context.state.pop(WITHOUT_PUSH))
+            if isinstance(answer, Task):
+                store = self.task_store
+                assert isinstance(store, DjangoTaskStore)
+                await store.flush(answer.id)  # answered, it is stored
+            return answer
 
     async def _resent(self, params: SendMessageRequest, context: ServerCallContext) -> Task | None:
         """:func:`a2a_gateway.resends.resent_task`, as the request's configuration asks for it."""
@@ -289,7 +314,8 @@ class ResolveAgent:
         agent = None
         if match is not None and slug_re.match(match["tenant"]) and slug_re.match(match["agent"]):
             agent = (
-                await Agent.across_tenants.select_related("tenant")
+                # The agent's Agent Exchange profile comes with it: every message asks for it.
+                await Agent.across_tenants.select_related("tenant", "exchange_profile")
                 .filter(tenant__slug=match["tenant"], slug=match["agent"])
                 .afirst()
             )
@@ -474,7 +500,7 @@ def build_app(executor: AgentExecutor | None = None) -> ASGIApp:
         agent_executor=executor or NegotiationExecutor(),
         task_store=store,
         agent_card=capability_card(),
-        request_context_builder=InboundContextBuilder(store),
+        request_context_builder=InboundContextBuilder(store, push_configs),
         # Parties answer in days: release parked tasks from memory; the store rebuilds them.
         interrupted_task_timeout=300,
         push_config_store=push_configs,
@@ -486,6 +512,7 @@ def build_app(executor: AgentExecutor | None = None) -> ASGIApp:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         await handler.aclose()
+        await store.aclose()
         await push_sender.aclose()
 
     routes = [

@@ -81,8 +81,8 @@ from a2a.types import Message
 from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import F, Sum
+from django.db import connection
+from django.db.models import Sum
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -467,34 +467,38 @@ async def month_spend(tenant_id: int, since: datetime) -> Decimal:
 def _context_turn(agent: Agent, owner: str, context_id: str) -> bool:
     """Count one message in ``owner``'s conversation ``context_id`` with ``agent``, if it is under
     ``max_turns_per_context``; whether it was. A new conversation beyond ``max_contexts``
-    forgets the agent's least recently used ones."""
-    now = timezone.now()
-    rows = InboundContext.objects.for_tenant(agent.tenant_id).filter(
-        agent=agent, owner=owner, context_id=context_id
-    )
+    forgets the agent's least recently used ones.
+
+    One statement counts it: an INSERT of the conversation's first turn, or, for one already
+    counted, the conditional UPDATE of its count (concurrent messages of one context cannot both
+    take its last turn). A count of 1 after it says the conversation is new.
+    """
     limit = agent.max_turns_per_context
-
-    def count() -> bool:
-        # One conditional UPDATE: concurrent messages of one context cannot both take its last turn.
-        updated = rows.filter(turns__lt=limit).update(turns=F("turns") + 1, last_used_at=now, updated_at=now)
-        return updated == 1
-
-    if count():
-        return True
-    if rows.exists() or limit < 1:
+    if limit < 1:
         return False
-    try:
-        with transaction.atomic():
-            InboundContext.objects.create(
-                tenant_id=agent.tenant_id,
-                agent=agent,
-                owner=owner,
-                context_id=context_id,
-                turns=1,
-                last_used_at=now,
-            )
-    except IntegrityError:
-        return count()  # another message of the same new context created it first
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    table = connection.ops.quote_name(InboundContext._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} "  # the table name is the model's own
+            "(created_at, updated_at, tenant_id, agent_id, owner, context_id, turns, last_used_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, 1, %s) "
+            "ON CONFLICT (agent_id, owner, context_id) DO UPDATE "
+            f"SET turns = {table}.turns + 1, last_used_at = excluded.last_used_at, "
+            "updated_at = excluded.updated_at "
+            f"WHERE {table}.turns < %s RETURNING turns",
+            [now, now, agent.tenant_id, agent.pk, owner, context_id, now, limit],
+        )
+        counted = cursor.fetchone()
+    if counted is None:
+        return False
+    if counted[0] == 1:
+        _contexts_forget(agent)
+    return True
+
+
+def _contexts_forget(agent: Agent) -> None:
+    """Forget ``agent``'s least recently used conversations beyond ``max_contexts``."""
     stale = list(
         InboundContext.objects.for_tenant(agent.tenant_id)
         .filter(agent=agent)
@@ -503,4 +507,3 @@ def _context_turn(agent: Agent, owner: str, context_id: str) -> bool:
     )
     if stale:
         InboundContext.objects.for_tenant(agent.tenant_id).filter(pk__in=stale).delete()
-    return True

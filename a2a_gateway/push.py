@@ -109,6 +109,9 @@ class PushSender(BasePushNotificationSender):
         self._last: dict[str, asyncio.Task[None]] = {}
 
     async def send_notification(self, task_id: str, event: PushNotificationEvent) -> None:
+        store = self._config_store
+        if isinstance(store, DjangoPushConfigStore) and store.without_configs(task_id):
+            return
         # The event may be the consumer's own Task, which the next event changes in place.
         snapshot = copy.deepcopy(event)
         delivery = asyncio.create_task(self._deliver(self._last.get(task_id), task_id, snapshot))
@@ -140,7 +143,27 @@ class DjangoPushConfigStore(PushNotificationConfigStore):
     an id again replaces that config. The handler has checked that the caller
     owns the task, except for a config sent inline with a message, which is
     stored before the task is.
+
+    Most tasks have no config, and every event of every task would ask: a task the gateway
+    knows can have none (:meth:`mark_without_configs`) is not looked up while it is marked.
     """
+
+    def __init__(self) -> None:
+        self._without: set[str] = set()
+
+    def mark_without_configs(self, task_id: str) -> None:
+        """Mark ``task_id`` as having no config until :meth:`unmark`: a task new in a call that
+        brought no config inline and answers only at its end, whose id its caller cannot know
+        before then, so no config can be set for it meanwhile."""
+        self._without.add(task_id)
+
+    def unmark(self, task_id: str) -> None:
+        """End :meth:`mark_without_configs` (no-op for a task not marked)."""
+        self._without.discard(task_id)
+
+    def without_configs(self, task_id: str) -> bool:
+        """Whether ``task_id`` is known to have no config (:meth:`mark_without_configs`)."""
+        return task_id in self._without
 
     async def set_info(
         self, task_id: str, notification_config: TaskPushNotificationConfig, context: ServerCallContext
@@ -148,6 +171,7 @@ class DjangoPushConfigStore(PushNotificationConfigStore):
         """Store the config; -32602 for an id that cannot be stored, a NUL anywhere in it, or a
         task that already has :data:`MAX_CONFIGS_PER_TASK` others."""
         config = normalize_push_notification_config(task_id, notification_config)
+        self.unmark(task_id)
         if problem := id_problem(config.id):
             raise InvalidParamsError(message=f"pushNotificationConfig.id {problem}")
         data = MessageToDict(config)

@@ -7,6 +7,9 @@ agent can never read another's Tasks, whatever id it is given.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
@@ -26,10 +29,25 @@ from agents.models import Agent
 from negotiations.wire import storage_problem
 from representative.answers import HISTORY_EXCHANGES, Exchange
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
 # Beyond any real listing, within what an OFFSET holds.
 MAX_PAGE_START = 2**31
+# Where the gateway leaves, in the call context's state, the id it has just generated for a new task
+# (a fresh UUID no one else can know): until the task is first saved, it is known not to be stored.
+NEW_TASK = "new_task"
+# Where the gateway marks, in the call context's state, a call answered only once its task is final
+# (SendMessage, 0.3 message/send) that opens a task without push configs: the task's passing states
+# need not be written before the answer.
+ANSWERED_AT_END = "answered_at_end"
+# Seconds a passing state of such a call's task is held before it is written, unless a later state
+# replaces it first: a turn that answers at once writes its task once.
+HOLD_SECONDS = 0.1
+# The states held: only SUBMITTED (and its artifacts). WORKING is written at once: an executor says it
+# before a long turn, during which the task must be found from any process (GetTask, CancelTask).
+PASSING = frozenset({TaskState.TASK_STATE_SUBMITTED})
 
 
 def call_agent(context: ServerCallContext) -> Agent:
@@ -82,21 +100,98 @@ def row_fields(task: Task) -> dict[str, Any]:
     }
 
 
+@dataclass
+class _Write:
+    """One write of a task row (:func:`_task_write`'s arguments)."""
+
+    agent: Agent
+    owner: str
+    task_id: str
+    fields: dict[str, Any]
+    new: bool
+
+
 class DjangoTaskStore(TaskStore):
-    """Tasks as protobuf JSON in :class:`a2a_gateway.models.A2ATask`, owner-scoped."""
+    """Tasks as protobuf JSON in :class:`a2a_gateway.models.A2ATask`, owner-scoped.
+
+    The SDK saves a task at every event of a turn. For a call answered only once
+    its task is final (:data:`ANSWERED_AT_END`), a passing state (:data:`PASSING`) is held up to
+    :data:`HOLD_SECONDS` and written only if no later state replaces it by then; the
+    final one is written before :meth:`save` returns, and the gateway writes the
+    task's held state (:meth:`flush`) before it answers, so every answer stands on a
+    stored task. Writes of one task happen in the order of its saves; a read in this
+    process first writes what it holds of the task.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[_Write, asyncio.TimerHandle]] = {}
+        self._last: dict[str, asyncio.Future[None]] = {}
 
     async def save(self, task: Task, context: ServerCallContext) -> None:
-        """Store ``task`` in the caller's partition (:func:`_task_write`).
+        """Store ``task`` in the caller's partition (:func:`_task_write`), or hold a passing state.
 
         Raises IntegrityError for a task id another partition holds (ids are unique over all).
         """
-        agent = call_agent(context)
-        await sync_to_async(_task_write)(agent, owner_of(context), task.id, row_fields(task))
+        new = context.state.get(NEW_TASK) == task.id
+        if new:
+            del context.state[NEW_TASK]
+        write = _Write(call_agent(context), owner_of(context), task.id, row_fields(task), new)
+        held = self._held.pop(task.id, None)
+        if held is not None:
+            held[1].cancel()
+            write.new = write.new or held[0].new
+        if context.state.get(ANSWERED_AT_END) and task.status.state in PASSING:
+            timer = asyncio.get_running_loop().call_later(HOLD_SECONDS, self._release, task.id)
+            self._held[task.id] = (write, timer)
+            return
+        await self._write(write)
+
+    async def flush(self, task_id: str) -> None:
+        """Write the held state of ``task_id`` now, if any, and wait for its writes under way."""
+        held = self._held.pop(task_id, None)
+        if held is not None:
+            held[1].cancel()
+            await self._write(held[0])
+        elif task_id in self._last:
+            await asyncio.wait([self._last[task_id]])
+
+    async def aclose(self) -> None:
+        """Write every held state (at shutdown)."""
+        for task_id in list(self._held):
+            await self.flush(task_id)
+
+    def _release(self, task_id: str) -> None:
+        """The hold of ``task_id`` is over: write its state in the background."""
+        held = self._held.pop(task_id, None)
+        if held is not None:
+            self._chain(held[0])
+
+    async def _write(self, write: _Write) -> None:
+        await asyncio.shield(self._chain(write))
+
+    def _chain(self, write: _Write) -> asyncio.Future[None]:
+        """Schedule ``write`` after the writes of its task under way."""
+        previous = self._last.get(write.task_id)
+        current = asyncio.ensure_future(_write_after(previous, write))
+        self._last[write.task_id] = current
+        current.add_done_callback(lambda done: self._forget(write.task_id, done))
+        return current
+
+    def _forget(self, task_id: str, done: asyncio.Future[None]) -> None:
+        if self._last.get(task_id) is done:
+            del self._last[task_id]
+        if not done.cancelled() and done.exception() is not None and task_id not in self._held:
+            logger.error("task %s: a held state could not be written", task_id, exc_info=done.exception())
 
     async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
         if id_problem(task_id):
             # No task has such an id, and asking Postgres would fail (NUL): the caller gets -32001.
             return None
+        if context.state.get(NEW_TASK) == task_id:
+            # The SDK looks a new task up before its first save, three times: none can be stored yet.
+            return None
+        if task_id in self._held or task_id in self._last:
+            await self.flush(task_id)
         row = await _tasks(context).filter(task_id=task_id).afirst()
         return stored_task(row) if row else None
 
@@ -121,6 +216,12 @@ class DjangoTaskStore(TaskStore):
         await _tasks(context).filter(task_id=task_id).adelete()
 
 
+async def _write_after(previous: asyncio.Future[None] | None, write: _Write) -> None:
+    if previous is not None:
+        await asyncio.wait([previous])
+    await sync_to_async(_task_write)(write.agent, write.owner, write.task_id, write.fields, new=write.new)
+
+
 def _page_start(token: str) -> int:
     """Where the page ``token`` (one :meth:`DjangoTaskStore.list` issued) starts; 0 for none.
 
@@ -138,16 +239,17 @@ def _page_start(token: str) -> int:
     return start
 
 
-def _task_write(agent: Agent, owner: str, task_id: str, fields: dict[str, Any]) -> None:
+def _task_write(agent: Agent, owner: str, task_id: str, fields: dict[str, Any], *, new: bool = False) -> None:
     """Write ``fields`` of the task ``task_id`` in ``owner``'s partition at ``agent``, creating it if new.
 
     The SDK saves a task at every event of a turn (five or more), so a stored one takes one
     conditional UPDATE, scoped to the partition: no row lock, since a save replaces the whole
     task and reads nothing. A new one is an INSERT; losing the race to create it, the UPDATE
-    again. Raises IntegrityError when another partition holds ``task_id``.
+    again. ``new``: the id was generated for this call and is known not to be stored (:data:`NEW_TASK`),
+    so the INSERT comes first. Raises IntegrityError when another partition holds ``task_id``.
     """
     rows = A2ATask.objects.for_tenant(agent.tenant_id).filter(owner=owner, task_id=task_id)
-    if rows.update(**fields, updated_at=timezone.now()):
+    if not new and rows.update(**fields, updated_at=timezone.now()):
         return
     try:
         with transaction.atomic():

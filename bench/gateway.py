@@ -1,6 +1,6 @@
 """Benchmark: SendMessage through our A2A gateway against a bare a2a-sdk app, with one trivial executor.
 
-Two servers run side by side, each one uvicorn process with the same settings,
+Three servers run side by side, each one uvicorn process with the same settings,
 on loopback:
 
 * **gateway** — ``a2a_gateway.app.build_app(executor=EchoExecutor())``: the
@@ -10,8 +10,12 @@ on loopback:
   gateway does (the move is checked against the negotiation rules, without a
   turn); the Tasks go to the Postgres store (``DjangoTaskStore``). Only the
   negotiator is replaced.
-* **bare** — a Starlette app of a2a-sdk's ``create_jsonrpc_routes`` (0.3 compat
-  on, as ours) with ``DefaultRequestHandler`` and ``InMemoryTaskStore``.
+* **bare-db** — a Starlette app of a2a-sdk's ``create_jsonrpc_routes`` (0.3 compat
+  on, as ours) with ``DefaultRequestHandler`` and the SDK's own durable
+  ``DatabaseTaskStore`` (SQLAlchemy async over asyncpg, the ``a2a-sdk[postgresql]``
+  extra) on the same Postgres server, in its own database: the peer a user would
+  pick instead.
+* **bare-mem** — the same bare app with ``InMemoryTaskStore``: nothing durable, the floor.
 
 Both answer with :class:`EchoExecutor`: the Task, an artifact echoing the
 message's parts, completed. Each request is a JSON-RPC ``SendMessage``
@@ -20,13 +24,17 @@ answer is checked to be a completed task. For each number of concurrent
 clients (coroutines sharing one ``httpx.AsyncClient`` with as many
 connections), each server gets a warm-up, then the measured requests; the
 servers take turns, so drift on the machine hits both. Reported: requests/s
-over the measured wall time, p50 and p99 latency, and gateway/bare ratios.
-The client runs on the same cores as the servers.
+over the measured wall time, p50 and p99 latency, and the gateway's ratios to
+each bare app. Then, for the two durable servers, an accounting pass at one
+client: SQL statements per SendMessage (counted in the server process: Django's
+execute wrappers, SQLAlchemy's cursor events) and commits per SendMessage (the
+database's ``xact_commit`` in ``pg_stat_database``). The client runs on the
+same cores as the servers; the load average is printed before and after.
 
     .venv/bin/python bench/gateway.py [--requests 1000] [--warmup 100] [--concurrency 1 32]
 
-Uses a fresh database ``parley_bench_gw`` (dropped and created) and the Redis database of ``BENCH_REDIS_URL``
-(bench/stack.py), which it empties.
+Uses fresh databases ``parley_bench_gw`` and ``bare_bench_gw`` (dropped and created) on the server of
+``BENCH_POSTGRES_URL`` and the Redis database of ``BENCH_REDIS_URL`` (bench/stack.py), which it empties.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -50,14 +58,21 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import InMemoryTaskStore, TaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from a2a.utils.errors import InvalidParamsError
 from stack import REDIS_URL, ROOT, database_url, free_port, fresh_database, wait
 from starlette.applications import Starlette
-from starlette.types import ASGIApp
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 DATABASE = "parley_bench_gw"
+# The durable bare app's own database, on the same server.
+BARE_DATABASE = "bare_bench_gw"
+# Where each server tells how many SQL statements it has run (bench only).
+STATEMENTS_PATH = "/bench/statements"
+# Requests of the accounting pass (statements and commits per SendMessage).
+ACCOUNTED = 100
 TENANT, AGENT = "bench", "echo"
 PATH = f"/a2a/{TENANT}/{AGENT}"
 # One uvicorn worker process each, the same settings for both servers.
@@ -86,18 +101,66 @@ class EchoExecutor(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
+class Statements:
+    """A count of the SQL statements a server process runs, answered at :data:`STATEMENTS_PATH`."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.count = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == STATEMENTS_PATH:
+            await JSONResponse({"statements": self.count})(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 def gateway_app() -> ASGIApp:
     """uvicorn factory: our gateway with :class:`EchoExecutor`; Django set up from the environment."""
     import django
 
     django.setup()
+    from django.db.backends.signals import connection_created
+
     from a2a_gateway.app import build_app
 
-    return build_app(executor=EchoExecutor())
+    counted = Statements(build_app(executor=EchoExecutor()))
+
+    def count(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        counted.count += 1
+        return execute(sql, params, many, context)
+
+    def wrap(sender: object, connection: object, **kwargs: object) -> None:
+        connection.execute_wrappers.append(count)  # type: ignore[attr-defined]
+
+    connection_created.connect(wrap, weak=False)
+    return counted
 
 
-def bare_app() -> ASGIApp:
-    """uvicorn factory: a2a-sdk alone — JSON-RPC routes, the default handler, the in-memory store."""
+def bare_db_app() -> ASGIApp:
+    """uvicorn factory: a2a-sdk alone with its durable ``DatabaseTaskStore`` (SQLAlchemy, asyncpg)."""
+    from a2a.server.tasks import DatabaseTaskStore
+    from sqlalchemy import event
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(os.environ["BARE_DATABASE_URL"])
+    store = DatabaseTaskStore(engine)
+    counted = Statements(bare_app(store, startup=store.initialize))
+
+    @event.listens_for(engine.sync_engine, "before_cursor_execute")
+    def count(*args: object) -> None:
+        counted.count += 1
+
+    return counted
+
+
+def bare_mem_app() -> ASGIApp:
+    """uvicorn factory: a2a-sdk alone with ``InMemoryTaskStore``."""
+    return Statements(bare_app(InMemoryTaskStore()))
+
+
+def bare_app(store: TaskStore, startup: Callable[[], Awaitable[None]] | None = None) -> ASGIApp:
+    """a2a-sdk alone — JSON-RPC routes, the default handler — over ``store``."""
     card = AgentCard(
         name="Echo",
         description="Answers every message at once.",
@@ -110,12 +173,12 @@ def bare_app() -> ASGIApp:
         default_output_modes=["application/json"],
         skills=[AgentSkill(id="echo", name="echo", description="Echoes the message.", tags=["bench"])],
     )
-    handler = DefaultRequestHandler(
-        agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card
-    )
+    handler = DefaultRequestHandler(agent_executor=EchoExecutor(), task_store=store, agent_card=card)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if startup is not None:
+            await startup()
         yield
         await handler.aclose()
 
@@ -215,6 +278,36 @@ def machine() -> str:
     )
 
 
+def commits(database: str) -> int:
+    """Transactions committed in ``database`` so far, once the servers' backends have reported theirs.
+
+    Backends report their counts to the statistics when idle, within seconds: polled until steady.
+    """
+
+    def read() -> int:
+        sql = f"select xact_commit from pg_stat_database where datname = '{database}'"
+        return int(
+            subprocess.run(
+                ["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", sql],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
+
+    last, steady = read(), 0
+    while steady < 3:
+        time.sleep(1)
+        now = read()
+        steady = steady + 1 if now == last else 0
+        last = now
+    return last
+
+
+def loadavg() -> str:
+    return "load average: " + " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1000, help="measured requests per server and level")
@@ -222,15 +315,19 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     args = parser.parse_args()
 
-    ports = {"gateway": free_port(), "bare": free_port()}
+    names = ("gateway", "bare-db", "bare-mem")
+    ports = {name: free_port() for name in names}
     env = {
         **os.environ,
         "DATABASE_URL": database_url(DATABASE),
+        "BARE_DATABASE_URL": database_url(BARE_DATABASE).replace("postgres://", "postgresql+asyncpg://", 1),
         "REDIS_URL": REDIS_URL,
         "PUBLIC_BASE_URL": f"http://127.0.0.1:{ports['gateway']}",
         "DJANGO_SETTINGS_MODULE": "parley.settings.base",
         "LOG_LEVEL": "ERROR",
     }
+    for sql in (f"drop database if exists {BARE_DATABASE}", f"create database {BARE_DATABASE}"):
+        subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True)
     fresh_database(env, DATABASE)
     import httpx
     import redis
@@ -251,24 +348,32 @@ def main() -> None:
         **AGENT_CAPS,
     )
     _, key = inbound_key_create(agent=agent, name="bench client")
+    from django.db import connection
+
+    connection.close()  # the servers' connections alone count in the database's commits
     common = {"A2A-Version": "1.0", "Content-Type": "application/json"}
+    keyed = {**common, "X-API-Key": key}
     targets = {
-        "gateway": (f"http://127.0.0.1:{ports['gateway']}{PATH}", {**common, "X-API-Key": key}),
-        "bare": (f"http://127.0.0.1:{ports['bare']}{PATH}", common),
+        name: (f"http://127.0.0.1:{port}{PATH}", keyed if name == "gateway" else common)
+        for name, port in ports.items()
     }
+    databases = {"gateway": DATABASE, "bare-db": BARE_DATABASE}
 
     print(machine())
     print(
         f"servers: uvicorn {' '.join(UVICORN[2:])} (uvloop, httptools), one process each; the client "
         f"(httpx, one process) shares the cores\n"
-        f"gateway: build_app(executor=EchoExecutor()), agent inbound_auth=api_key (X-API-Key), "
+        f"gateway:  build_app(executor=EchoExecutor()), agent inbound_auth=api_key (X-API-Key), "
         f"{', '.join(f'{k}={v}' for k, v in AGENT_CAPS.items())}; Postgres {DATABASE} "
-        f"(CONN_MAX_AGE={settings.DATABASES['default']['CONN_MAX_AGE']}), Redis {REDIS_URL}\n"
-        f"bare:    create_jsonrpc_routes + DefaultRequestHandler + InMemoryTaskStore, same EchoExecutor\n"
-        f"load:    SendMessage (A2A-Version 1.0), a new task each; {args.warmup} warm-up + "
-        f"{args.requests} measured requests per server and level"
+        f"(CONN_MAX_AGE={settings.DATABASES['default']['CONN_MAX_AGE']}), {REDIS_URL}\n"
+        f"bare-db:  create_jsonrpc_routes + DefaultRequestHandler + DatabaseTaskStore (SQLAlchemy, asyncpg; "
+        f"Postgres {BARE_DATABASE}), same EchoExecutor\n"
+        f"bare-mem: the same with InMemoryTaskStore\n"
+        f"load:     SendMessage (A2A-Version 1.0), a new task each; {args.warmup} warm-up + "
+        f"{args.requests} measured requests per server and level, the servers in turn\n"
+        f"before:   {loadavg()}"
     )
-    processes = [serve(f"{name}_app", port, env) for name, port in ports.items()]
+    processes = [serve(f"{name.replace('-', '_')}_app", port, env) for name, port in ports.items()]
     try:
         for url, _ in targets.values():
             wait(lambda url=url: httpx.get(url, timeout=1).status_code == 405)
@@ -283,24 +388,36 @@ def main() -> None:
                 results[name, concurrency] = asyncio.run(
                     load(url, headers, requests=args.requests, concurrency=concurrency)
                 )
+        print(f"after:    {loadavg()}")
         print()
-        print(f"{'server':<8} {'clients':>7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+        print(f"{'server':<9} {'clients':>7} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
         for concurrency in args.concurrency:
             for name in targets:
                 r = results[name, concurrency]
                 print(
-                    f"{name:<8} {concurrency:>7} {r.throughput:>9.1f} "
+                    f"{name:<9} {concurrency:>7} {r.throughput:>9.1f} "
                     f"{r.percentile(50):>8.2f} {r.percentile(99):>8.2f}"
                 )
+        for peer in ("bare-db", "bare-mem"):
+            print()
+            print(f"{'gateway/' + peer:<17} {'req/s':>8} {'p50':>8} {'p99':>8}")
+            for concurrency in args.concurrency:
+                g, b = results["gateway", concurrency], results[peer, concurrency]
+                print(
+                    f"{concurrency:>2} client{'s' if concurrency > 1 else ' '}        "
+                    f"{g.throughput / b.throughput:>8.2f} {g.percentile(50) / b.percentile(50):>8.2f} "
+                    f"{g.percentile(99) / b.percentile(99):>8.2f}"
+                )
         print()
-        print(f"{'gateway/bare':<16} {'req/s':>9} {'p50':>8} {'p99':>8}")
-        for concurrency in args.concurrency:
-            g, b = results["gateway", concurrency], results["bare", concurrency]
-            print(
-                f"{concurrency:>2} client{'s' if concurrency > 1 else ' '}       "
-                f"{g.throughput / b.throughput:>9.2f} {g.percentile(50) / b.percentile(50):>8.2f} "
-                f"{g.percentile(99) / b.percentile(99):>8.2f}"
-            )
+        print(f"per SendMessage ({ACCOUNTED} at 1 client)  {'statements':>10} {'commits':>8}")
+        for name, database in databases.items():
+            url, headers = targets[name]
+            statements_url = f"http://127.0.0.1:{ports[name]}{STATEMENTS_PATH}"
+            statements, committed = httpx.get(statements_url).json()["statements"], commits(database)
+            asyncio.run(load(url, headers, requests=ACCOUNTED, concurrency=1))
+            statements = httpx.get(statements_url).json()["statements"] - statements
+            committed = commits(database) - committed
+            print(f"{name:<34} {statements / ACCOUNTED:>10.1f} {committed / ACCOUNTED:>8.1f}")
     finally:
         for process in processes:
             process.terminate()
