@@ -288,7 +288,7 @@ def commits(database: str) -> int:
         sql = f"select xact_commit from pg_stat_database where datname = '{database}'"
         return int(
             subprocess.run(
-                ["psql", "-h", "127.0.0.1", "-U", "postgres", "-tAc", sql],
+                ["psql", database_url("postgres"), "-tAc", sql],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -327,7 +327,7 @@ def main() -> None:
         "LOG_LEVEL": "ERROR",
     }
     for sql in (f"drop database if exists {BARE_DATABASE}", f"create database {BARE_DATABASE}"):
-        subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-qc", sql], check=True)
+        subprocess.run(["psql", database_url("postgres"), "-qc", sql], check=True)
     fresh_database(env, DATABASE)
     import httpx
     import redis
