@@ -71,17 +71,23 @@ def negotiation_pump(*, negotiation_id: Any, tenant_id: int) -> None:
     )
     if negotiation is None or negotiation.direction != Negotiation.Direction.OUTBOUND:
         return
-    while negotiation.status == Negotiation.Status.OPEN:
-        try:
-            event = _outbound_turn(negotiation)
-        except Exception:
-            # Whatever broke, the batch must hear of it, or the run waits forever.
-            logger.exception("negotiation %s failed taking a turn", negotiation.pk)
-            event = _fail(negotiation, "an internal error stopped this negotiation")
-        if event is not None:
-            batches.report(negotiation, event)
-            return
-        negotiation.refresh_from_db()
+    if negotiation.status == Negotiation.Status.OPEN:
+        timeout = min(negotiation.agent.turn_timeout, settings.A2A_SEND_TIMEOUT)
+        # One session for all the turns: their card is read once, the connection kept open.
+        with client.Session(
+            url=negotiation.counterparty_url, agent=negotiation.agent, timeout=timeout
+        ) as session:
+            while negotiation.status == Negotiation.Status.OPEN:
+                try:
+                    event = _outbound_turn(negotiation, session)
+                except Exception:
+                    # Whatever broke, the batch must hear of it, or the run waits forever.
+                    logger.exception("negotiation %s failed taking a turn", negotiation.pk)
+                    event = _fail(negotiation, "an internal error stopped this negotiation")
+                if event is not None:
+                    batches.report(negotiation, event)
+                    return
+                negotiation.refresh_from_db()
     if negotiation.event is None and negotiation.batch_id is not None:
         batches.report(negotiation, batches.event_of(negotiation))
 
@@ -112,9 +118,10 @@ def negotiation_pump_alone(*, negotiation_id: Any, tenant_id: int) -> None:
             logger.warning("negotiation %s is being pumped already: this copy does nothing", negotiation_id)
 
 
-def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
+def _outbound_turn(negotiation: Negotiation, session: client.Session) -> dict[str, Any] | None:
     """One turn: our move — the stored one, else a newly decided one, stored first — sent and
-    recorded. Returns the event it reached, or None to go on."""
+    recorded over ``session`` (to the negotiation's counterparty). Returns the event it reached,
+    or None to go on."""
     reconcile = negotiation.outbound_move is not None
     if not reconcile:
         decided = _outbound_decide(negotiation)
@@ -124,7 +131,7 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
         reconcile = not _move_store(negotiation, decided)
         if negotiation.outbound_move is None or negotiation.status != Negotiation.Status.OPEN:
             return None  # a turn was recorded since the record was read (decide again), or it stopped
-    return _outbound_deliver(negotiation, reconcile=reconcile)
+    return _outbound_deliver(negotiation, session, reconcile=reconcile)
 
 
 def _outbound_decide(negotiation: Negotiation) -> _Decided | dict[str, Any] | None:
@@ -197,9 +204,11 @@ def _move_store(negotiation: Negotiation, decided: _Decided) -> bool:
     return stored
 
 
-def _outbound_deliver(negotiation: Negotiation, *, reconcile: bool) -> dict[str, Any] | None:
-    """Get the stored outbound move of ``negotiation`` to the counterparty and record it with their
-    reply. Returns the event it reached, or None to go on.
+def _outbound_deliver(
+    negotiation: Negotiation, session: client.Session, *, reconcile: bool
+) -> dict[str, Any] | None:
+    """Get the stored outbound move of ``negotiation`` to the counterparty over ``session`` and record
+    it with their reply. Returns the event it reached, or None to go on.
 
     ``reconcile``: the move may have reached them already (a pump that died after sending it, or
     another pump's), so their Task is read first (:func:`_reconciled`); when it carries the move
@@ -211,13 +220,10 @@ def _outbound_deliver(negotiation: Negotiation, *, reconcile: bool) -> dict[str,
     agent = negotiation.agent
     assert negotiation.outbound_move is not None
     message = negotiation.outbound_move["message"]
-    timeout = min(agent.turn_timeout, settings.A2A_SEND_TIMEOUT)
     try:
-        exchange = _reconciled(negotiation, message, timeout) if reconcile else None
+        exchange = _reconciled(negotiation, message, session) if reconcile else None
         if exchange is None:
-            exchange = client.send_message(
-                url=negotiation.counterparty_url, message=message, timeout=timeout, agent=agent
-            )
+            exchange = session.send_message(message)
     except client.CounterpartyError as exc:
         return _fail(negotiation, str(exc), drop_move=exc.refused)
     try:
@@ -243,7 +249,9 @@ def _outbound_deliver(negotiation: Negotiation, *, reconcile: bool) -> dict[str,
     return None
 
 
-def _reconciled(negotiation: Negotiation, message: dict[str, Any], timeout: float) -> client.Exchange | None:
+def _reconciled(
+    negotiation: Negotiation, message: dict[str, Any], session: client.Session
+) -> client.Exchange | None:
     """The exchange of our ``message`` as the counterparty's Task already carries it — the message,
     then what follows it — read with GetTask; None when it does not carry it, or cannot be read
     so: an opening move (no Task id yet), a peer that speaks A2A 0.3 only (an Index peer has no
@@ -251,13 +259,7 @@ def _reconciled(negotiation: Negotiation, message: dict[str, Any], timeout: floa
     if not negotiation.task_id:
         return None
     try:
-        exchange = client.task_get(
-            url=negotiation.counterparty_url,
-            task_id=negotiation.task_id,
-            sent=message,
-            timeout=timeout,
-            agent=negotiation.agent,
-        )
+        exchange = session.task_get(task_id=negotiation.task_id, sent=message)
     except client.CounterpartyError as exc:
         logger.warning("negotiation %s: reading their Task to reconcile: %s", negotiation.pk, exc)
         return None
