@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 NAME_LIMIT: int = Negotiation._meta.get_field("counterparty_name").max_length or 200
 
 
+# What a turn reads besides the negotiation, loaded with it (:func:`_reload`): who decides, under
+# which intent, and the run whose budget it spends.
+WITH_TURN = ("agent", "intent", "batch__run")
+
 # Seconds between two looks at whether a negotiation was stopped while its model decides.
 STOPPED_POLL_SECONDS = 0.5
 
@@ -64,10 +68,7 @@ def negotiation_pump(*, negotiation_id: Any, tenant_id: int) -> None:
     now. Quietly does nothing for a negotiation that is gone or not outbound.
     """
     negotiation = (
-        Negotiation.objects.for_tenant(tenant_id)
-        .select_related("agent", "intent")
-        .filter(pk=negotiation_id)
-        .first()
+        Negotiation.objects.for_tenant(tenant_id).select_related(*WITH_TURN).filter(pk=negotiation_id).first()
     )
     if negotiation is None or negotiation.direction != Negotiation.Direction.OUTBOUND:
         return
@@ -87,7 +88,7 @@ def negotiation_pump(*, negotiation_id: Any, tenant_id: int) -> None:
                 if event is not None:
                     batches.report(negotiation, event)
                     return
-                negotiation.refresh_from_db()
+                _reload(negotiation)
     if negotiation.event is None and negotiation.batch_id is not None:
         batches.report(negotiation, batches.event_of(negotiation))
 
@@ -200,7 +201,7 @@ def _move_store(negotiation: Negotiation, decided: _Decided) -> bool:
         if stored:
             locked.outbound_move = {"message": decided.message, "usage": _usage_json(decided.usage)}
             locked.save(update_fields=["outbound_move", "updated_at"])
-    negotiation.refresh_from_db()
+    _reload(negotiation)
     return stored
 
 
@@ -234,10 +235,10 @@ def _outbound_deliver(
         return None  # another pump recorded it: the pump sees where that left the negotiation
     settlement, turns = recorded
     if settlement is not None:
-        negotiation.refresh_from_db()
+        _reload(negotiation)
         signatures.settlement_countersign(negotiation)
     recording.evaluate(agent, negotiation, turns)
-    negotiation.refresh_from_db()
+    _reload(negotiation)
     if settlement is not None:
         return batches.event_of(negotiation)
     if not turns[-1].action:
@@ -298,8 +299,13 @@ def _record_exchange(
     returned = task_record_from_json(task)
     history = task["history"]
     with transaction.atomic():
+        # Only the negotiation's row is locked: its agent is read with it, not locked (pumps of one
+        # agent's other negotiations record at the same time).
         negotiation = (
-            Negotiation.objects.for_tenant(negotiation.tenant_id).select_for_update().get(pk=negotiation.pk)
+            Negotiation.objects.for_tenant(negotiation.tenant_id)
+            .select_for_update(of=("self",))
+            .select_related("agent")
+            .get(pk=negotiation.pk)
         )
         stored = negotiation.outbound_move
         if stored is None or stored["message"]["messageId"] != exchange.sent["messageId"]:
@@ -325,7 +331,7 @@ def _record_exchange(
                 raise client.CounterpartyError(
                     f"its reply breaks the move rules its card publishes: {exc}"
                 ) from exc
-        used = {t.offer_id for t in negotiation.turns.all() if t.offer_id} | {move.offer_id}
+        used = {t.offer_id for t in recorded if t.offer_id} | {move.offer_id}
         if reply is not None and reply.offer_id and reply.offer_id in used:
             raise client.CounterpartyError(f"its reply reuses the offer id {reply.offer_id!r}")
         turns = [
@@ -348,7 +354,7 @@ def _record_exchange(
         negotiation.counterparty_name = exchange.counterparty_name[:NAME_LIMIT]
         negotiation.counterparty_identity = exchange.identity
         negotiation.task_state = returned.state
-        negotiation.turn_count = negotiation.turns.filter(side=Turn.Side.OURS).count()
+        negotiation.turn_count = sum(t.side == Turn.Side.OURS for t in [*recorded, *turns])
         negotiation.outbound_move = None
         settlement = recording.settlement_save(negotiation, turns_record(negotiation), our_role="user")
         negotiation.save()
@@ -391,6 +397,15 @@ def _stopped_check(negotiation: Negotiation) -> Callable[[], bool]:
         return stopped
 
     return stopped_now
+
+
+def _reload(negotiation: Negotiation) -> None:
+    """Read ``negotiation`` again from the database, with what a turn reads besides
+    (:data:`WITH_TURN`) in the same query: a bare refresh forgets them, and each is read again
+    on its first use."""
+    negotiation.refresh_from_db(
+        from_queryset=Negotiation.objects.for_tenant(negotiation.tenant_id).select_related(*WITH_TURN)
+    )
 
 
 def _still_open(negotiation: Negotiation) -> bool:
