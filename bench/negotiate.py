@@ -22,7 +22,6 @@ import os
 import statistics
 import subprocess
 import time
-
 from urllib.parse import urlsplit
 
 from stack import DATABASE_URL as DEFAULT_DATABASE_URL
@@ -138,7 +137,8 @@ def main() -> None:
 
 def _cpu_seconds(pid: int) -> float:
     """User and system CPU seconds the process ``pid`` has used (Linux ``/proc``)."""
-    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
