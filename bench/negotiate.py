@@ -6,7 +6,10 @@ HTTP A2A on loopback; every model is ``offline``. For each size, one run of a
 buyer agent negotiates with all counterparties at once; the wall time is from
 ``run_start`` to the run being done.
 
-    .venv/bin/python bench/negotiate.py [--sizes 1 10 50] [--threads 8]
+    .venv/bin/python bench/negotiate.py [--sizes 1 10 50] [--threads 8] [--rounds 1]
+
+Prints each run's wall time, turns, the CPU seconds the web and worker processes spent on it and the
+load average, then the ratio of each size's median time to the median time of one counterparty.
 
 Uses a fresh database ``parley_bench`` (dropped and created) and the Redis database of
 ``BENCH_REDIS_URL`` (bench/stack.py), which it empties.
@@ -16,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import time
+from urllib.parse import urlsplit
 
 from stack import DATABASE_URL, REDIS_URL, free_port, fresh_database, wait
 
@@ -26,6 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 50])
     parser.add_argument("--threads", type=int, default=8, help="threads per worker process")
+    parser.add_argument("--rounds", type=int, default=1, help="times each size runs, alternating sizes")
     args = parser.parse_args()
 
     port = free_port()
@@ -39,13 +45,14 @@ def main() -> None:
         "LOG_LEVEL": "ERROR",
         "OUTBOUND_ALLOW_PRIVATE": "true",  # the counterparties are this stack's own agents, on loopback
     }
-    fresh_database(env)
+    fresh_database(env, urlsplit(DATABASE_URL).path.lstrip("/"))
     import httpx
     import redis
 
     from agents.addresses import agent_url
     from agents.models import Agent, Intent, Run
     from agents.services import runs
+    from negotiations.models import Turn
     from parley import devstack
     from parley.models import Tenant
 
@@ -83,28 +90,52 @@ def main() -> None:
         wait(lambda: httpx.get(f"{base}/login/", timeout=1).status_code == 200)
         time.sleep(2)  # the workers connect to the broker
         print(f"web 1 process, workers 2 x {args.threads} threads, Postgres, Redis, offline model")
-        results = {}
-        for size in args.sizes:
-            intent = Intent.objects.create(tenant=buyer_tenant, agent=buyer, statement=f"Bench with {size}")
-            urls = " ".join(agent_url(s) for s in sellers[:size])
-            started = time.perf_counter()
-            run = runs.run_start(agent=buyer, intent=intent, task=f"Negotiate with {urls}")
-            wait(
-                lambda pk=run.pk: Run.objects.for_tenant(buyer_tenant).get(pk=pk).status not in Run.ACTIVE,
-                timeout=600,
-            )
-            elapsed = time.perf_counter() - started
-            run.refresh_from_db()
-            settled = run.output.count("— agreed")
-            results[size] = elapsed
-            print(f"{size:>3} counterparties  {elapsed:7.2f} s  run {run.status}, {settled} agreed")
-        if 1 in results and 50 in results:
-            print(f"ratio 50/1          {results[50] / results[1]:7.1f}")
+        results: dict[int, list[float]] = {size: [] for size in args.sizes}
+        for round_ in range(args.rounds):
+            for size in args.sizes:
+                intent = Intent.objects.create(
+                    tenant=buyer_tenant, agent=buyer, statement=f"Bench with {size}, round {round_}"
+                )
+                urls = " ".join(agent_url(s) for s in sellers[:size])
+                cpu = [_cpu_seconds(p.pid) for p in processes]
+                started = time.perf_counter()
+                run = runs.run_start(agent=buyer, intent=intent, task=f"Negotiate with {urls}")
+                wait(
+                    lambda pk=run.pk: (
+                        Run.objects.for_tenant(buyer_tenant).get(pk=pk).status not in Run.ACTIVE
+                    ),
+                    timeout=600,
+                )
+                elapsed = time.perf_counter() - started
+                web, *workers = (
+                    _cpu_seconds(p.pid) - before for p, before in zip(processes, cpu, strict=True)
+                )
+                run.refresh_from_db()
+                settled = run.output.count("— agreed")
+                turns = Turn.objects.for_tenant(buyer_tenant).filter(negotiation__intent=intent).count()
+                results[size].append(elapsed)
+                print(
+                    f"{size:>3} counterparties  {elapsed:7.2f} s  run {run.status}, {settled} agreed, "
+                    f"{turns} turns; cpu s: web {web:.1f}, workers {sum(workers):.1f}; "
+                    f"loadavg {os.getloadavg()[0]:.2f}"
+                )
+        medians = {size: statistics.median(times) for size, times in results.items()}
+        for size, median in medians.items():
+            if size != 1 and 1 in medians:
+                print(f"ratio {size}/1 {median / medians[1]:11.1f}   (medians of {args.rounds})")
+        print("loadavg", " ".join(f"{x:.2f}" for x in os.getloadavg()))
     finally:
         for process in processes:
             process.terminate()
         for process in processes:
             process.wait(timeout=20)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds the process ``pid`` has used (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

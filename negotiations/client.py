@@ -25,8 +25,9 @@ import logging
 import posixpath
 import re
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -51,6 +52,8 @@ from negotiations.wire import Move
 from parley import outbound
 
 logger = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 CARD_PATH = "/.well-known/agent-card.json"
 JSONRPC = "JSONRPC"  # the only protocol binding our client speaks (the SDK's default)
@@ -174,27 +177,9 @@ def send_message(
     *, url: str, message: dict[str, Any], timeout: float | None = None, agent: Agent | None = None
 ) -> Exchange:
     """Send ``message`` (an A2A 1.0 JSON Message, :func:`move_message`) as it is to the agent at
-    ``url`` and return the exchange (see :func:`read_card` for the card).
-
-    The same message may be sent again (a retry after a lost answer): it is sent unchanged, ids
-    included, so the counterparty can tell it is the same. Blocks for at most ``timeout`` seconds
-    (default ``A2A_SEND_TIMEOUT``). The card's endpoint must be on the origin of ``url``, so a card
-    cannot send our moves elsewhere. ``agent``, ours, sends its credential for ``url``
-    (:func:`credential_headers`) with every request; without it none is sent. Raises
-    :class:`CounterpartyError`, whose message names a refusal's HTTP status and JSON-RPC code
-    (see :func:`failure_reason`) and whose ``refused`` says whether the message certainly was
-    not taken.
-    """
-    seconds = timeout or settings.A2A_SEND_TIMEOUT
-    headers = credential_headers(agent=agent, url=url) if agent is not None else {}
-    if SETTLEMENT_EXTENSION in message.get("extensions", []):
-        # A2A extension activation: the request names what the message carries.
-        headers["A2A-Extensions"] = SETTLEMENT_EXTENSION
-    try:
-        # A total deadline: httpx's timeouts bound each read, and a peer can trickle forever.
-        return asyncio.run(asyncio.wait_for(_send(url, message, seconds, headers), seconds))
-    except TimeoutError as exc:
-        raise CounterpartyError(f"{url}: no answer within {seconds:g} s") from exc
+    ``url`` and return the exchange: :meth:`Session.send_message` on a session of its own."""
+    with Session(url=url, agent=agent, timeout=timeout) as session:
+        return session.send_message(message)
 
 
 def task_get(
@@ -205,18 +190,142 @@ def task_get(
     timeout: float | None = None,
     agent: Agent | None = None,
 ) -> Exchange | None:
-    """The counterparty's Task ``task_id`` read with GetTask, as the exchange of our message
-    ``sent`` (whether the Task carries it is the caller's to check); None when its card offers
-    no A2A 1.0 interface — an Index peer speaks ``message/send`` only (docs/wire-format.md#index-peers).
+    """The counterparty's Task ``task_id`` as the exchange of our message ``sent``:
+    :meth:`Session.task_get` on a session of its own."""
+    with Session(url=url, agent=agent, timeout=timeout) as session:
+        return session.task_get(task_id=task_id, sent=sent)
 
-    Timeout, credential and errors as :func:`send_message`.
+
+class Session:
+    """Our side of the exchanges with the agent at ``url`` over several requests — the turns one pump
+    of a negotiation takes: one event loop, one HTTP client whose connections stay open between
+    requests, ``agent``'s credential for ``url`` (:func:`credential_headers`; none without
+    ``agent``), read once, and the counterparty's card (:func:`read_card`), read on first use and
+    read again after a request that failed.
+
+    So a turn costs the counterparty one request (its card is not fetched, nor its signature
+    checked, before every move), and us no new loop, client or connection. A card kept for the
+    session holds their moves to the rules it published when the session began. Each request
+    blocks for at most ``timeout`` seconds (default ``A2A_SEND_TIMEOUT``). Use it as a context
+    manager, from one thread; it is closed on leaving.
     """
-    seconds = timeout or settings.A2A_SEND_TIMEOUT
-    headers = credential_headers(agent=agent, url=url) if agent is not None else {}
-    try:
-        return asyncio.run(asyncio.wait_for(_get(url, task_id, sent, seconds, headers), seconds))
-    except TimeoutError as exc:
-        raise CounterpartyError(f"{url}: no answer within {seconds:g} s") from exc
+
+    def __init__(self, *, url: str, agent: Agent | None = None, timeout: float | None = None) -> None:
+        self.url = url
+        self.seconds = timeout or settings.A2A_SEND_TIMEOUT
+        self._agent = agent
+        self._runner = asyncio.Runner()
+        self._http: httpx.AsyncClient | None = None
+        self._card: AgentCard | None = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the HTTP client and the event loop."""
+        try:
+            if self._http is not None:
+                self._runner.run(self._http.aclose())
+        finally:
+            self._http = None
+            self._runner.close()
+
+    def send_message(self, message: dict[str, Any]) -> Exchange:
+        """Send ``message`` (an A2A 1.0 JSON Message, :func:`move_message`) as it is and return the
+        exchange (see :func:`read_card` for the card).
+
+        The same message may be sent again (a retry after a lost answer): it is sent unchanged, ids
+        included, so the counterparty can tell it is the same. The card's endpoint must be on the
+        origin of the session's URL, so a card cannot send our moves elsewhere. Raises
+        :class:`CounterpartyError`, whose message names a refusal's HTTP status and JSON-RPC code
+        (see :func:`failure_reason`) and whose ``refused`` says whether the message certainly was
+        not taken.
+        """
+        return self._run(self._send(message))
+
+    def task_get(self, *, task_id: str, sent: dict[str, Any]) -> Exchange | None:
+        """The counterparty's Task ``task_id`` read with GetTask, as the exchange of our message
+        ``sent`` (whether the Task carries it is the caller's to check); None when its card offers
+        no A2A 1.0 interface — an Index peer speaks ``message/send`` only
+        (docs/wire-format.md#index-peers). Errors as :meth:`send_message`."""
+        return self._run(self._get(task_id, sent))
+
+    def _run(self, work: Coroutine[Any, Any, R]) -> R:
+        if self._http is None:
+            agent = self._agent
+            headers = credential_headers(agent=agent, url=self.url) if agent is not None else {}
+            # No redirects are followed (httpx's default), so the credential never leaves the origin.
+            self._http = outbound.async_client(timeout=_timeout(self.seconds), headers=headers)
+        try:
+            # A total deadline: httpx's timeouts bound each read, and a peer can trickle forever.
+            return self._runner.run(asyncio.wait_for(work, self.seconds))
+        except TimeoutError as exc:
+            self._card = None
+            raise CounterpartyError(f"{self.url}: no answer within {self.seconds:g} s") from exc
+        except CounterpartyError:
+            self._card = None
+            raise
+
+    async def _client(self) -> tuple[httpx.AsyncClient, AgentCard]:
+        """The session's HTTP client and the counterparty's card, read on first use."""
+        assert self._http is not None
+        if self._card is None:
+            self._card = await read_card(self._http, self.url)
+        return self._http, self._card
+
+    async def _send(self, message: dict[str, Any]) -> Exchange:
+        url, posted = self.url, False
+        try:
+            http, card = await self._client()
+            if SETTLEMENT_EXTENSION in message.get("extensions", []):
+                # A2A extension activation: the request names what the message carries.
+                http.headers["A2A-Extensions"] = SETTLEMENT_EXTENSION
+            else:
+                http.headers.pop("A2A-Extensions", None)
+            client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+            posted = True
+            task = None
+            request = SendMessageRequest(message=ParseDict(message, Message()))
+            async for event in client.send_message(request):
+                if event.HasField("task"):
+                    task = event.task
+            answer = MessageToDict(task) if task is not None else None
+        except CounterpartyError as exc:
+            # Its card could not be read or used: the message was not sent.
+            raise CounterpartyError(str(exc), refused=True) from exc
+        # What a hostile or broken peer sends can fail anywhere in the SDK's parsing.
+        except (A2AError, httpx.HTTPError, ParseError, ValueError, TypeError, KeyError) as exc:
+            refused = not posted or refused_outright(exc)
+            raise CounterpartyError(failure_reason(url, exc), refused=refused) from exc
+        if answer is None:
+            raise CounterpartyError(f"{url} answered with a bare Message, not a Task")
+        return Exchange(
+            counterparty_name=card.name,
+            sent=message,
+            task=with_reply_in_history(answer),
+            rules=published_rules(card),
+            identity=identity_of_card(MessageToDict(card)),
+        )
+
+    async def _get(self, task_id: str, sent: dict[str, Any]) -> Exchange | None:
+        try:
+            http, card = await self._client()
+            if all(before_1_0(i.protocol_version) for i in card.supported_interfaces):
+                return None
+            client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+            task = await client.get_task(GetTaskRequest(id=task_id))
+        except (A2AError, httpx.HTTPError, ParseError, ValueError, TypeError, KeyError) as exc:
+            raise CounterpartyError(failure_reason(self.url, exc)) from exc
+        return Exchange(
+            counterparty_name=card.name,
+            sent=sent,
+            task=with_reply_in_history(MessageToDict(task)),
+            rules=published_rules(card),
+            identity=identity_of_card(MessageToDict(card)),
+        )
 
 
 def credential_headers(*, agent: Agent, url: str) -> dict[str, str]:
@@ -252,61 +361,6 @@ def covers(prefix: str, url: str) -> bool:
     if (ours.scheme, ours.netloc) != (theirs.scheme, theirs.netloc) or not ours.netloc:
         return False
     return theirs.path == ours.path or theirs.path.startswith(f"{ours.path}/")
-
-
-async def _send(url: str, message: dict[str, Any], seconds: float, headers: dict[str, str]) -> Exchange:
-    posted = False
-    try:
-        # No redirects are followed (httpx's default), so the credential never leaves the origin.
-        async with outbound.async_client(timeout=_timeout(seconds), headers=headers) as http:
-            card = await read_card(http, url)
-            client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
-            posted = True
-            task = None
-            request = SendMessageRequest(message=ParseDict(message, Message()))
-            async for event in client.send_message(request):
-                if event.HasField("task"):
-                    task = event.task
-            await client.close()
-            answer = MessageToDict(task) if task is not None else None
-    except CounterpartyError as exc:
-        # Its card could not be read or used: the message was not sent.
-        raise CounterpartyError(str(exc), refused=True) from exc
-    # What a hostile or broken peer sends can fail anywhere in the SDK's parsing.
-    except (A2AError, httpx.HTTPError, ParseError, ValueError, TypeError, KeyError) as exc:
-        refused = not posted or refused_outright(exc)
-        raise CounterpartyError(failure_reason(url, exc), refused=refused) from exc
-    if answer is None:
-        raise CounterpartyError(f"{url} answered with a bare Message, not a Task")
-    return Exchange(
-        counterparty_name=card.name,
-        sent=message,
-        task=with_reply_in_history(answer),
-        rules=published_rules(card),
-        identity=identity_of_card(MessageToDict(card)),
-    )
-
-
-async def _get(
-    url: str, task_id: str, sent: dict[str, Any], seconds: float, headers: dict[str, str]
-) -> Exchange | None:
-    try:
-        async with outbound.async_client(timeout=_timeout(seconds), headers=headers) as http:
-            card = await read_card(http, url)
-            if all(before_1_0(i.protocol_version) for i in card.supported_interfaces):
-                return None
-            client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
-            task = await client.get_task(GetTaskRequest(id=task_id))
-            await client.close()
-    except (A2AError, httpx.HTTPError, ParseError, ValueError, TypeError, KeyError) as exc:
-        raise CounterpartyError(failure_reason(url, exc)) from exc
-    return Exchange(
-        counterparty_name=card.name,
-        sent=sent,
-        task=with_reply_in_history(MessageToDict(task)),
-        rules=published_rules(card),
-        identity=identity_of_card(MessageToDict(card)),
-    )
 
 
 def card_identity(url: str, *, timeout: float) -> dict[str, str] | None:

@@ -35,6 +35,10 @@ logger = logging.getLogger(__name__)
 NAME_LIMIT: int = Negotiation._meta.get_field("counterparty_name").max_length or 200
 
 
+# What a turn reads besides the negotiation, loaded with it (:func:`_reload`): who decides, under
+# which intent, and the run whose budget it spends.
+WITH_TURN = ("agent", "intent", "batch__run")
+
 # Seconds between two looks at whether a negotiation was stopped while its model decides.
 STOPPED_POLL_SECONDS = 0.5
 
@@ -64,24 +68,27 @@ def negotiation_pump(*, negotiation_id: Any, tenant_id: int) -> None:
     now. Quietly does nothing for a negotiation that is gone or not outbound.
     """
     negotiation = (
-        Negotiation.objects.for_tenant(tenant_id)
-        .select_related("agent", "intent")
-        .filter(pk=negotiation_id)
-        .first()
+        Negotiation.objects.for_tenant(tenant_id).select_related(*WITH_TURN).filter(pk=negotiation_id).first()
     )
     if negotiation is None or negotiation.direction != Negotiation.Direction.OUTBOUND:
         return
-    while negotiation.status == Negotiation.Status.OPEN:
-        try:
-            event = _outbound_turn(negotiation)
-        except Exception:
-            # Whatever broke, the batch must hear of it, or the run waits forever.
-            logger.exception("negotiation %s failed taking a turn", negotiation.pk)
-            event = _fail(negotiation, "an internal error stopped this negotiation")
-        if event is not None:
-            batches.report(negotiation, event)
-            return
-        negotiation.refresh_from_db()
+    if negotiation.status == Negotiation.Status.OPEN:
+        timeout = min(negotiation.agent.turn_timeout, settings.A2A_SEND_TIMEOUT)
+        # One session for all the turns: their card is read once, the connection kept open.
+        with client.Session(
+            url=negotiation.counterparty_url, agent=negotiation.agent, timeout=timeout
+        ) as session:
+            while negotiation.status == Negotiation.Status.OPEN:
+                try:
+                    event = _outbound_turn(negotiation, session)
+                except Exception:
+                    # Whatever broke, the batch must hear of it, or the run waits forever.
+                    logger.exception("negotiation %s failed taking a turn", negotiation.pk)
+                    event = _fail(negotiation, "an internal error stopped this negotiation")
+                if event is not None:
+                    batches.report(negotiation, event)
+                    return
+                _reload(negotiation)
     if negotiation.event is None and negotiation.batch_id is not None:
         batches.report(negotiation, batches.event_of(negotiation))
 
@@ -112,9 +119,10 @@ def negotiation_pump_alone(*, negotiation_id: Any, tenant_id: int) -> None:
             logger.warning("negotiation %s is being pumped already: this copy does nothing", negotiation_id)
 
 
-def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
+def _outbound_turn(negotiation: Negotiation, session: client.Session) -> dict[str, Any] | None:
     """One turn: our move — the stored one, else a newly decided one, stored first — sent and
-    recorded. Returns the event it reached, or None to go on."""
+    recorded over ``session`` (to the negotiation's counterparty). Returns the event it reached,
+    or None to go on."""
     reconcile = negotiation.outbound_move is not None
     if not reconcile:
         decided = _outbound_decide(negotiation)
@@ -124,7 +132,7 @@ def _outbound_turn(negotiation: Negotiation) -> dict[str, Any] | None:
         reconcile = not _move_store(negotiation, decided)
         if negotiation.outbound_move is None or negotiation.status != Negotiation.Status.OPEN:
             return None  # a turn was recorded since the record was read (decide again), or it stopped
-    return _outbound_deliver(negotiation, reconcile=reconcile)
+    return _outbound_deliver(negotiation, session, reconcile=reconcile)
 
 
 def _outbound_decide(negotiation: Negotiation) -> _Decided | dict[str, Any] | None:
@@ -193,13 +201,15 @@ def _move_store(negotiation: Negotiation, decided: _Decided) -> bool:
         if stored:
             locked.outbound_move = {"message": decided.message, "usage": _usage_json(decided.usage)}
             locked.save(update_fields=["outbound_move", "updated_at"])
-    negotiation.refresh_from_db()
+    _reload(negotiation)
     return stored
 
 
-def _outbound_deliver(negotiation: Negotiation, *, reconcile: bool) -> dict[str, Any] | None:
-    """Get the stored outbound move of ``negotiation`` to the counterparty and record it with their
-    reply. Returns the event it reached, or None to go on.
+def _outbound_deliver(
+    negotiation: Negotiation, session: client.Session, *, reconcile: bool
+) -> dict[str, Any] | None:
+    """Get the stored outbound move of ``negotiation`` to the counterparty over ``session`` and record
+    it with their reply. Returns the event it reached, or None to go on.
 
     ``reconcile``: the move may have reached them already (a pump that died after sending it, or
     another pump's), so their Task is read first (:func:`_reconciled`); when it carries the move
@@ -211,13 +221,10 @@ def _outbound_deliver(negotiation: Negotiation, *, reconcile: bool) -> dict[str,
     agent = negotiation.agent
     assert negotiation.outbound_move is not None
     message = negotiation.outbound_move["message"]
-    timeout = min(agent.turn_timeout, settings.A2A_SEND_TIMEOUT)
     try:
-        exchange = _reconciled(negotiation, message, timeout) if reconcile else None
+        exchange = _reconciled(negotiation, message, session) if reconcile else None
         if exchange is None:
-            exchange = client.send_message(
-                url=negotiation.counterparty_url, message=message, timeout=timeout, agent=agent
-            )
+            exchange = session.send_message(message)
     except client.CounterpartyError as exc:
         return _fail(negotiation, str(exc), drop_move=exc.refused)
     try:
@@ -228,10 +235,10 @@ def _outbound_deliver(negotiation: Negotiation, *, reconcile: bool) -> dict[str,
         return None  # another pump recorded it: the pump sees where that left the negotiation
     settlement, turns = recorded
     if settlement is not None:
-        negotiation.refresh_from_db()
+        _reload(negotiation)
         signatures.settlement_countersign(negotiation)
     recording.evaluate(agent, negotiation, turns)
-    negotiation.refresh_from_db()
+    _reload(negotiation)
     if settlement is not None:
         return batches.event_of(negotiation)
     if not turns[-1].action:
@@ -243,7 +250,9 @@ def _outbound_deliver(negotiation: Negotiation, *, reconcile: bool) -> dict[str,
     return None
 
 
-def _reconciled(negotiation: Negotiation, message: dict[str, Any], timeout: float) -> client.Exchange | None:
+def _reconciled(
+    negotiation: Negotiation, message: dict[str, Any], session: client.Session
+) -> client.Exchange | None:
     """The exchange of our ``message`` as the counterparty's Task already carries it — the message,
     then what follows it — read with GetTask; None when it does not carry it, or cannot be read
     so: an opening move (no Task id yet), a peer that speaks A2A 0.3 only (an Index peer has no
@@ -251,13 +260,7 @@ def _reconciled(negotiation: Negotiation, message: dict[str, Any], timeout: floa
     if not negotiation.task_id:
         return None
     try:
-        exchange = client.task_get(
-            url=negotiation.counterparty_url,
-            task_id=negotiation.task_id,
-            sent=message,
-            timeout=timeout,
-            agent=negotiation.agent,
-        )
+        exchange = session.task_get(task_id=negotiation.task_id, sent=message)
     except client.CounterpartyError as exc:
         logger.warning("negotiation %s: reading their Task to reconcile: %s", negotiation.pk, exc)
         return None
@@ -296,8 +299,13 @@ def _record_exchange(
     returned = task_record_from_json(task)
     history = task["history"]
     with transaction.atomic():
+        # Only the negotiation's row is locked: its agent is read with it, not locked (pumps of one
+        # agent's other negotiations record at the same time).
         negotiation = (
-            Negotiation.objects.for_tenant(negotiation.tenant_id).select_for_update().get(pk=negotiation.pk)
+            Negotiation.objects.for_tenant(negotiation.tenant_id)
+            .select_for_update(of=("self",))
+            .select_related("agent")
+            .get(pk=negotiation.pk)
         )
         stored = negotiation.outbound_move
         if stored is None or stored["message"]["messageId"] != exchange.sent["messageId"]:
@@ -323,7 +331,7 @@ def _record_exchange(
                 raise client.CounterpartyError(
                     f"its reply breaks the move rules its card publishes: {exc}"
                 ) from exc
-        used = {t.offer_id for t in negotiation.turns.all() if t.offer_id} | {move.offer_id}
+        used = {t.offer_id for t in recorded if t.offer_id} | {move.offer_id}
         if reply is not None and reply.offer_id and reply.offer_id in used:
             raise client.CounterpartyError(f"its reply reuses the offer id {reply.offer_id!r}")
         turns = [
@@ -346,7 +354,7 @@ def _record_exchange(
         negotiation.counterparty_name = exchange.counterparty_name[:NAME_LIMIT]
         negotiation.counterparty_identity = exchange.identity
         negotiation.task_state = returned.state
-        negotiation.turn_count = negotiation.turns.filter(side=Turn.Side.OURS).count()
+        negotiation.turn_count = sum(t.side == Turn.Side.OURS for t in [*recorded, *turns])
         negotiation.outbound_move = None
         settlement = recording.settlement_save(negotiation, turns_record(negotiation), our_role="user")
         negotiation.save()
@@ -389,6 +397,15 @@ def _stopped_check(negotiation: Negotiation) -> Callable[[], bool]:
         return stopped
 
     return stopped_now
+
+
+def _reload(negotiation: Negotiation) -> None:
+    """Read ``negotiation`` again from the database, with what a turn reads besides
+    (:data:`WITH_TURN`) in the same query: a bare refresh forgets them, and each is read again
+    on its first use."""
+    negotiation.refresh_from_db(
+        from_queryset=Negotiation.objects.for_tenant(negotiation.tenant_id).select_related(*WITH_TURN)
+    )
 
 
 def _still_open(negotiation: Negotiation) -> bool:
