@@ -52,7 +52,6 @@ class Migration(migrations.Migration):
             name='turns_recorded',
             field=models.PositiveIntegerField(default=0),
         ),
-        migrations.RunPython(backfill, migrations.RunPython.noop),
         migrations.AddIndex(
             model_name='negotiation',
             index=models.Index(fields=['tenant', 'turns_recorded', '-created_at', '-id'], name='negotiation_fewest_turns'),
@@ -77,4 +76,7 @@ class Migration(migrations.Migration):
             model_name='negotiation',
             index=models.Index(models.F('tenant_id'), models.OrderBy(models.F('share'), descending=True, nulls_last=True), models.OrderBy(models.F('created_at'), descending=True), models.OrderBy(models.F('id'), descending=True), name='negotiation_most_share'),
         ),
+        # After the indexes: Postgres refuses CREATE INDEX on a table with updates pending their
+        # deferred foreign-key checks in the same transaction.
+        migrations.RunPython(backfill, migrations.RunPython.noop),
     ]
