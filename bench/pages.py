@@ -79,6 +79,7 @@ def populate(slug: str, negotiations: int, questions: int) -> Tenancy:
 
     from agents.models import Agent, Intent, Question, Run
     from negotiations.models import Negotiation, Settlement, Turn
+    from negotiations.services import recording
     from parley.models import Membership, Tenant
     from parley.services import api_key_create
 
@@ -165,6 +166,7 @@ def populate(slug: str, negotiations: int, questions: int) -> Tenancy:
                 status=status,
                 task_state="completed" if status == Negotiation.Status.SETTLED else "input-required",
                 turn_count=TURNS // 2,
+                turns_recorded=TURNS,
                 objective="Two days a week at the lowest rate.",
                 parked_question="What is your limit?" if status == Negotiation.Status.WAITING else "",
                 input_tokens=rng.randrange(2000),
@@ -211,6 +213,10 @@ def populate(slug: str, negotiations: int, questions: int) -> Tenancy:
         ),
         batch_size=5000,
     )
+    # Each deal scored as recording the settlement scores it.
+    settled = Negotiation.objects.for_tenant(tenant).filter(status=Negotiation.Status.SETTLED)
+    for n in settled.select_related("agent", "intent", "settlement").iterator(chunk_size=1000):
+        recording.score_save(n)
     # bulk_create stamps every row now: spread them over 90 days, as work leaves them.
     with connection.cursor() as cursor:
         for table in ("negotiations_negotiation", "agents_question", "agents_run", "agents_intent"):

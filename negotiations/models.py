@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models import F
 
 from agents.models import Agent, Intent, Run
 from parley.models import TenantOwnedModel
@@ -75,6 +76,13 @@ class Negotiation(TenantOwnedModel):
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
     cost = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    # Turns recorded, both sides' (turn_count is ours alone, against the cap): counted by
+    # negotiations.services.recording.add_turn as it writes each, so the board orders by it from an index.
+    turns_recorded = models.PositiveIntegerField(default=0)
+    # The deal's score for our side (negotiations.score.Score), fixed when the settlement is recorded
+    # (recording.settlement_save); null without a deal on a value, a limit, or (share) an aspiration.
+    surplus = models.FloatField(null=True, blank=True)
+    share = models.FloatField(null=True, blank=True)
     # Outbound: the move decided and not yet recorded, stored before it is sent so that every
     # attempt sends exactly it: {"message": the A2A 1.0 JSON Message, "usage": {"model",
     # "input_tokens", "output_tokens", "cost"}} (what deciding it cost). Cleared when recorded.
@@ -93,6 +101,24 @@ class Negotiation(TenantOwnedModel):
             models.Index(fields=["tenant", "status", "-created_at", "-id"], name="negotiation_status_newest"),
             models.Index(fields=["tenant", "cost", "-created_at", "-id"], name="negotiation_cheapest"),
             models.Index(fields=["tenant", "-cost", "-created_at", "-id"], name="negotiation_costliest"),
+            models.Index(
+                fields=["tenant", "turns_recorded", "-created_at", "-id"], name="negotiation_fewest_turns"
+            ),
+            models.Index(
+                fields=["tenant", "-turns_recorded", "-created_at", "-id"], name="negotiation_most_turns"
+            ),
+            # By surplus and share, those without one last either way.
+            *(
+                models.Index(
+                    F("tenant_id"),
+                    F(key).desc(nulls_last=True) if descending else F(key).asc(nulls_last=True),
+                    F("created_at").desc(),
+                    F("id").desc(),
+                    name=f"negotiation_{'most' if descending else 'least'}_{key}",
+                )
+                for key in ("surplus", "share")
+                for descending in (False, True)
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
-from django.db.models.functions import Coalesce
 
 from agents.llm import ChatMessage, ToolSpec
 from agents.models import OFFLINE, Agent, Intent, Question
@@ -88,21 +87,15 @@ def board(
     ``status`` and ``direction`` are values of :class:`Negotiation.Status` and
     :class:`Negotiation.Direction` ("" for any); ``counterparty`` matches part of
     the counterparty's name or URL, in any case. Each row comes with its agent,
-    intent and settlement loaded and annotated with ``turns_recorded`` (its Turn
-    rows) and its latest turn's ``last_side``, ``last_action`` and ``last_at``
+    intent and settlement loaded (its Turn rows counted in ``turns_recorded``) and annotated with
+    its latest turn's ``last_side``, ``last_action`` and ``last_at``
     (None without turns): one query however many rows.
     """
-    turns = Turn.objects.for_tenant(tenant).filter(negotiation=OuterRef("pk"))
-    latest = turns.order_by("-seq")
-    # Correlated subqueries, not Count("turns") over a join: Postgres then reads them only for the
-    # rows of the page (from the index on (negotiation, seq)), where a GROUP BY counted every turn
-    # of the tenant before the page was cut.
-    counted = turns.order_by().values("negotiation").annotate(n=Count("pk")).values("n")
+    latest = Turn.objects.for_tenant(tenant).filter(negotiation=OuterRef("pk")).order_by("-seq")
     rows = (
         Negotiation.objects.for_tenant(tenant)
         .select_related("agent", "intent", "settlement")
         .annotate(
-            turns_recorded=Coalesce(Subquery(counted), 0),
             last_side=Subquery(latest.values("side")[:1]),
             last_action=Subquery(latest.values("action")[:1]),
             last_at=Subquery(latest.values("created_at")[:1]),
@@ -427,8 +420,8 @@ def negotiation_score(negotiation: Negotiation, *, turns: list[Turn] | None = No
     (:attr:`negotiations.limits.Limit.opening`); an agent on a chat model sets out where its guard's
     ``aspiration`` says, else nowhere known. The agreed value is :func:`agreed_value`'s. ``turns`` are the
     negotiation's turns in order where the caller has them (else read when needed: only for a deal
-    without a number in its terms); the count of turns is the board's ``turns_recorded``
-    annotation where present.
+    without a number in its terms); the count of turns is theirs, else the negotiation's
+    ``turns_recorded``.
     """
     agent = negotiation.agent
     try:
@@ -440,9 +433,7 @@ def negotiation_score(negotiation: Negotiation, *, turns: list[Turn] | None = No
     aspiration = None
     if limit is not None:
         aspiration = limit.opening if agent.model == OFFLINE else limit.aspiration
-    counted = getattr(negotiation, "turns_recorded", None)
-    if counted is None:
-        counted = len(turns) if turns is not None else negotiation_turns(negotiation).count()
+    counted = len(turns) if turns is not None else negotiation.turns_recorded
     return Score(
         term=bargain.term,
         currency=bargain.currency,
@@ -505,14 +496,14 @@ def negotiation_chart(negotiation: Negotiation, *, turns: list[Turn], score: Sco
     )
 
 
-def board_sorted(rows: QuerySet[Negotiation], sort: str) -> QuerySet[Negotiation] | list[Negotiation]:
+def board_sorted(rows: QuerySet[Negotiation], sort: str) -> QuerySet[Negotiation]:
     """:func:`board`'s ``rows`` in the order ``sort`` names (a key of :data:`BOARD_ORDERS`; "" leaves
     them newest first), the newest first among equals.
 
-    ``turns`` (moves recorded) and ``cost`` (of deciding our moves) are ordered by the database and
-    stay a query set. ``surplus`` and ``share`` (:class:`negotiations.score.Score`, read from each
-    row's guards and guidance) are ordered here, every row scored: a list, rows without one last
-    either way. Raises ``ValueError`` for any other ``sort``.
+    Each reads a column, from the tenant's index on it: ``turns`` (moves recorded, both sides'),
+    ``cost`` (of deciding our moves), and ``surplus`` and ``share`` (:class:`negotiations.score.Score`
+    of the deal, stored as it settled: :func:`negotiations.services.recording.score_save`), rows
+    without one last either way. Raises ``ValueError`` for any other ``sort``.
     """
     if not sort:
         return rows
@@ -520,10 +511,8 @@ def board_sorted(rows: QuerySet[Negotiation], sort: str) -> QuerySet[Negotiation
         raise ValueError(f"{sort!r} is not one of the board's orders ({', '.join(BOARD_ORDERS)})")
     key = sort.removeprefix("-")
     descending = sort.startswith("-")
-    if key in ("turns", "cost"):
-        column = F("turns_recorded" if key == "turns" else "cost")
-        return rows.order_by(column.desc() if descending else column.asc(), "-created_at", "-pk")
-    scored = [(n, getattr(negotiation_score(n), key)) for n in rows]
-    known = sorted((pair for pair in scored if pair[1] is not None), key=lambda p: p[1], reverse=descending)
-    # sorted() keeps the newest-first order among equals, ascending or descending.
-    return [n for n, _ in known] + [n for n, value in scored if value is None]
+    column = F("turns_recorded" if key == "turns" else key)
+    # NULLS LAST spelled out only where a column has nulls: the indexes of the others are plain.
+    nulls_last = True if key in ("surplus", "share") else None
+    by = column.desc(nulls_last=nulls_last) if descending else column.asc(nulls_last=nulls_last)
+    return rows.order_by(by, "-created_at", "-pk")

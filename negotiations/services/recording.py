@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from agents.models import Agent, Run
 from agents.services import steps
-from negotiations import evaluation, negotiator
+from negotiations import evaluation, negotiator, selectors
 from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.verdict import settle
 from negotiations.wire import Entry, TaskRecord
@@ -84,6 +84,11 @@ def add_turn(
         output_tokens=usage.output_tokens,
         cost=usage.cost,
     )
+    # F() + 1, not the loaded count: a turn recorded concurrently is not lost. Read back, so a caller
+    # saving the whole negotiation afterwards writes the count as it now stands.
+    counted = Negotiation.objects.for_tenant(negotiation.tenant_id).filter(pk=negotiation.pk)
+    counted.update(turns_recorded=F("turns_recorded") + 1)
+    negotiation.turns_recorded = counted.values_list("turns_recorded", flat=True).get()
     publish_on_commit(
         event="negotiation.turn",
         tenant_id=negotiation.tenant_id,
@@ -121,6 +126,8 @@ def settlement_save(
     )
     if verdict is None:
         Settlement.objects.for_tenant(negotiation.tenant_id).filter(negotiation=negotiation).delete()
+        negotiation.settlement = None
+        score_save(negotiation)
         return None
     settlement, _ = Settlement.objects.for_tenant(negotiation.tenant_id).update_or_create(
         negotiation=negotiation,
@@ -134,6 +141,8 @@ def settlement_save(
             "disputed": verdict.disputed,
         },
     )
+    negotiation.settlement = settlement
+    score_save(negotiation)
     if (
         verdict.outcome != Settlement.Outcome.UNANSWERED.value
         or negotiation.status != Negotiation.Status.WAITING
@@ -153,6 +162,22 @@ def settlement_save(
         },
     )
     return settlement
+
+
+def score_save(negotiation: Negotiation) -> None:
+    """Store the surplus and share of ``negotiation``'s deal as its settlement now stands
+    (:func:`negotiations.selectors.negotiation_score`, the one place a negotiation is scored): both
+    None without a deal on a value. Written at once, whatever fields the caller saves afterwards,
+    and set on ``negotiation`` so a whole save writes the same.
+
+    The board orders by these (:func:`negotiations.selectors.board_sorted`); pages and the API show
+    the score computed now by the same function, equal unless the agent's guards change after the deal.
+    """
+    score = selectors.negotiation_score(negotiation)
+    negotiation.surplus, negotiation.share = score.surplus, score.share
+    Negotiation.objects.for_tenant(negotiation.tenant_id).filter(pk=negotiation.pk).update(
+        surplus=score.surplus, share=score.share
+    )
 
 
 def event_head(negotiation: Negotiation) -> dict[str, Any]:

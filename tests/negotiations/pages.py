@@ -12,6 +12,7 @@ from django.urls import reverse
 from agents.models import Agent, Intent
 from negotiations import selectors
 from negotiations.models import Negotiation, Settlement, Turn
+from negotiations.services import recording
 from negotiations.services.inbound import InboundReply, inbound_check, inbound_turn
 from negotiations.wire import TaskRecord
 from parley.models import Tenant
@@ -95,7 +96,10 @@ def outbound(
     settlement: dict[str, Any] | None = None,
 ) -> Negotiation:
     """An outbound negotiation of ``agent`` with ``name`` written as rows: ``turns`` alternating moves
-    (ours first, ``propose`` then ``counter``…), and a settlement with the fields in ``settlement``."""
+    (ours first, ``propose`` then ``counter``…), and a settlement with the fields in ``settlement``.
+
+    Counted and scored as the recording services do: ``turns_recorded`` set, the deal's score stored
+    (:func:`negotiations.services.recording.score_save`)."""
     n = Negotiation.objects.create(
         tenant=agent.tenant,
         agent=agent,
@@ -106,6 +110,7 @@ def outbound(
         task_id=f"task-{uuid.uuid4()}",
         status=status,
         turn_count=(turns + 1) // 2,
+        turns_recorded=turns,
     )
     for seq in range(1, turns + 1):
         Turn.objects.create(
@@ -120,6 +125,12 @@ def outbound(
         )
     if settlement is not None:
         Settlement.objects.create(tenant=agent.tenant, negotiation=n, **settlement)
+        recording.score_save(
+            Negotiation.objects.for_tenant(agent.tenant)
+            .select_related("agent", "intent", "settlement")
+            .get(pk=n.pk)
+        )
+        n.refresh_from_db()
     return n
 
 

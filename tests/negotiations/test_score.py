@@ -63,6 +63,9 @@ class TestScore:
         assert score.surplus == agreed - 950
         assert score.share == pytest.approx((agreed - 950) / 250)
         assert score.turns == 4
+        # Recording the turns counted them, and recording the settlement stored its score.
+        assert (deal.turns_recorded, deal.surplus, deal.share) == (4, score.surplus, score.share)
+        assert deal.turns_recorded == Turn.objects.for_tenant(agent.tenant).filter(negotiation=deal).count()
 
     def test_the_limit_is_read_from_the_standing_guidance_as_the_negotiator_reads_it(
         self, agent: Agent, intent: Intent
