@@ -262,8 +262,9 @@ def _post(
 ) -> _Answer:
     try:
         with (
-            outbound.client(timeout=timeout, follow_redirects=False) as http,
-            http.stream("POST", url, content=body, headers=headers) as response,
+            outbound.shared_client().stream(
+                "POST", url, content=body, headers=headers, timeout=timeout, follow_redirects=False
+            ) as response,
         ):
             received = bytearray()
             for chunk in response.iter_bytes():
