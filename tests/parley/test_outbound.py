@@ -267,3 +267,17 @@ def test_private_addresses_are_called_on_the_embedded_default_and_where_a_deploy
         check=True,
     )
     assert result.stdout.strip() == expected
+
+
+def test_a_forked_child_makes_its_own_shared_client() -> None:
+    """A Celery prefork child must not use the sockets of the process it was forked from."""
+    parent = outbound.shared_client()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child, which reports through the pipe
+        os.write(write, b"own" if outbound.shared_client() is not parent else b"inherited")
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    assert os.read(read, 16) == b"own"
+    assert outbound.shared_client() is parent
