@@ -146,30 +146,31 @@ class ChatCompletionsModel:
         headers = {"Accept": "text/event-stream, application/json"}
         if endpoint.api_key:
             headers["Authorization"] = f"Bearer {endpoint.api_key}"
-        with outbound.client(timeout=endpoint.timeout) as http:
-            attempt = 1
-            while True:
-                self._check(options)
-                left = self._time_left(options)
-                try:
-                    seconds = endpoint.timeout if left is None else min(endpoint.timeout, left)
-                    return self._reply(self._try(http, body, headers, options, seconds))
-                except _Retryable as failure:
-                    left = self._time_left(options)  # a try the deadline cut off ends the call
-                    tries = "1 try" if attempt == 1 else f"{attempt} tries"
-                    if attempt >= endpoint.attempts:
-                        raise ModelUnavailable(endpoint.name, f"{failure.reason} after {tries}") from failure
-                    wait, refusal = _wait(failure, attempt, left)
-                    if refusal:
-                        raise ModelUnavailable(
-                            endpoint.name, f"{failure.reason} after {tries}; {refusal}"
-                        ) from failure
-                    if options.on_retry:
-                        options.on_retry(
-                            Retry(model=endpoint.name, attempt=attempt, wait=wait, reason=failure.reason)
-                        )
-                    self._pause(wait, options)
-                attempt += 1
+        # The process's kept-alive connections; the key goes with each request, never on the client.
+        http = outbound.shared_client()
+        attempt = 1
+        while True:
+            self._check(options)
+            left = self._time_left(options)
+            try:
+                seconds = endpoint.timeout if left is None else min(endpoint.timeout, left)
+                return self._reply(self._try(http, body, headers, options, seconds))
+            except _Retryable as failure:
+                left = self._time_left(options)  # a try the deadline cut off ends the call
+                tries = "1 try" if attempt == 1 else f"{attempt} tries"
+                if attempt >= endpoint.attempts:
+                    raise ModelUnavailable(endpoint.name, f"{failure.reason} after {tries}") from failure
+                wait, refusal = _wait(failure, attempt, left)
+                if refusal:
+                    raise ModelUnavailable(
+                        endpoint.name, f"{failure.reason} after {tries}; {refusal}"
+                    ) from failure
+                if options.on_retry:
+                    options.on_retry(
+                        Retry(model=endpoint.name, attempt=attempt, wait=wait, reason=failure.reason)
+                    )
+                self._pause(wait, options)
+            attempt += 1
 
     def _time_left(self, options: CallOptions) -> float | None:
         """Seconds left before ``options.deadline`` (None without one).

@@ -50,11 +50,12 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import re
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,11 @@ REPLAY_TOLERANCE = 300
 MAX_PROBLEMS = 5
 _ERROR_TEXT_CHARS = 200
 _PROBLEM_CHARS = 300
+# Exchanges with hosts one process runs at once; past that a call waits for a thread, within its deadline.
+EXCHANGE_THREADS = 32
+
+_exchanges: tuple[int, ThreadPoolExecutor] | None = None
+_exchanges_lock = threading.Lock()
 
 # The dialects jsonschema implements, by their meta-schema URI without the empty fragment
 # ("…/draft-07/schema#" and "…/draft-07/schema" name the same dialect).
@@ -198,18 +204,13 @@ def _call(tool: Tool, arguments: dict[str, Any], run_id: str, tool_call_id: str)
     }
     deadline = time.monotonic() + tool.timeout
     # httpx's timeouts bound each network wait, not the whole exchange (encode/httpx#1450), and a
-    # sync call cannot be interrupted, so the exchange runs in its own thread and we stop waiting
-    # at the deadline. The abandoned thread ends soon after: its every wait is bounded too.
-    answer: Future[_Answer] = Future()
-    threading.Thread(
-        target=_exchange,
-        args=(answer, name, url, body, headers, tool.timeout, deadline),
-        name=f"host-operation-{name}",
-        daemon=True,
-    ).start()
+    # sync call cannot be interrupted, so the exchange runs in another thread and we stop waiting
+    # at the deadline. The abandoned exchange ends soon after: its every wait is bounded too.
+    answer = _exchange_threads().submit(_post, name, url, body, headers, tool.timeout, deadline)
     try:
         reply = answer.result(timeout=max(0.0, deadline - time.monotonic()))
     except TimeoutError:
+        answer.cancel()  # one still waiting for a thread is never sent
         raise _timed_out(name, tool.timeout) from None
     return _result_text(name, reply)
 
@@ -240,21 +241,16 @@ def _timed_out(name: str, timeout: float) -> ToolError:
     return ToolError(f"Host operation {name!r} timed out after {timeout:g} s.")
 
 
-def _exchange(
-    answer: Future[_Answer],
-    name: str,
-    url: httpx.URL,
-    body: bytes,
-    headers: dict[str, str],
-    timeout: float,
-    deadline: float,
-) -> None:
-    """The HTTP exchange, in its own thread; its outcome, answer or ToolError, goes to ``answer``."""
-    try:
-        answer.set_result(_post(name, url, body, headers, timeout, deadline))
-    except Exception as exc:
-        # Anything, even a bug, must reach the waiting caller rather than look like a timeout.
-        answer.set_exception(exc)
+def _exchange_threads() -> ThreadPoolExecutor:
+    """This process's threads for host operations' exchanges, made on first use (a forked child
+    makes its own: the parent's threads are not in it). A thread that finished one is kept for the
+    next, rather than one started per call."""
+    global _exchanges
+    with _exchanges_lock:
+        if _exchanges is None or _exchanges[0] != os.getpid():
+            pool = ThreadPoolExecutor(max_workers=EXCHANGE_THREADS, thread_name_prefix="host-operation")
+            _exchanges = (os.getpid(), pool)
+        return _exchanges[1]
 
 
 def _post(
@@ -262,8 +258,9 @@ def _post(
 ) -> _Answer:
     try:
         with (
-            outbound.client(timeout=timeout, follow_redirects=False) as http,
-            http.stream("POST", url, content=body, headers=headers) as response,
+            outbound.shared_client().stream(
+                "POST", url, content=body, headers=headers, timeout=timeout, follow_redirects=False
+            ) as response,
         ):
             received = bytearray()
             for chunk in response.iter_bytes():

@@ -28,7 +28,7 @@ from kombu import Queue
 from kombu.exceptions import KombuError
 from redis.exceptions import RedisError
 
-from parley import telemetry
+from parley import outbound, telemetry
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "parley.settings.base")
 
@@ -81,6 +81,12 @@ def _telemetry_setup(**_: object) -> None:
 def _telemetry_flush(**_: object) -> None:
     # A pool child may end without running atexit handlers, and so without the SDK's flush.
     telemetry.shutdown()
+
+
+@worker_process_shutdown.connect
+def _close_outbound(**_: object) -> None:
+    # The kept-alive connections to model endpoints and host operations (parley.outbound).
+    outbound.close_shared_client()
 
 
 # What a broker that cannot be reached raises: kombu's OperationalError once its publish retries are

@@ -32,6 +32,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -42,6 +43,8 @@ from parley.http import ssl_context
 
 # Seconds to resolve a URL's host.
 RESOLVE_TIMEOUT = 5.0
+# Origins whose connections one PinnedTransport keeps alive at once.
+PINNED_ORIGINS = 32
 
 # IPv6 prefixes whose addresses carry an IPv4 address in their last 32 bits: NAT64 (RFC 6052)
 # and IPv4-compatible addresses (RFC 4291 §2.5.5.1). 6to4 (2002::/16) carries it in bits 16-48
@@ -152,6 +155,15 @@ def _target(url: str) -> tuple[str, int]:
     return host, port
 
 
+def _is_address(host: str) -> bool:
+    """Whether ``host`` is an IP address literal (which getaddrinfo answers without a lookup)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _vetted(host: str, infos: _AddrInfo, *, allow_private: bool) -> list[str]:
     """The addresses of ``infos`` (getaddrinfo's answer for ``host``), in its order and each once,
     after the policy."""
@@ -197,6 +209,10 @@ def vetted_addresses_sync(url: str, *, allow_private: bool) -> list[str]:
     resolver's own timeout.
     """
     host, port = _target(url)
+    if _is_address(host):  # nothing to resolve, so no thread to wait on
+        return _vetted(
+            host, socket.getaddrinfo(host, port, type=socket.SOCK_STREAM), allow_private=allow_private
+        )
     answer: Future[_AddrInfo] = Future()
 
     def resolve() -> None:
@@ -238,11 +254,17 @@ class PinnedTransport(httpx.BaseTransport):
     half of what is left of it, the last all the rest. ``allow_private`` is
     asked at each request, so a settings change applies to the next one. A
     refused URL raises :class:`AddressRefused`.
+
+    Connections are kept alive in a pool of their own for each origin (scheme, host name, port) of
+    the URLs asked for, at most :data:`PINNED_ORIGINS` origins, the least recently used forgotten
+    first: the request reaches the pool under its vetted address, and a connection verified for
+    one host name must never carry a request for another that resolves to the same address.
     """
 
     def __init__(self, *, allow_private: Callable[[], bool]) -> None:
         self._allow_private = allow_private
-        self._inner = httpx.HTTPTransport(verify=ssl_context())
+        self._pools: OrderedDict[tuple[str, str, int | None], httpx.HTTPTransport] = OrderedDict()
+        self._pools_lock = threading.Lock()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         attempts = _Attempts(request)
@@ -250,15 +272,31 @@ class PinnedTransport(httpx.BaseTransport):
             addresses = vetted_addresses_sync(str(request.url), allow_private=self._allow_private())
         except URLRefused as exc:
             raise AddressRefused(exc, request=request) from exc
+        pool = self._pool(request.url)
         for address in attempts.over(addresses):
             try:
-                return self._inner.handle_request(request)
+                return pool.handle_request(request)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:  # nothing was sent: try the next
                 attempts.failures.append((address, exc))
         raise attempts.failure()
 
+    def _pool(self, url: httpx.URL) -> httpx.HTTPTransport:
+        """The connection pool of ``url``'s origin, made on first use."""
+        origin = (url.scheme, url.host, url.port)
+        with self._pools_lock:
+            pool = self._pools.pop(origin, None) or httpx.HTTPTransport(verify=ssl_context())
+            self._pools[origin] = pool
+            if len(self._pools) > PINNED_ORIGINS:
+                # Not closed: a request may be using it still; its idle sockets close when it is collected.
+                self._pools.popitem(last=False)
+        return pool
+
     def close(self) -> None:
-        self._inner.close()
+        with self._pools_lock:
+            pools = list(self._pools.values())
+            self._pools.clear()
+        for pool in pools:
+            pool.close()
 
 
 class AsyncPinnedTransport(httpx.AsyncBaseTransport):

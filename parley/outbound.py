@@ -22,6 +22,9 @@ The setting is read at each check, so a change applies to the next call.
 
 from __future__ import annotations
 
+import http.cookiejar
+import os
+import threading
 from typing import Any
 
 import httpx
@@ -73,6 +76,45 @@ def client(**options: Any) -> httpx.Client:
     """An ``httpx.Client`` with ``options`` (timeout, headers…) whose every request is vetted and
     pinned (:class:`parley.netguard.PinnedTransport` under :func:`allow_private`)."""
     return httpx.Client(transport=netguard.PinnedTransport(allow_private=allow_private), **options)
+
+
+class _NoCookies(http.cookiejar.DefaultCookiePolicy):
+    """Refuses every cookie: a shared client must carry nothing from one tenant's call to the next."""
+
+    def set_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
+        return False
+
+    def return_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
+        return False
+
+
+_shared: tuple[int, httpx.Client] | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_client() -> httpx.Client:
+    """This process's :func:`client`, made on first use, whose connections are kept alive from one
+    call to the next (a step's model call and host operation, then the next step's).
+
+    It holds nothing of any caller's: no headers, no timeout (pass both with each request), no
+    cookies (every one refused), and redirects are not followed. A forked child makes its own
+    (the parent's sockets are not shared). :func:`close_shared_client` closes it.
+    """
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared[0] != os.getpid():
+            jar = http.cookiejar.CookieJar(policy=_NoCookies())
+            _shared = (os.getpid(), client(timeout=None, follow_redirects=False, cookies=jar))
+        return _shared[1]
+
+
+def close_shared_client() -> None:
+    """Close this process's :func:`shared_client`, if it made one (at a worker process's end)."""
+    global _shared
+    with _shared_lock:
+        shared, _shared = _shared, None
+    if shared is not None and shared[0] == os.getpid():
+        shared[1].close()
 
 
 def async_client(**options: Any) -> httpx.AsyncClient:

@@ -170,6 +170,58 @@ def test_a_redirect_from_a_public_address_to_a_private_one_is_refused_even_when_
     assert internal.paths == []
 
 
+class Remembering(LoopbackServer):
+    """A server on loopback that remembers, for each request, the port it came from (its connection)
+    and its Authorization and Cookie headers, and answers 200 with a cookie set."""
+
+    what = "the remembering server"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[int, str | None, str | None]] = []
+        self.listen(Starlette(routes=[Route("/{path:path}", self.answer, methods=["GET", "POST"])]))
+
+    async def answer(self, request: Request) -> Response:
+        assert request.client is not None
+        self.seen.append(
+            (request.client.port, request.headers.get("authorization"), request.headers.get("cookie"))
+        )
+        response = PlainTextResponse("ok")
+        response.set_cookie("session", "tenant-a")
+        return response
+
+
+def test_the_shared_client_keeps_a_connection_per_host_name_and_carries_nothing_from_call_to_call(
+    settings: Any,
+) -> None:
+    settings.OUTBOUND_ALLOW_PRIVATE = True
+    http = outbound.shared_client()
+    with Remembering() as server:
+        http.get(f"http://127.0.0.1:{server.port}/a", headers={"Authorization": "Bearer tenant-a"})
+        http.get(f"http://127.0.0.1:{server.port}/b")
+        http.get(f"http://localhost:{server.port}/c")  # the same address, another host name
+
+    (first, auth, _), (second, auth_after, cookie_after), (third, _, cookie_other) = server.seen
+    assert outbound.shared_client() is http
+    assert first == second  # kept alive
+    assert third != first  # a connection is never lent to another host name
+    assert auth == "Bearer tenant-a"
+    assert auth_after is cookie_after is cookie_other is None
+
+
+def test_the_shared_client_vets_each_request_on_a_kept_alive_connection_too(settings: Any) -> None:
+    settings.OUTBOUND_ALLOW_PRIVATE = True
+    http = outbound.shared_client()
+    with Remembering() as server:
+        http.get(f"http://127.0.0.1:{server.port}/kept")
+        settings.OUTBOUND_ALLOW_PRIVATE = False
+        with pytest.raises(netguard.AddressRefused) as refused:
+            http.get(f"http://127.0.0.1:{server.port}/refused")
+
+    assert str(refused.value) == f"the host '127.0.0.1' {PRIVATE}"
+    assert len(server.seen) == 1
+
+
 def test_the_refusal_is_found_under_what_a_library_wrapped_it_in() -> None:
     request = httpx.Request("GET", "http://127.0.0.1/")
     refused = netguard.AddressRefused(netguard.NonPublicAddress("the host '127.0.0.1' …"), request=request)
@@ -215,3 +267,17 @@ def test_private_addresses_are_called_on_the_embedded_default_and_where_a_deploy
         check=True,
     )
     assert result.stdout.strip() == expected
+
+
+def test_a_forked_child_makes_its_own_shared_client() -> None:
+    """A Celery prefork child must not use the sockets of the process it was forked from."""
+    parent = outbound.shared_client()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child, which reports through the pipe
+        os.write(write, b"own" if outbound.shared_client() is not parent else b"inherited")
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    assert os.read(read, 16) == b"own"
+    assert outbound.shared_client() is parent
