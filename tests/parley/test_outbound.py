@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -278,6 +280,11 @@ def test_a_forked_child_makes_its_own_shared_client() -> None:
         os.write(write, b"own" if outbound.shared_client() is not parent else b"inherited")
         os._exit(0)
     os.close(write)
+    # A child that hangs (a lock held at the fork) fails the test instead of the suite.
+    ready, _, _ = select.select([read], [], [], 30)
+    if not ready:
+        os.kill(child, signal.SIGKILL)
     os.waitpid(child, 0)
+    assert ready, "the forked child did not answer within 30 s"
     assert os.read(read, 16) == b"own"
     assert outbound.shared_client() is parent
