@@ -8,7 +8,6 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import F
 
 from agents.models import Agent, Intent, Run
 from parley.models import TenantOwnedModel
@@ -107,18 +106,9 @@ class Negotiation(TenantOwnedModel):
             models.Index(
                 fields=["tenant", "-turns_recorded", "-created_at", "-id"], name="negotiation_most_turns"
             ),
-            # By surplus and share, those without one last either way.
-            *(
-                models.Index(
-                    F("tenant_id"),
-                    F(key).desc(nulls_last=True) if descending else F(key).asc(nulls_last=True),
-                    F("created_at").desc(),
-                    F("id").desc(),
-                    name=f"negotiation_{'most' if descending else 'least'}_{key}",
-                )
-                for key in ("surplus", "share")
-                for descending in (False, True)
-            ),
+            # By surplus and share, those without one last either way: on Postgres only, where
+            # migration 0010 makes them (its score_indexes); SQLite
+            # cannot index NULLS LAST, and the embedded default sorts its few rows without them.
         ]
         constraints = [
             models.UniqueConstraint(

@@ -33,6 +33,34 @@ def backfill(apps, schema_editor):
         score_save(negotiation)
 
 
+def score_indexes() -> list[models.Index]:
+    """The board's orders by surplus and share, either way, those without one last (NULLS LAST)."""
+    return [
+        models.Index(
+            models.F("tenant_id"),
+            models.F(key).desc(nulls_last=True) if descending else models.F(key).asc(nulls_last=True),
+            models.F("created_at").desc(),
+            models.F("id").desc(),
+            name=f"negotiation_{'most' if descending else 'least'}_{key}",
+        )
+        for key in ("surplus", "share")
+        for descending in (False, True)
+    ]
+
+
+def score_indexes_add(apps, schema_editor):
+    """On Postgres only: SQLite (the embedded default) cannot index NULLS LAST."""
+    if schema_editor.connection.vendor == "postgresql":
+        for index in score_indexes():
+            schema_editor.add_index(apps.get_model("negotiations", "Negotiation"), index)
+
+
+def score_indexes_remove(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        for index in score_indexes():
+            schema_editor.remove_index(apps.get_model("negotiations", "Negotiation"), index)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -65,22 +93,7 @@ class Migration(migrations.Migration):
             model_name='negotiation',
             index=models.Index(fields=['tenant', '-turns_recorded', '-created_at', '-id'], name='negotiation_most_turns'),
         ),
-        migrations.AddIndex(
-            model_name='negotiation',
-            index=models.Index(models.F('tenant_id'), models.OrderBy(models.F('surplus'), nulls_last=True), models.OrderBy(models.F('created_at'), descending=True), models.OrderBy(models.F('id'), descending=True), name='negotiation_least_surplus'),
-        ),
-        migrations.AddIndex(
-            model_name='negotiation',
-            index=models.Index(models.F('tenant_id'), models.OrderBy(models.F('surplus'), descending=True, nulls_last=True), models.OrderBy(models.F('created_at'), descending=True), models.OrderBy(models.F('id'), descending=True), name='negotiation_most_surplus'),
-        ),
-        migrations.AddIndex(
-            model_name='negotiation',
-            index=models.Index(models.F('tenant_id'), models.OrderBy(models.F('share'), nulls_last=True), models.OrderBy(models.F('created_at'), descending=True), models.OrderBy(models.F('id'), descending=True), name='negotiation_least_share'),
-        ),
-        migrations.AddIndex(
-            model_name='negotiation',
-            index=models.Index(models.F('tenant_id'), models.OrderBy(models.F('share'), descending=True, nulls_last=True), models.OrderBy(models.F('created_at'), descending=True), models.OrderBy(models.F('id'), descending=True), name='negotiation_most_share'),
-        ),
+        migrations.RunPython(score_indexes_add, score_indexes_remove),
         # After the indexes: Postgres refuses CREATE INDEX on a table with updates pending their
         # deferred foreign-key checks in the same transaction.
         migrations.RunPython(backfill, migrations.RunPython.noop),
