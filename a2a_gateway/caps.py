@@ -478,6 +478,8 @@ def _context_turn(agent: Agent, owner: str, context_id: str) -> bool:
         return False
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     table = connection.ops.quote_name(InboundContext._meta.db_table)
+    # The agent's key as the backend stores it (a uuid on Postgres, its hex on SQLite).
+    agent_id = Agent._meta.pk.get_db_prep_value(agent.pk, connection)
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} "  # the table name is the model's own
@@ -487,7 +489,7 @@ def _context_turn(agent: Agent, owner: str, context_id: str) -> bool:
             f"SET turns = {table}.turns + 1, last_used_at = excluded.last_used_at, "
             "updated_at = excluded.updated_at "
             f"WHERE {table}.turns < %s RETURNING turns",
-            [now, now, agent.tenant_id, agent.pk, owner, context_id, now, limit],
+            [now, now, agent.tenant_id, agent_id, owner, context_id, now, limit],
         )
         counted = cursor.fetchone()
     if counted is None:
