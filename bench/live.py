@@ -8,10 +8,12 @@ does). Each run of an agent whose model (a chat-completions server on loopback,
 answering at once) calls ``ask_user`` suspends in its first step: the worker
 writes the Question and its ``question.opened`` event in the step's
 transaction, and sends the event to the tenant's group once it commits. The
-latency of a question is the frame's arrival at the client minus the event
-row's ``created_at``, which the worker stamps inside that transaction just
-before it commits: the figure is an upper bound of commit → frame (it also
-holds the transaction's tail and the commit itself).
+latency of a question is the frame's arrival at the client minus the moment
+the event row's transaction committed, by Postgres's clock
+(``pg_xact_commit_timestamp``, when the server has ``track_commit_timestamp``
+on). Without it, the row's ``created_at``, stamped inside the transaction, stands in:
+an upper bound of commit → frame that also holds the rest of the step's
+transaction (every write after the event row, and the commit).
 
 The peer, in the same run (bench/live_peer.py): a bare Channels app (one
 ``AsyncWebsocketConsumer`` joining one group) under the same uvicorn, on the
@@ -47,7 +49,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from stack import REDIS_URL, database_url, free_port, fresh_database, percentile, stop, wait, wait_for_workers
+from stack import (
+    REDIS_URL,
+    commit_times,
+    database_url,
+    free_port,
+    fresh_database,
+    percentile,
+    records_commit_times,
+    stop,
+    wait,
+    wait_for_workers,
+)
 
 BENCH = Path(__file__).resolve().parent
 DATABASE = "parley_bench_live"
@@ -188,7 +201,8 @@ class Sender:
         wait(lambda: all(q in socket.arrived for q in questions), timeout=60 + count)
         import live_peer
 
-        stamped = live_peer.created_at(BENCH_DATABASE_URL, questions)
+        committed = commit_times(BENCH_DATABASE_URL, live_peer.TABLE, questions)
+        stamped = committed or live_peer.created_at(BENCH_DATABASE_URL, questions)
         return [socket.arrived[q] - stamped[q] for q in questions]
 
     def close(self) -> None:
@@ -242,10 +256,15 @@ def _print_setup() -> None:
         cursor.execute("show server_version")
         postgres = cursor.fetchone()[0].split()[0]
     print(f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, Postgres {postgres}, Redis layer")
+    since = (
+        "its transaction's commit"
+        if records_commit_times(BENCH_DATABASE_URL)
+        else "its created_at (in the transaction)"
+    )
     print("1 uvicorn web process, 1 Celery worker process (1 thread), 1 connected socket. Latency: the")
-    print("question.opened frame's arrival minus the event's created_at (in the worker's transaction).")
+    print(f"question.opened frame's arrival minus the event row's stamp: {since}.")
     print("Peer: a bare Channels app under uvicorn, the same layer, a sender process committing a row and")
-    print("then async_to_sync(layer.group_send); its frame's arrival minus the row's created_at.")
+    print("then async_to_sync(layer.group_send); its frame's arrival minus the same stamp of its row.")
     print(f"loadavg {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
@@ -279,6 +298,9 @@ def _measure(agent: Any, socket: Socket, count: int, *, at_once: bool) -> list[f
     events = list(opened.filter(payload__question__in=list(questions)))
     if len(events) != count:
         raise SystemExit(f"{count} runs opened {len(events)} questions, not one each")
+    committed = commit_times(BENCH_DATABASE_URL, Event._meta.db_table, [str(e.pk) for e in events])
+    if committed is not None:
+        return [socket.arrived[e.payload["question"]] - committed[str(e.pk)] for e in events]
     return [socket.arrived[e.payload["question"]] - e.created_at.timestamp() for e in events]
 
 

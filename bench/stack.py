@@ -89,3 +89,30 @@ def percentile(values: list[float], percent: float) -> float:
     ordered = sorted(values)
     rank = max(1, -(-len(ordered) * percent // 100))
     return ordered[int(rank) - 1]
+
+
+def records_commit_times(database: str) -> bool:
+    """Whether the Postgres server of ``database`` records when each transaction commits
+    (``track_commit_timestamp``: ``ALTER SYSTEM SET track_commit_timestamp = on`` and a restart turn
+    it on)."""
+    import psycopg
+
+    with psycopg.connect(database) as connection:
+        return connection.execute("show track_commit_timestamp").fetchone() == ("on",)
+
+
+def commit_times(database: str, table: str, ids: list[str]) -> dict[str, float] | None:
+    """When each row of ``table`` whose id (as text) is in ``ids`` committed, in epoch s by the server's
+    clock (``pg_xact_commit_timestamp(xmin)``); None when the server does not record it
+    (:func:`records_commit_times`)."""
+    import psycopg
+
+    if not records_commit_times(database):
+        return None
+    with psycopg.connect(database) as connection:
+        rows = connection.execute(
+            f"select id::text, extract(epoch from pg_xact_commit_timestamp(xmin)) from {table}"
+            " where id::text = any(%s)",
+            [ids],
+        )
+        return {pk: float(stamp) for pk, stamp in rows}
