@@ -4,7 +4,8 @@ The production shape on this machine: the uvicorn web process (``parley.asgi``)
 and one Celery worker process, with Redis as the broker and as the Channels
 layer, Postgres for the data. A client holding a logged-in session connects to
 ``/ws/live/`` (with the session cookie and an allowed Origin, as a browser
-does). Each run of an agent whose model (a chat-completions server on loopback,
+does), in a process of its own that stamps each frame's arrival
+(bench/live_reader.py; the peer's socket is read the same way). Each run of an agent whose model (a chat-completions server on loopback,
 answering at once) calls ``ask_user`` suspends in its first step: the worker
 writes the Question and its ``question.opened`` event in the step's
 transaction, and sends the event to the tenant's group once it commits. The
@@ -38,13 +39,11 @@ Uses a fresh database ``parley_bench_live`` on ``BENCH_POSTGRES_URL``'s server
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -68,36 +67,39 @@ BENCH_DATABASE_URL = database_url(DATABASE)
 WARM_UP = 5
 
 
+_readers: list[Socket] = []
+
+
 class Socket:
-    """A live socket read on a thread of its own: ``arrived`` maps question ids to arrival (epoch s)."""
+    """A live socket read by a process of its own (bench/live_reader.py): ``arrived`` maps question ids
+    to arrival (epoch s), as the reader stamped them."""
 
     def __init__(self, url: str, cookie: str, origin: str) -> None:
         self.arrived: dict[str, float] = {}
         self.connected = threading.Event()
         self.failed = False
-        self._url, self._headers = url, {"Cookie": cookie, "Origin": origin}
-        self._loop = asyncio.new_event_loop()
-        threading.Thread(target=self._loop.run_until_complete, args=(self._read(),), daemon=True).start()
+        self._process = subprocess.Popen(
+            [sys.executable, str(BENCH / "live_reader.py"), url, origin],
+            env={**os.environ, "BENCH_READER_COOKIE": cookie},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        threading.Thread(target=self._collect, daemon=True).start()
+        _readers.append(self)
 
-    async def _read(self) -> None:
-        try:
-            await self._connected()
-        except OSError:
-            self.failed = True  # the server is not listening yet
+    def _collect(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            if line.strip() == "connected":
+                self.connected.set()
+                continue
+            question, received = line.split()
+            self.arrived[question] = float(received)
+        self.failed = not self.connected.is_set()  # the server was not listening yet
 
-    async def _connected(self) -> None:
-        import websockets
-
-        async with websockets.connect(self._url, additional_headers=self._headers) as socket:
-            self.connected.set()
-            try:
-                async for frame in socket:
-                    received = time.time()
-                    message = json.loads(frame)
-                    if message["event"] == "question.opened":
-                        self.arrived[message["payload"]["question"]] = received
-            except websockets.ConnectionClosed:
-                return  # the web process stopped at the end of the benchmark
+    def close(self) -> None:
+        self._process.terminate()
+        self._process.wait(timeout=10)
 
 
 def main() -> None:
@@ -163,6 +165,8 @@ def main() -> None:
         finally:
             sender.close()
             stop([worker, web, peer_web])
+            for reader in _readers:
+                reader.close()
 
 
 _peer_sockets: dict[int, Socket] = {}
@@ -279,15 +283,17 @@ def _measure(agent: Any, socket: Socket, count: int, *, at_once: bool) -> list[f
     from agents.services import runs
     from parley.models import Event
 
+    before = len(socket.arrived)
     run_ids = []
     for _ in range(count):
         intent = Intent.objects.create(tenant=agent.tenant, agent=agent, statement="Raise a seed round.")
         run = runs.run_start(agent=agent, intent=intent, task="Find out the budget.")
         run_ids.append(run.pk)
         if not at_once:
-            wait(lambda run=run: _arrived(socket, agent.tenant_id, run.pk), timeout=60)
+            wait(lambda: len(socket.arrived) >= before + len(run_ids), timeout=60)
     try:
-        wait(lambda: all(_arrived(socket, agent.tenant_id, pk) for pk in run_ids), timeout=60 + count)
+        # Counting frames, not asking Postgres per run: this process must stay idle while they come.
+        wait(lambda: len(socket.arrived) >= before + count, timeout=60 + count)
     except SystemExit:
         asked = Question.objects.for_tenant(agent.tenant_id).filter(run_id__in=run_ids).count()
         arrived = len(socket.arrived)
@@ -298,18 +304,12 @@ def _measure(agent: Any, socket: Socket, count: int, *, at_once: bool) -> list[f
     events = list(opened.filter(payload__question__in=list(questions)))
     if len(events) != count:
         raise SystemExit(f"{count} runs opened {len(events)} questions, not one each")
+    if missing := [q for q in questions if q not in socket.arrived]:
+        raise SystemExit(f"{len(missing)} of {count} questions' frames did not arrive")
     committed = commit_times(BENCH_DATABASE_URL, Event._meta.db_table, [str(e.pk) for e in events])
     if committed is not None:
         return [socket.arrived[e.payload["question"]] - committed[str(e.pk)] for e in events]
     return [socket.arrived[e.payload["question"]] - e.created_at.timestamp() for e in events]
-
-
-def _arrived(socket: Socket, tenant_id: int, run_id: Any) -> bool:
-    from agents.models import Question
-
-    asked = Question.objects.for_tenant(tenant_id).filter(run_id=run_id)
-    question = asked.values_list("pk", flat=True).first()
-    return question is not None and str(question) in socket.arrived
 
 
 def _line(label: str, latencies: list[float]) -> str:
