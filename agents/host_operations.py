@@ -46,6 +46,7 @@ tool never ends the run). Result text may not contain NUL characters: it is stor
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -401,6 +402,22 @@ def check_schema(schema: object) -> None:
         ) from None
 
 
+@functools.lru_cache(maxsize=256)
+def _checked_validator(schema_json: str) -> Validator:
+    """The validator of the schema ``schema_json`` (canonical JSON text: sorted keys), once the schema
+    is checked against its dialect's meta-schema. Cached: a run's tools bring the same schemas to every
+    step, and the meta-schema check costs more than most validations. Raises :class:`ToolError` for a
+    schema that is invalid (never cached, so it is checked again each time)."""
+    schema = json.loads(schema_json)
+    cls = _validator_class(schema) or Draft202012Validator
+    try:
+        # An invalid schema can make validation itself raise anything; check it first.
+        cls.check_schema(schema)
+    except SchemaError as exc:
+        raise ToolError(f"the schema itself is invalid ({_shorten(exc.message, _PROBLEM_CHARS)})") from None
+    return cls(schema)
+
+
 def validate_arguments(*, schema: dict[str, Any], arguments: Any) -> None:
     """Check a tool call's ``arguments`` against the tool's ``parameters`` JSON Schema.
 
@@ -412,13 +429,9 @@ def validate_arguments(*, schema: dict[str, Any], arguments: Any) -> None:
     preamble. It says instead when the schema itself is unusable (invalid, or a ``$ref`` that
     cannot be resolved). ``arguments`` may be any JSON value (e.g. a run's parsed final answer).
     """
-    cls = _validator_class(schema) or Draft202012Validator
+    validator = _checked_validator(json.dumps(schema, sort_keys=True))
     try:
-        # An invalid schema can make validation itself raise anything; check it first.
-        cls.check_schema(schema)
-        problems = sorted(cls(schema).iter_errors(arguments), key=_problem_order)
-    except SchemaError as exc:
-        raise ToolError(f"the schema itself is invalid ({_shorten(exc.message, _PROBLEM_CHARS)})") from None
+        problems = sorted(validator.iter_errors(arguments), key=_problem_order)
     except Unresolvable as exc:
         raise ToolError(f"the schema itself cannot be used ({_shorten(str(exc), _PROBLEM_CHARS)})") from None
     if not problems:

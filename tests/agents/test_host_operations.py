@@ -401,6 +401,20 @@ def test_invalid_arguments_are_a_tool_error_naming_each_problem(
     assert str(failure.value) == message
 
 
+def test_validation_follows_the_schema_as_it_is_now_at_every_call() -> None:
+    # Validators are cached by the schema's content: a schema changed in place (an operator edits a
+    # tool) is checked as changed, and an invalid one is refused every time, not once.
+    schema: dict[str, Any] = {"type": "object", "properties": {"n": {"type": "number"}}}
+    validate_arguments(schema=schema, arguments={"n": 1})
+    schema["properties"]["n"]["type"] = "string"
+    with pytest.raises(ToolError, match=r"arguments\.n: 1 is not of type 'string'"):
+        validate_arguments(schema=schema, arguments={"n": 1})
+    schema["type"] = 5
+    for _ in range(2):
+        with pytest.raises(ToolError, match="the schema itself is invalid"):
+            validate_arguments(schema=schema, arguments={"n": 1})
+
+
 @pytest.mark.parametrize(
     "schema", [{}, ORDER, DRAFT_07_PAIR, {"$schema": "https://json-schema.org/draft/2020-12/schema"}]
 )
