@@ -253,6 +253,7 @@ def inbound_turn(
                 },
             )
         )
+        negotiation.agent = agent  # the row names this agent: spare each turn's event a query for it
         # Another message on this task may have closed it since the check above, or applied this
         # very message (the same message sent again, to another web process).
         _refuse_if_closed(negotiation)
