@@ -115,6 +115,24 @@ def board(
     return rows
 
 
+@dataclass(frozen=True)
+class BoardCounts:
+    """How many negotiations :func:`board`'s rows hold, and how many of them are settled."""
+
+    total: int
+    settled: int
+
+
+def board_counts(rows: QuerySet[Negotiation]) -> BoardCounts:
+    """:func:`board`'s ``rows`` counted, all and settled, in one query (one pass over them, where two
+    counts would read them twice)."""
+    # Of the status, not the id: Postgres then counts from the index on (tenant, agent, status) alone.
+    counts = rows.aggregate(
+        total=Count("status"), settled=Count("status", filter=Q(status=Negotiation.Status.SETTLED))
+    )
+    return BoardCounts(counts["total"], counts["settled"])
+
+
 def counterparty_matches(text: str) -> Q:
     """Negotiations whose counterparty's name or URL contains ``text``, in any case: the board's
     ``counterparty`` filter (the dashboard's and the API's)."""
