@@ -26,7 +26,7 @@ from agents import selectors
 from agents.forms import AnswerForm, ApprovalForm
 from agents.models import Agent, Question
 from parley.models import Membership, Tenant
-from parley.pages import TenantMixin
+from parley.pages import TenantMixin, url_of_each
 from parley.roles import OPERATE
 
 # How many of the latest runs the inbox lists; the runs page lists them all, a page at a time.
@@ -85,12 +85,13 @@ class Waiting:
 
 @dataclass(frozen=True)
 class InboxItem:
-    """One open question or approval in the inbox, whether the member may answer it, and the
-    negotiations it came from."""
+    """One open question or approval in the inbox, whether the member may answer it, the negotiations
+    it came from, and the ``run_href`` of its run's page."""
 
     question: Question
     can_answer: bool
     waiting: list[Waiting]
+    run_href: str
 
 
 def inbox_items(*, tenant: Tenant, membership: Membership, questions: list[Question]) -> list[InboxItem]:
@@ -100,6 +101,7 @@ def inbox_items(*, tenant: Tenant, membership: Membership, questions: list[Quest
     waiting = selectors.waiting_on_party(
         tenant=tenant, pairs={(q.run.agent_id, q.run.intent_id) for q in questions}
     )
+    run_href = url_of_each("agents:run", tenant=tenant.slug)
     return [
         InboxItem(
             question=q,
@@ -108,6 +110,7 @@ def inbox_items(*, tenant: Tenant, membership: Membership, questions: list[Quest
                 Waiting(n, move, term_pairs(move.terms if move is not None else None))
                 for n, move in waiting.get((q.run.agent_id, q.run.intent_id), [])
             ],
+            run_href=run_href(q.run_id),
         )
         for q in questions
     ]

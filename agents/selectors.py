@@ -71,14 +71,36 @@ def visible_runs(*, membership: Membership) -> QuerySet[Run]:
     return runs
 
 
+# What the inbox shows of an open question, its run, agent, party and intent (:func:`open_questions_for`):
+# an agent's or a run's whole row is dozens of columns, a page of fifty questions read them fifty times.
+INBOX_COLUMNS = (
+    "tenant_id",
+    "run_id",
+    "kind",
+    "tool_name",
+    "arguments",
+    "question",
+    "options",
+    "created_at",
+    "run__tenant_id",
+    "run__agent_id",
+    "run__intent_id",
+    "run__agent__name",
+    "run__agent__principal_id",
+    "run__agent__principal__username",
+    "run__intent__statement",
+)
+
+
 def open_questions_for(*, tenant: Tenant, membership: Membership) -> QuerySet[Question]:
     """Open questions and approvals of the tenant's agents the member sees (see :func:`sees_every_party`),
-    newest first, with run, agent, party and intent loaded; a question of a run that ended (cancelled,
-    failed, …) takes no answer and is left out."""
+    newest first, with run, agent, party and intent loaded, their :data:`INBOX_COLUMNS` only; a
+    question of a run that ended (cancelled, failed, …) takes no answer and is left out."""
     questions = (
         Question.objects.for_tenant(tenant)
         .filter(OPEN_QUESTION)
         .select_related("run__agent__principal", "run__intent")
+        .only(*INBOX_COLUMNS)
         .order_by("-created_at", "-pk")
     )
     if not sees_every_party(membership):

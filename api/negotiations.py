@@ -10,6 +10,7 @@ recorded, never interpreted.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 import django_filters
@@ -194,9 +195,14 @@ class NegotiationSerializer(serializers.ModelSerializer[Negotiation]):
         ]
         read_only_fields = fields
 
+    @cached_property
+    def score_serializer(self) -> ScoreSerializer:
+        """One for every row of a list: a serializer copies all its fields as it is made."""
+        return ScoreSerializer()
+
     @extend_schema_field(ScoreSerializer)
     def get_score(self, negotiation: Negotiation) -> dict[str, Any]:
-        return dict(ScoreSerializer(selectors.negotiation_score(negotiation)).data)
+        return dict(self.score_serializer.to_representation(selectors.negotiation_score(negotiation)))
 
 
 class NegotiationDetailSerializer(NegotiationSerializer):

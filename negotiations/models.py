@@ -106,6 +106,8 @@ class Negotiation(TenantOwnedModel):
             models.Index(
                 fields=["tenant", "-turns_recorded", "-created_at", "-id"], name="negotiation_most_turns"
             ),
+            # The board's counts, all and settled, of the agents a member sees: read from the index alone.
+            models.Index(fields=["tenant", "agent", "status"], name="negotiation_agent_status"),
             # By surplus and share, those without one last either way: on Postgres only, where
             # migration 0010 makes them (its score_indexes); SQLite
             # cannot index NULLS LAST, and the embedded default sorts its few rows without them.

@@ -39,6 +39,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
+from functools import lru_cache
 from typing import Any, Literal
 
 from negotiations.wire import (
@@ -163,9 +164,12 @@ class MoveRules:
         return tuple(a.name for a in self.actions)
 
 
+@lru_cache(maxsize=256)
 def declared_terms(description: str) -> tuple[TermSpec, ...] | None:
     """The terms ``description`` declares in the description format (see the module), in order;
     () for "" (terms off), None for prose. A name given twice is declared by its first field.
+    Remembered for the latest descriptions read (the answer is immutable): a list scores each of
+    its rows by its agent's.
 
     "amount (number, EUR per day), currency" gives ``TermSpec("amount", "number", "EUR per day",
     "EUR")`` and ``TermSpec("currency")``; "the rate in euros" gives None.

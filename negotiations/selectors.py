@@ -115,6 +115,24 @@ def board(
     return rows
 
 
+@dataclass(frozen=True)
+class BoardCounts:
+    """How many negotiations :func:`board`'s rows hold, and how many of them are settled."""
+
+    total: int
+    settled: int
+
+
+def board_counts(rows: QuerySet[Negotiation]) -> BoardCounts:
+    """:func:`board`'s ``rows`` counted, all and settled, in one query (one pass over them, where two
+    counts would read them twice)."""
+    # Of the status, not the id: Postgres then counts from the index on (tenant, agent, status) alone.
+    counts = rows.aggregate(
+        total=Count("status"), settled=Count("status", filter=Q(status=Negotiation.Status.SETTLED))
+    )
+    return BoardCounts(counts["total"], counts["settled"])
+
+
 def counterparty_matches(text: str) -> Q:
     """Negotiations whose counterparty's name or URL contains ``text``, in any case: the board's
     ``counterparty`` filter (the dashboard's and the API's)."""
@@ -264,14 +282,23 @@ def waiting_for_party(
     """
     if not pairs:
         return {}
-    match = Q()
-    for agent_id, intent_id in pairs:
-        match |= Q(agent_id=agent_id, intent_id=intent_id)
-    rows = list(
+    # Those of the pairs' agents under the pairs' intents, then the pairs themselves: one condition a
+    # column, where one per pair made the query (and building it) grow with the inbox's page.
+    intents = {intent_id for _, intent_id in pairs}
+    under = Q(intent_id__in=intents - {None})
+    if None in intents:
+        under |= Q(intent_id__isnull=True)
+    candidates = (
         Negotiation.objects.for_tenant(tenant)
-        .filter(match, status=Negotiation.Status.WAITING, direction=Negotiation.Direction.OUTBOUND)
+        .filter(
+            under,
+            agent_id__in={agent_id for agent_id, _ in pairs},
+            status=Negotiation.Status.WAITING,
+            direction=Negotiation.Direction.OUTBOUND,
+        )
         .order_by("created_at", "pk")
     )
+    rows = [n for n in candidates if (n.agent_id, n.intent_id) in pairs]
     last_moves = _their_last_turns(tenant, rows)
     found: dict[tuple[Any, Any], list[tuple[Negotiation, Turn | None]]] = {}
     for n in rows:

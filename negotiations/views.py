@@ -10,9 +10,11 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views import View
 from django.views.generic import DetailView
 
@@ -27,7 +29,7 @@ from negotiations.score import Score
 from negotiations.services import parking, signatures
 from negotiations.throttles import ReceiptCheckThrottle
 from parley.models import Membership
-from parley.pages import FilteredListView, TenantMixin, is_htmx
+from parley.pages import CountedPaginator, FilteredListView, TenantMixin, is_htmx, url_of_each
 from parley.roles import OPERATE
 
 
@@ -43,10 +45,11 @@ class TurnView:
 
 @dataclass(frozen=True)
 class BoardRow:
-    """A row of the board: the negotiation and its :class:`Score`."""
+    """A row of the board: the negotiation, its :class:`Score` and the ``href`` of its page."""
 
     negotiation: Negotiation
     score: Score
+    href: str
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,25 @@ class NegotiationListView(FilteredListView):
         sort = self.filters.cleaned_data.get("sort", "") if self.filters.is_valid() else ""
         return selectors.board_sorted(selected, sort)
 
+    def get_paginator(
+        self,
+        queryset: Any,
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+        **kwargs: Any,
+    ) -> Paginator[Any]:
+        # The rows counted once with the settled among them, for the caption and the live announcement.
+        self.counts = selectors.board_counts(self.selected)
+        return CountedPaginator(
+            queryset,
+            per_page,
+            count=self.counts.total,
+            orphans=orphans,
+            allow_empty_first_page=allow_empty_first_page,
+            **kwargs,
+        )
+
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         query = self.filters.query()
@@ -98,10 +120,12 @@ class NegotiationListView(FilteredListView):
             shown = {f"-{key}": "descending", key: "ascending"}.get(sort, "none")
             href = f"?{urlencode({**query, 'sort': key if sort == f'-{key}' else f'-{key}'})}"
             links[key] = SortLink(href, shown)
+        detail = url_of_each("negotiations:detail", tenant=self.tenant.slug)
         context.update(
-            settled_count=self.selected.filter(status=Negotiation.Status.SETTLED).count(),
+            settled_count=self.counts.settled,
             filtered=bool(query),
-            rows=[BoardRow(n, selectors.negotiation_score(n)) for n in context["negotiations"]],
+            rows=[BoardRow(n, selectors.negotiation_score(n), detail(n.pk)) for n in context["negotiations"]],
+            board_url=reverse("negotiations:list", kwargs={"tenant": self.tenant.slug}),
             sort_links=links,
             order=selectors.BOARD_ORDERS.get(sort, "newest first").lower(),
         )

@@ -18,6 +18,7 @@ from django.utils.html import escape
 
 from agents.models import Agent, Intent, Message, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES
+from agents.selectors import waiting_on_party
 from agents.services import questions, runs
 from negotiations.models import Negotiation, Turn
 from negotiations.services import parking
@@ -246,6 +247,32 @@ class TestNegotiationContext:
         assert "From these negotiations, waiting on you:" in html
         assert "Priya Raman" not in html  # open, not waiting on the party
         assert "Dana Designer" not in html  # another intent's
+
+    def test_only_the_negotiations_of_a_questions_own_agent_and_intent_are_shown(
+        self, client: Client, operator: AbstractUser, agent: Agent, ines_agent: Agent
+    ) -> None:
+        """Two questions, each of another agent and intent (an operator sees both): a negotiation of
+        one's agent under the other's intent belongs to neither thread, on the page or in what the
+        inbox reads (only the pairs asked for)."""
+        client.force_login(operator)
+        ours = asked(agent).run.intent
+        theirs = asked(ines_agent).run.intent
+        negotiation(agent, ours, "Idris Haddad")
+        negotiation(ines_agent, theirs, "Noor Lindqvist")
+        negotiation(agent, theirs, "Crossed Once")
+        negotiation(ines_agent, ours, "Crossed Twice")
+
+        html = client.get(inbox_url()).content.decode()
+
+        assert "With Idris Haddad" in html
+        assert "With Noor Lindqvist" in html
+        assert "Crossed Once" not in html
+        assert "Crossed Twice" not in html
+        found = waiting_on_party(tenant=agent.tenant, pairs={(agent.pk, ours.pk), (ines_agent.pk, theirs.pk)})
+        assert {pair: [n.counterparty_name for n, _ in rows] for pair, rows in found.items()} == {
+            (agent.pk, ours.pk): ["Idris Haddad"],
+            (ines_agent.pk, theirs.pk): ["Noor Lindqvist"],
+        }
 
     def test_a_question_without_negotiations_shows_none(self, logged_in: Client, agent: Agent) -> None:
         asked(agent)
