@@ -5,8 +5,9 @@ and one Celery worker process, with Redis as the broker and as the Channels
 layer, Postgres for the data. A client holding a logged-in session connects to
 ``/ws/live/`` (with the session cookie and an allowed Origin, as a browser
 does), in a process of its own that stamps each frame's arrival
-(bench/live_reader.py; the peer's socket is read the same way). Each run of an agent whose model (a chat-completions server on loopback,
-answering at once) calls ``ask_user`` suspends in its first step: the worker
+(bench/live_reader.py; the peer's socket is read the same way). Each run of
+an agent whose model (a chat-completions server on loopback, answering at
+once) calls ``ask_user`` suspends in its first step: the worker
 writes the Question and its ``question.opened`` event in the step's
 transaction, and sends the event to the tenant's group once it commits. The
 latency of a question is the frame's arrival at the client minus the moment
