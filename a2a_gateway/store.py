@@ -19,7 +19,7 @@ from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.task import decode_page_token, encode_page_token
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection
 from django.db.models import QuerySet
 from django.utils import timezone
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -108,7 +108,6 @@ class _Write:
     owner: str
     task_id: str
     fields: dict[str, Any]
-    new: bool
 
 
 class DjangoTaskStore(TaskStore):
@@ -132,14 +131,12 @@ class DjangoTaskStore(TaskStore):
 
         Raises IntegrityError for a task id another partition holds (ids are unique over all).
         """
-        new = context.state.get(NEW_TASK) == task.id
-        if new:
-            del context.state[NEW_TASK]
-        write = _Write(call_agent(context), owner_of(context), task.id, row_fields(task), new)
+        if context.state.get(NEW_TASK) == task.id:
+            del context.state[NEW_TASK]  # saved (or held, which get writes first): it may be stored now
+        write = _Write(call_agent(context), owner_of(context), task.id, row_fields(task))
         held = self._held.pop(task.id, None)
         if held is not None:
             held[1].cancel()
-            write.new = write.new or held[0].new
         if context.state.get(ANSWERED_AT_END) and task.status.state in PASSING:
             timer = asyncio.get_running_loop().call_later(HOLD_SECONDS, self._release, task.id)
             self._held[task.id] = (write, timer)
@@ -219,7 +216,7 @@ class DjangoTaskStore(TaskStore):
 async def _write_after(previous: asyncio.Future[None] | None, write: _Write) -> None:
     if previous is not None:
         await asyncio.wait([previous])
-    await sync_to_async(_task_write)(write.agent, write.owner, write.task_id, write.fields, new=write.new)
+    await sync_to_async(_task_write)(write.agent, write.owner, write.task_id, write.fields)
 
 
 def _page_start(token: str) -> int:
@@ -239,26 +236,43 @@ def _page_start(token: str) -> int:
     return start
 
 
-def _task_write(agent: Agent, owner: str, task_id: str, fields: dict[str, Any], *, new: bool = False) -> None:
+def _task_write(agent: Agent, owner: str, task_id: str, fields: dict[str, Any]) -> None:
     """Write ``fields`` of the task ``task_id`` in ``owner``'s partition at ``agent``, creating it if new.
 
-    The SDK saves a task at every event of a turn (five or more), so a stored one takes one
-    conditional UPDATE, scoped to the partition: no row lock, since a save replaces the whole
-    task and reads nothing. A new one is an INSERT; losing the race to create it, the UPDATE
-    again. ``new``: the id was generated for this call and is known not to be stored (:data:`NEW_TASK`),
-    so the INSERT comes first. Raises IntegrityError when another partition holds ``task_id``.
+    The SDK saves a task at every event of a turn (five or more), and a save replaces the whole
+    task and reads nothing: one statement, an INSERT that updates the partition's stored task
+    instead (INSERT … ON CONFLICT DO UPDATE … WHERE it is the partition's). Raw SQL: Django
+    compiled it for longer than Postgres ran it. Raises IntegrityError when another partition
+    holds ``task_id`` (ids are unique over all).
     """
-    rows = A2ATask.objects.for_tenant(agent.tenant_id).filter(owner=owner, task_id=task_id)
-    if not new and rows.update(**fields, updated_at=timezone.now()):
-        return
-    try:
-        with transaction.atomic():
-            A2ATask.objects.create(
-                tenant_id=agent.tenant_id, agent=agent, owner=owner, task_id=task_id, **fields
-            )
-    except IntegrityError:
-        if not rows.update(**fields, updated_at=timezone.now()):
-            raise
+    now = timezone.now()
+    values = {
+        "created_at": now,
+        "updated_at": now,
+        "tenant_id": agent.tenant_id,
+        "task_id": task_id,
+        "agent_id": agent.pk,
+        "owner": owner,
+        **fields,
+    }
+    meta = A2ATask._meta
+    columns = [meta.get_field(name).column for name in values]
+    params = [meta.get_field(name).get_db_prep_save(value, connection) for name, value in values.items()]
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    replaced = [quote(meta.get_field(name).column) for name in ("updated_at", *fields)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({', '.join(map(quote, columns))}) "  # names are the model's own
+            f"VALUES ({', '.join(['%s'] * len(params))}) "
+            f"ON CONFLICT ({quote(meta.pk.column)}) DO UPDATE "
+            f"SET {', '.join(f'{column} = excluded.{column}' for column in replaced)} "
+            f"WHERE {table}.tenant_id = excluded.tenant_id AND {table}.owner = excluded.owner "
+            f"RETURNING {quote(meta.pk.column)}",
+            params,
+        )
+        if cursor.fetchone() is None:
+            raise IntegrityError(f"task {task_id} is stored in another partition")
 
 
 def _tasks(context: ServerCallContext) -> QuerySet[A2ATask]:
