@@ -65,10 +65,12 @@ from a2a_gateway.executor import (
     refuse_non_finite,
 )
 from a2a_gateway.hosts import HOST_NAME
+from a2a_gateway.models import InboundKey
 from a2a_gateway.push import DjangoPushConfigStore, PushSender, url_allowed
 from a2a_gateway.resends import KeyedLocks, message_key, resent_task
 from a2a_gateway.signing import jwks_endpoint
 from a2a_gateway.store import ANSWERED_AT_END, NEW_TASK, DjangoTaskStore, call_agent
+from agents.models import Agent
 from exchange.wire import PREPARATION_PATH
 from parley.edge import API_KEY_HEADER, Unauthenticated, rpc_error
 
@@ -310,7 +312,8 @@ class ResolveAgent:
             await self.app(scope, receive, send)
             return
         match = _AGENT_PATH.match(scope["path"])
-        agent, live_keys = None, {}
+        agent: Agent | None = None
+        live_keys: dict[str, InboundKey] = {}
         if match is not None and slug_re.match(match["tenant"]) and slug_re.match(match["agent"]):
             # The agent's Agent Exchange profile comes with it (every message asks for it), and the
             # keys the request presents, for authenticate.

@@ -255,20 +255,20 @@ def _task_write(agent: Agent, owner: str, task_id: str, fields: dict[str, Any]) 
         "owner": owner,
         **fields,
     }
-    meta = A2ATask._meta
-    columns = [meta.get_field(name).column for name in values]
-    params = [meta.get_field(name).get_db_prep_save(value, connection) for name, value in values.items()]
+    model = {field.attname: field for field in A2ATask._meta.concrete_fields}
+    params = [model[name].get_db_prep_save(value, connection) for name, value in values.items()]
     quote = connection.ops.quote_name
-    table = quote(meta.db_table)
-    replaced = [quote(meta.get_field(name).column) for name in ("updated_at", *fields)]
+    table = quote(A2ATask._meta.db_table)
+    columns = ", ".join(quote(model[name].column) for name in values)
+    replaced = [quote(model[name].column) for name in ("updated_at", *fields)]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} ({', '.join(map(quote, columns))}) "  # names are the model's own
-            f"VALUES ({', '.join(['%s'] * len(params))}) "
-            f"ON CONFLICT ({quote(meta.pk.column)}) DO UPDATE "
+            # The names are the model's own.
+            f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(params))}) "
+            "ON CONFLICT (task_id) DO UPDATE "
             f"SET {', '.join(f'{column} = excluded.{column}' for column in replaced)} "
             f"WHERE {table}.tenant_id = excluded.tenant_id AND {table}.owner = excluded.owner "
-            f"RETURNING {quote(meta.pk.column)}",
+            "RETURNING task_id",
             params,
         )
         if cursor.fetchone() is None:
