@@ -102,12 +102,13 @@ def row_fields(task: Task) -> dict[str, Any]:
 
 @dataclass
 class _Write:
-    """One write of a task row (:func:`_task_write`'s arguments)."""
+    """One write of a task row: ``task`` (a copy: the SDK changes its own at the next event) in
+    ``owner``'s partition at ``agent``. A held one replaced before it is written is never made
+    into the row's fields (:func:`row_fields`)."""
 
     agent: Agent
     owner: str
-    task_id: str
-    fields: dict[str, Any]
+    task: Task
 
 
 class DjangoTaskStore(TaskStore):
@@ -133,7 +134,9 @@ class DjangoTaskStore(TaskStore):
         """
         if context.state.get(NEW_TASK) == task.id:
             del context.state[NEW_TASK]  # saved (or held, which get writes first): it may be stored now
-        write = _Write(call_agent(context), owner_of(context), task.id, row_fields(task))
+        snapshot = Task()
+        snapshot.CopyFrom(task)
+        write = _Write(call_agent(context), owner_of(context), snapshot)
         held = self._held.pop(task.id, None)
         if held is not None:
             held[1].cancel()
@@ -168,10 +171,10 @@ class DjangoTaskStore(TaskStore):
 
     def _chain(self, write: _Write) -> asyncio.Future[None]:
         """Schedule ``write`` after the writes of its task under way."""
-        previous = self._last.get(write.task_id)
+        previous = self._last.get(write.task.id)
         current = asyncio.ensure_future(_write_after(previous, write))
-        self._last[write.task_id] = current
-        current.add_done_callback(lambda done: self._forget(write.task_id, done))
+        self._last[write.task.id] = current
+        current.add_done_callback(lambda done: self._forget(write.task.id, done))
         return current
 
     def _forget(self, task_id: str, done: asyncio.Future[None]) -> None:
@@ -216,7 +219,7 @@ class DjangoTaskStore(TaskStore):
 async def _write_after(previous: asyncio.Future[None] | None, write: _Write) -> None:
     if previous is not None:
         await asyncio.wait([previous])
-    await sync_to_async(_task_write)(write.agent, write.owner, write.task_id, write.fields)
+    await sync_to_async(_task_write)(write.agent, write.owner, write.task.id, row_fields(write.task))
 
 
 def _page_start(token: str) -> int:
