@@ -52,7 +52,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from a2a_gateway import agent_exchange, caps, cors
-from a2a_gateway.auth import authenticate
+from a2a_gateway.auth import agent_at, authenticate
 from a2a_gateway.cards import capability_card, card_document
 from a2a_gateway.errors import Refused
 from a2a_gateway.executor import (
@@ -65,6 +65,7 @@ from a2a_gateway.executor import (
     refuse_non_finite,
 )
 from a2a_gateway.hosts import HOST_NAME
+from a2a_gateway.models import InboundKey
 from a2a_gateway.push import DjangoPushConfigStore, PushSender, url_allowed
 from a2a_gateway.resends import KeyedLocks, message_key, resent_task
 from a2a_gateway.signing import jwks_endpoint
@@ -311,14 +312,12 @@ class ResolveAgent:
             await self.app(scope, receive, send)
             return
         match = _AGENT_PATH.match(scope["path"])
-        agent = None
+        agent: Agent | None = None
+        live_keys: dict[str, InboundKey] = {}
         if match is not None and slug_re.match(match["tenant"]) and slug_re.match(match["agent"]):
-            agent = (
-                # The agent's Agent Exchange profile comes with it: every message asks for it.
-                await Agent.across_tenants.select_related("tenant", "exchange_profile")
-                .filter(tenant__slug=match["tenant"], slug=match["agent"])
-                .afirst()
-            )
+            # The agent's Agent Exchange profile comes with it (every message asks for it), and the
+            # keys the request presents, for authenticate.
+            agent, live_keys = await agent_at(match["tenant"], match["agent"], scope)
         if agent is None:
             where = (
                 f"agent {match['agent']!r} in tenant {match['tenant']!r}" if match else "agent at this path"
@@ -329,7 +328,7 @@ class ResolveAgent:
         state["agent"] = agent
         if scope["method"] == "POST":
             try:
-                caller = await authenticate(agent, scope)
+                caller = await authenticate(agent, scope, live_keys)
             except Unauthenticated as refusal:
                 await refusal.response()(scope, receive, send)
                 return

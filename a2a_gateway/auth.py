@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from django.db.models import F, FilteredRelation, Q
 from django.utils import timezone
 from starlette.authentication import BaseUser
 from starlette.datastructures import Headers
@@ -92,8 +93,61 @@ def inbound_key_revoke(*, key: InboundKey) -> InboundKey:
     return key
 
 
-async def authenticate(agent: Agent, scope: Scope) -> Caller:
-    """The caller of the HTTP request ``scope`` to ``agent``'s JSON-RPC endpoint.
+async def agent_at(tenant: str, slug: str, scope: Scope) -> tuple[Agent | None, dict[str, InboundKey]]:
+    """The agent ``slug`` of the tenant ``tenant`` (with its tenant and Agent Exchange profile), or
+    None, and, for a POST, its unrevoked keys among those the request presents
+    (:func:`presented_prefixes`), by prefix: what :func:`authenticate` is given.
+
+    One query: the keys come joined to the agent's row (one row per key found), as read
+    at this request, so a key revoked or deleted before it is refused.
+    """
+    rows = Agent.across_tenants.select_related("tenant", "exchange_profile").filter(
+        tenant__slug=tenant, slug=slug
+    )
+    prefixes = presented_prefixes(scope) if scope["method"] == "POST" else set()
+    if not prefixes:
+        return await rows.afirst(), {}
+    live = Q(inbound_keys__prefix__in=prefixes, inbound_keys__revoked_at__isnull=True)
+    found = [
+        row
+        async for row in rows.annotate(live_key=FilteredRelation("inbound_keys", condition=live)).annotate(
+            key_pk=F("live_key__id"),
+            key_tenant=F("live_key__tenant_id"),
+            key_prefix=F("live_key__prefix"),
+            key_hash=F("live_key__secret_hash"),
+            key_used_at=F("live_key__last_used_at"),
+        )
+    ]
+    if not found:
+        return None, {}
+    agent = found[0]
+    live_keys = {
+        row.key_prefix: InboundKey(
+            pk=row.key_pk,
+            tenant_id=row.key_tenant,
+            agent=agent,
+            prefix=row.key_prefix,
+            secret_hash=row.key_hash,
+            last_used_at=row.key_used_at,
+        )
+        for row in found
+        # A key is its agent's tenant's, as every row is; a row that said otherwise is no key.
+        if row.key_pk is not None and row.key_tenant == agent.tenant_id
+    }
+    return agent, live_keys
+
+
+def presented_prefixes(scope: Scope) -> set[str]:
+    """The prefixes of the keys the request ``scope`` presents, in either place (bearer token,
+    :data:`~parley.edge.API_KEY_HEADER`), that can be keys of ours (:func:`parley.keys.split`)."""
+    headers = Headers(scope=scope)
+    presented = (keys.split(p) for p in (_bearer(headers), headers.get(API_KEY_HEADER)) if p)
+    return {parts[0] for parts in presented if parts is not None}
+
+
+async def authenticate(agent: Agent, scope: Scope, live_keys: dict[str, InboundKey]) -> Caller:
+    """The caller of the HTTP request ``scope`` to ``agent``'s JSON-RPC endpoint, given the
+    agent's unrevoked keys among those presented, by prefix (:func:`agent_at`).
 
     Raises:
         Unauthenticated: 401 — the agent requires a key and the request carries none in
@@ -107,7 +161,7 @@ async def authenticate(agent: Agent, scope: Scope) -> Caller:
     required = agent.inbound_auth
     if required == Agent.InboundAuth.ANONYMOUS:
         presented = _bearer(headers) or headers.get(API_KEY_HEADER)
-        key = await _live_key(agent, presented) if presented else None
+        key = await _live_key(agent, live_keys, presented) if presented else None
         return _key_caller(key) if key else Caller(name=f"anon:{_digest(client_address(scope))}")
     bearer = required == Agent.InboundAuth.BEARER
     presented = _bearer(headers) if bearer else headers.get(API_KEY_HEADER)
@@ -118,7 +172,7 @@ async def authenticate(agent: Agent, scope: Scope) -> Caller:
             else f"This agent requires an API key in the {API_KEY_HEADER} header.",
             challenge=_challenge(agent, error=None) if bearer else None,
         )
-    key = await _live_key(agent, presented)
+    key = await _live_key(agent, live_keys, presented)
     if key is None:
         raise Unauthenticated(
             f"The {'bearer token' if bearer else 'API key'} is not valid for this agent.",
@@ -147,17 +201,14 @@ def _key_caller(key: InboundKey) -> Caller:
     return Caller(name=f"key:{key.prefix}", key_id=key.pk)
 
 
-async def _live_key(agent: Agent, presented: str) -> InboundKey | None:
-    """The unrevoked key of ``agent`` that ``presented`` (``<prefix>.<secret>``) is, or None."""
+async def _live_key(agent: Agent, live_keys: dict[str, InboundKey], presented: str) -> InboundKey | None:
+    """The unrevoked key of ``agent`` (one of ``live_keys``) that ``presented`` (``<prefix>.<secret>``)
+    is, or None; its use is written once a minute at most."""
     parts = keys.split(presented)
     if parts is None:
         return None
     prefix, secret = parts
-    key = (
-        await InboundKey.objects.for_tenant(agent.tenant_id)
-        .filter(agent=agent, prefix=prefix, revoked_at__isnull=True)
-        .afirst()
-    )
+    key = live_keys.get(prefix)
     if key is None or not keys.matches(secret, key.secret_hash):
         return None
     now = timezone.now()

@@ -471,15 +471,15 @@ def _context_turn(agent: Agent, owner: str, context_id: str) -> bool:
 
     One statement counts it: an INSERT of the conversation's first turn, or, for one already
     counted, the conditional UPDATE of its count (concurrent messages of one context cannot both
-    take its last turn). A count of 1 after it says the conversation is new.
+    take its last turn). A count of 1 after it says the conversation is new, and one more
+    statement forgets (:func:`_contexts_forget`). Raw SQL: it runs for every message, and Django
+    took longer to compile these statements than Postgres to run them.
     """
     limit = agent.max_turns_per_context
     if limit < 1:
         return False
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     table = connection.ops.quote_name(InboundContext._meta.db_table)
-    # The agent's key as the backend stores it (a uuid on Postgres, its hex on SQLite).
-    agent_id = Agent._meta.pk.get_db_prep_value(agent.pk, connection)
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} "  # the table name is the model's own
@@ -489,23 +489,29 @@ def _context_turn(agent: Agent, owner: str, context_id: str) -> bool:
             f"SET turns = {table}.turns + 1, last_used_at = excluded.last_used_at, "
             "updated_at = excluded.updated_at "
             f"WHERE {table}.turns < %s RETURNING turns",
-            [now, now, agent.tenant_id, agent_id, owner, context_id, now, limit],
+            [now, now, agent.tenant_id, _agent_key(agent), owner, context_id, now, limit],
         )
         counted = cursor.fetchone()
-    if counted is None:
-        return False
-    if counted[0] == 1:
-        _contexts_forget(agent)
+        if counted is None:
+            return False
+        if counted[0] == 1:
+            _contexts_forget(cursor, agent)
     return True
 
 
-def _contexts_forget(agent: Agent) -> None:
-    """Forget ``agent``'s least recently used conversations beyond ``max_contexts``."""
-    stale = list(
-        InboundContext.objects.for_tenant(agent.tenant_id)
-        .filter(agent=agent)
-        .order_by("-last_used_at", "-pk")
-        .values_list("pk", flat=True)[agent.max_contexts :]
+def _agent_key(agent: Agent) -> Any:
+    """The agent's key as the backend stores it (a uuid on Postgres, its hex on SQLite)."""
+    return Agent._meta.pk.get_db_prep_value(agent.pk, connection)
+
+
+def _contexts_forget(cursor: Any, agent: Agent) -> None:
+    """Forget ``agent``'s least recently used conversations beyond ``max_contexts``, in one
+    statement on ``cursor`` (an index of the agent's contexts by recency serves it)."""
+    table = connection.ops.quote_name(InboundContext._meta.db_table)
+    cursor.execute(
+        f"DELETE FROM {table} WHERE id IN ("  # the table name is the model's own
+        f"SELECT id FROM {table} WHERE tenant_id = %s AND agent_id = %s "
+        "ORDER BY last_used_at DESC, id DESC LIMIT %s OFFSET %s)",
+        # No limit: NULL on Postgres, -1 on SQLite.
+        [agent.tenant_id, _agent_key(agent), connection.ops.no_limit_value(), agent.max_contexts],
     )
-    if stale:
-        InboundContext.objects.for_tenant(agent.tenant_id).filter(pk__in=stale).delete()

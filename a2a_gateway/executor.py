@@ -180,14 +180,21 @@ async def admit(agent: Agent, message: Message, task_id: str | None, *, wire_0_3
         raise InvalidParamsError(message=f"message.contextId {problem}")
     incoming = MessageToDict(message)
     async with _refusals(agent, task_id, wire_0_3=wire_0_3):
-        # No move: a visitor's message, for the representative face (its rule: routing.takes).
-        for_visitor = await sync_to_async(takes)(agent=agent, message=message, task_id=task_id)
-        if not for_visitor:
-            await sync_to_async(inbound.inbound_check)(agent=agent, task_id=task_id or "", incoming=incoming)
+        for_visitor = await sync_to_async(_admission)(agent, message, task_id, incoming)
     # The whole message is stored (the turn's raw JSON, the Task), and jsonb holds no NUL.
     if where := nul_path(incoming, "message"):
         raise InvalidParamsError(message=f"{where} must not contain a NUL character")
     return for_visitor
+
+
+def _admission(agent: Agent, message: Message, task_id: str | None, incoming: dict[str, Any]) -> bool:
+    """:func:`admit`'s reads, in one call to the database's thread: whether ``message`` is a
+    visitor's (no move, for the representative face: :func:`a2a_gateway.routing.takes`), else its
+    move's check (:func:`negotiations.services.inbound.inbound_check`)."""
+    if takes(agent=agent, message=message, task_id=task_id):
+        return True
+    inbound.inbound_check(agent=agent, task_id=task_id or "", incoming=incoming)
+    return False
 
 
 def refuse_non_finite(message: Message) -> None:

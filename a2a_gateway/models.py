@@ -89,3 +89,5 @@ class InboundContext(TenantOwnedModel):
         constraints = [
             models.UniqueConstraint(fields=["agent", "owner", "context_id"], name="one_inbound_context")
         ]
+        # The agent's contexts by recency: a new one forgets those beyond max_contexts (a2a_gateway.caps).
+        indexes = [models.Index(fields=["agent", "last_used_at", "id"], name="inbound_context_recency")]

@@ -84,6 +84,8 @@ async def resent_task(store: DjangoTaskStore, context: ServerCallContext, messag
     :class:`a2a_gateway.errors.Refused` when the rate limit or the size cap
     refuses the message (:func:`a2a_gateway.caps.message_screen`).
     """
+    if not (message.task_id or message.context_id):
+        return None  # a first message without a contextId is never one sent again (inbound_resent)
     if id_problem(message.task_id) or id_problem(message.context_id):
         return None
     try:

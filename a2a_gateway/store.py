@@ -19,7 +19,7 @@ from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
 from a2a.utils.errors import InvalidParamsError
 from a2a.utils.task import decode_page_token, encode_page_token
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection
 from django.db.models import QuerySet
 from django.utils import timezone
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -102,13 +102,13 @@ def row_fields(task: Task) -> dict[str, Any]:
 
 @dataclass
 class _Write:
-    """One write of a task row (:func:`_task_write`'s arguments)."""
+    """One write of a task row: ``task`` (a copy: the SDK changes its own at the next event) in
+    ``owner``'s partition at ``agent``. A held one replaced before it is written is never made
+    into the row's fields (:func:`row_fields`)."""
 
     agent: Agent
     owner: str
-    task_id: str
-    fields: dict[str, Any]
-    new: bool
+    task: Task
 
 
 class DjangoTaskStore(TaskStore):
@@ -132,14 +132,14 @@ class DjangoTaskStore(TaskStore):
 
         Raises IntegrityError for a task id another partition holds (ids are unique over all).
         """
-        new = context.state.get(NEW_TASK) == task.id
-        if new:
-            del context.state[NEW_TASK]
-        write = _Write(call_agent(context), owner_of(context), task.id, row_fields(task), new)
+        if context.state.get(NEW_TASK) == task.id:
+            del context.state[NEW_TASK]  # saved (or held, which get writes first): it may be stored now
+        snapshot = Task()
+        snapshot.CopyFrom(task)
+        write = _Write(call_agent(context), owner_of(context), snapshot)
         held = self._held.pop(task.id, None)
         if held is not None:
             held[1].cancel()
-            write.new = write.new or held[0].new
         if context.state.get(ANSWERED_AT_END) and task.status.state in PASSING:
             timer = asyncio.get_running_loop().call_later(HOLD_SECONDS, self._release, task.id)
             self._held[task.id] = (write, timer)
@@ -171,10 +171,10 @@ class DjangoTaskStore(TaskStore):
 
     def _chain(self, write: _Write) -> asyncio.Future[None]:
         """Schedule ``write`` after the writes of its task under way."""
-        previous = self._last.get(write.task_id)
+        previous = self._last.get(write.task.id)
         current = asyncio.ensure_future(_write_after(previous, write))
-        self._last[write.task_id] = current
-        current.add_done_callback(lambda done: self._forget(write.task_id, done))
+        self._last[write.task.id] = current
+        current.add_done_callback(lambda done: self._forget(write.task.id, done))
         return current
 
     def _forget(self, task_id: str, done: asyncio.Future[None]) -> None:
@@ -219,7 +219,7 @@ class DjangoTaskStore(TaskStore):
 async def _write_after(previous: asyncio.Future[None] | None, write: _Write) -> None:
     if previous is not None:
         await asyncio.wait([previous])
-    await sync_to_async(_task_write)(write.agent, write.owner, write.task_id, write.fields, new=write.new)
+    await sync_to_async(_task_write)(write.agent, write.owner, write.task.id, row_fields(write.task))
 
 
 def _page_start(token: str) -> int:
@@ -239,26 +239,43 @@ def _page_start(token: str) -> int:
     return start
 
 
-def _task_write(agent: Agent, owner: str, task_id: str, fields: dict[str, Any], *, new: bool = False) -> None:
+def _task_write(agent: Agent, owner: str, task_id: str, fields: dict[str, Any]) -> None:
     """Write ``fields`` of the task ``task_id`` in ``owner``'s partition at ``agent``, creating it if new.
 
-    The SDK saves a task at every event of a turn (five or more), so a stored one takes one
-    conditional UPDATE, scoped to the partition: no row lock, since a save replaces the whole
-    task and reads nothing. A new one is an INSERT; losing the race to create it, the UPDATE
-    again. ``new``: the id was generated for this call and is known not to be stored (:data:`NEW_TASK`),
-    so the INSERT comes first. Raises IntegrityError when another partition holds ``task_id``.
+    The SDK saves a task at every event of a turn (five or more), and a save replaces the whole
+    task and reads nothing: one statement, an INSERT that updates the partition's stored task
+    instead (INSERT … ON CONFLICT DO UPDATE … WHERE it is the partition's). Raw SQL: Django
+    compiled it for longer than Postgres ran it. Raises IntegrityError when another partition
+    holds ``task_id`` (ids are unique over all).
     """
-    rows = A2ATask.objects.for_tenant(agent.tenant_id).filter(owner=owner, task_id=task_id)
-    if not new and rows.update(**fields, updated_at=timezone.now()):
-        return
-    try:
-        with transaction.atomic():
-            A2ATask.objects.create(
-                tenant_id=agent.tenant_id, agent=agent, owner=owner, task_id=task_id, **fields
-            )
-    except IntegrityError:
-        if not rows.update(**fields, updated_at=timezone.now()):
-            raise
+    now = timezone.now()
+    values = {
+        "created_at": now,
+        "updated_at": now,
+        "tenant_id": agent.tenant_id,
+        "task_id": task_id,
+        "agent_id": agent.pk,
+        "owner": owner,
+        **fields,
+    }
+    model = {field.attname: field for field in A2ATask._meta.concrete_fields}
+    params = [model[name].get_db_prep_save(value, connection) for name, value in values.items()]
+    quote = connection.ops.quote_name
+    table = quote(A2ATask._meta.db_table)
+    columns = ", ".join(quote(model[name].column) for name in values)
+    replaced = [quote(model[name].column) for name in ("updated_at", *fields)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            # The names are the model's own.
+            f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(params))}) "
+            "ON CONFLICT (task_id) DO UPDATE "
+            f"SET {', '.join(f'{column} = excluded.{column}' for column in replaced)} "
+            f"WHERE {table}.tenant_id = excluded.tenant_id AND {table}.owner = excluded.owner "
+            "RETURNING task_id",
+            params,
+        )
+        if cursor.fetchone() is None:
+            raise IntegrityError(f"task {task_id} is stored in another partition")
 
 
 def _tasks(context: ServerCallContext) -> QuerySet[A2ATask]:

@@ -150,6 +150,20 @@ def test_a_key_in_the_other_schemes_place_is_no_key(seller_endpoint: Endpoint, k
     assert counts() == NOTHING
 
 
+def test_with_a_key_in_each_place_the_one_in_the_agents_place_names_the_caller(
+    seller_endpoint: Endpoint, keyed: Agent
+) -> None:
+    """Both are live keys of the agent, read in one lookup: the one in the other place is ignored."""
+    mine, key = inbound_key_create(agent=keyed, name="Holder")
+    _, other = inbound_key_create(agent=keyed, name="Other holder")
+    elsewhere = BEARER if keyed.inbound_auth == API_KEY else API_KEY
+    headers = {**credentials(keyed.inbound_auth, key), **credentials(elsewhere, other)}
+
+    task = task_of(call(seller_endpoint.url, "SendMessage", message(proposal()), headers=headers))
+
+    assert A2ATask.across_tenants.get(task_id=task["id"]).owner == f"{keyed.pk}|key:{mine.prefix}"
+
+
 def test_a_revoked_key_is_refused(seller_endpoint: Endpoint, keyed: Agent) -> None:
     row, key = inbound_key_create(agent=keyed, name="Holder")
     headers = credentials(keyed.inbound_auth, key)

@@ -16,11 +16,21 @@ from decimal import Decimal
 import httpx
 import pytest
 from a2a.client.errors import A2AClientError
+from a2a.server.context import ServerCallContext
 from a2a.types import TaskState
+from a2a.utils.errors import UnsupportedOperationError
 from django.conf import settings
 from django.utils import timezone
 
-from a2a_gateway.caps import BUSY, Counters, MemoryCounters, RedisCounters, month_start
+from a2a_gateway.caps import (
+    BUSY,
+    TURN_RELEASE,
+    Counters,
+    MemoryCounters,
+    RedisCounters,
+    month_start,
+    turn_admit,
+)
 from agents.models import Agent, Intent, Run
 from tests.a2a_gateway.conftest import Endpoint, counts, move, proposal, user_message
 from tests.a2a_gateway.rpc import call, endpoint_on, inbound_contexts, message, refusal, task_of, tune
@@ -211,6 +221,29 @@ def test_contexts_beyond_max_contexts_forget_the_least_recently_used(
 
     # The first conversation starts its count again; the second, now the least recent, goes.
     assert inbound_contexts(seller) == {third["contextId"]: 1, first["contextId"]: 1}
+
+
+def test_the_conversation_counter_counts_and_forgets_on_this_database(seller: Agent) -> None:
+    """In process, so the embedded default's SQLite runs it too: turns counted up to the cap, and a
+    new conversation beyond ``max_contexts`` forgetting the least recently used."""
+    tune(seller, max_contexts=2, max_turns_per_context=2)
+
+    def admit(context_id: str) -> None:
+        context = ServerCallContext(state={"agent": seller})
+        try:
+            asyncio.run(turn_admit(context, context_id))
+        finally:
+            release = context.state.get(TURN_RELEASE)
+            if release is not None:
+                asyncio.run(release())
+
+    for context_id in ("first", "second", "first", "third"):
+        admit(context_id)
+    with pytest.raises(UnsupportedOperationError):
+        admit("first")
+
+    # "second" was the least recently used when "third" came.
+    assert inbound_contexts(seller) == {"first": 2, "third": 1}
 
 
 # --- max_concurrency ------------------------------------------------------------------------

@@ -55,9 +55,21 @@ def as_member(client: Client, tenant: Tenant, role: str) -> Client:
 
 
 def caller_of(agent: Agent, key: str) -> auth.Caller:
-    """Who the gateway's own check says presents ``key`` to ``agent``'s endpoint."""
-    scope = {"type": "http", "headers": [(b"x-api-key", key.encode())], "client": ("127.0.0.1", 50000)}
-    return async_to_sync(auth.authenticate)(agent, scope)
+    """Who the gateway's own check says presents ``key`` to ``agent``'s endpoint: the agent and
+    its keys read as the edge reads them for a POST, then authenticated."""
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "headers": [(b"x-api-key", key.encode())],
+        "client": ("127.0.0.1", 50000),
+    }
+
+    async def check() -> auth.Caller:
+        found, live_keys = await auth.agent_at(agent.tenant.slug, agent.slug, scope)
+        assert found == agent
+        return await auth.authenticate(found, scope, live_keys)
+
+    return async_to_sync(check)()
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ ACROSS_TENANTS = {
     "agents.services.sweeps:stalled_work_resend": "a beat sweep stamps the runs and questions it sent again",
     "negotiations.services.sweeps:stalled_pumps": "a beat sweep of every tenant's negotiations",
     "negotiations.demo:demo_usage": "the demo reads both its tenants' moves of one exchange",
-    "a2a_gateway.app:ResolveAgent.__call__": "the A2A path's tenant and agent slugs find the agent",
+    "a2a_gateway.auth:agent_at": "the A2A path's tenant and agent slugs find the agent",
     "a2a_gateway.hosts:hosted_agent": "a request's host name finds its agent, of any tenant",
     "a2a_gateway.push:dispatch_configs": "the push configs of a task, whose tenant the task's row says",
     "exchange.services:prepared_expire": "a beat sweep of every tenant's prepared requests",
