@@ -121,20 +121,25 @@ async def agent_at(tenant: str, slug: str, scope: Scope) -> tuple[Agent | None, 
     if not found:
         return None, {}
     agent = found[0]
-    live_keys = {
-        row.key_prefix: InboundKey(
-            pk=row.key_pk,
-            tenant_id=row.key_tenant,
-            agent=agent,
-            prefix=row.key_prefix,
-            secret_hash=row.key_hash,
-            last_used_at=row.key_used_at,
-        )
-        for row in found
+    live_keys = {}
+    for row in found:
         # A key is its agent's tenant's, as every row is; a row that said otherwise is no key.
-        if row.key_pk is not None and row.key_tenant == agent.tenant_id
-    }
+        if row.key_pk is None or row.key_tenant != agent.tenant_id:
+            continue
+        # As a query would load it: the fields not read here are deferred, so reading one asks
+        # the database rather than finding a default.
+        key = InboundKey.from_db(
+            row._state.db,
+            _KEY_FIELDS,
+            [row.key_pk, row.key_tenant, agent.pk, row.key_prefix, row.key_hash, row.key_used_at],
+        )
+        key.agent = agent
+        live_keys[key.prefix] = key
     return agent, live_keys
+
+
+# The fields of an InboundKey that agent_at reads with the agent, in its values' order.
+_KEY_FIELDS = ["id", "tenant_id", "agent_id", "prefix", "secret_hash", "last_used_at"]
 
 
 def presented_prefixes(scope: Scope) -> set[str]:

@@ -15,9 +15,10 @@ import httpx
 import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types import SendMessageRequest, Task, TaskState
+from asgiref.sync import async_to_sync
 from django.test import override_settings
 
-from a2a_gateway.auth import inbound_key_create, inbound_key_revoke
+from a2a_gateway.auth import agent_at, inbound_key_create, inbound_key_revoke
 from a2a_gateway.models import A2ATask, InboundKey
 from agents.models import Agent
 from parley.edge import VOUCHED_CLIENT_HEADER, Unauthenticated, client_address, vouch_for
@@ -148,6 +149,20 @@ def test_a_key_in_the_other_schemes_place_is_no_key(seller_endpoint: Endpoint, k
 
     assert refusal(response, status=401, code=INVALID_REQUEST).startswith("This agent requires")
     assert counts() == NOTHING
+
+
+def test_the_keys_read_with_the_agent_are_whole_keys(keyed: Agent) -> None:
+    """The edge reads the presented keys with the agent in one query; a field that query does not
+    read is read from the key's row when asked for, never a default."""
+    mine, key = inbound_key_create(agent=keyed, name="Holder")
+    headers = [(b"x-api-key", key.encode()), (b"authorization", f"Bearer {key}".encode())]
+    scope = {"type": "http", "method": "POST", "headers": headers, "client": ("127.0.0.1", 50000)}
+
+    found, live_keys = async_to_sync(agent_at)(keyed.tenant.slug, keyed.slug, scope)
+
+    assert found == keyed
+    assert list(live_keys) == [mine.prefix]
+    assert (live_keys[mine.prefix].pk, live_keys[mine.prefix].name) == (mine.pk, "Holder")
 
 
 def test_with_a_key_in_each_place_the_one_in_the_agents_place_names_the_caller(
