@@ -12,14 +12,12 @@ from typing import Any, Protocol
 from django.db.models import Q, QuerySet
 
 from agents.models import MAX_DELEGATION_DEPTH, Agent, Intent, Message, ModelEndpoint, Question, Run, Tool
-from parley import roles, strict_json
+from parley import live, roles, strict_json
 from parley.models import Event, Membership, Tenant
 
 # A question or approval still open: not answered, and its run active (one of a run that ended
 # takes no answer). A filter of Question rows.
 OPEN_QUESTION = Q(answered_at=None, run__status__in=Run.ACTIVE)
-# Stored events that belong in a run's timeline: its model calls' retries and fallbacks.
-TIMELINE_EVENTS = ("run.retry", "run.fallback")
 
 
 def can_ask_party(agent: Agent) -> bool:
@@ -334,7 +332,7 @@ def run_timeline(*, run: Run) -> QuerySet[Event]:
     """
     return (
         Event.objects.for_tenant(run.tenant_id)
-        .filter(kind__in=TIMELINE_EVENTS, payload__run=str(run.pk))
+        .filter(kind__in=live.RUN_TIMELINE_EVENTS, payload__run=str(run.pk))
         .order_by("payload__step", "created_at", "pk")
     )
 

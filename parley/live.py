@@ -1,10 +1,11 @@
 """Live events: group names, payloads, and publishing after the transaction commits.
 
 Every service that changes what a dashboard shows or a webhook reports
-publishes through :func:`publish_on_commit`, which also stores the event as a
-:class:`parley.models.Event` row; consumers only forward. A dropped push loses
-nothing: every fragment can be re-rendered from the database, and the stored
-event is there for the webhooks.
+publishes through :func:`publish_on_commit`, which also stores the event (all
+but :data:`UNSTORED_EVENTS`) as a :class:`parley.models.Event` row; consumers
+only forward. A dropped push loses nothing: every fragment can be
+re-rendered from the database, and the stored event is there for the webhooks
+and the run's timeline.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ EVENTS = frozenset(
         "exchange.failed",
     }
 )
+# The stored retries and fallbacks of a run's model calls that its page and the API show.
+RUN_TIMELINE_EVENTS = frozenset({"run.retry", "run.fallback"})
+# Sent once the change commits but not stored: run.updated comes with every step of every run and
+# only tells open pages to re-render the run's row. Nothing reads a stored copy back: it is neither a
+# webhook type nor in a run's timeline (a test holds that for every event named here).
+UNSTORED_EVENTS = frozenset({"run.updated"})
 # Pushed to open pages only, never stored: a page that missed them re-renders from the database.
 TRANSIENT_EVENTS = frozenset({"run.delta", "run.withdrawn"})
 
@@ -64,10 +71,11 @@ def groups_for(*, tenant_id: int, role: str, user_id: int) -> list[str]:
 
 
 def publish_on_commit(*, event: str, tenant_id: int, party_id: int | None, payload: dict[str, Any]) -> None:
-    """Store ``event``, write its deliveries to the tenant's webhook endpoints
-    (:func:`parley.webhooks.fan_out.event_fan_out`) and, once the transaction commits, send it to those
-    who may see it: the tenant's group, and the party ``party_id`` is (the user the event is about
-    for: the agent's principal, an intake request's owner; None for nobody else).
+    """Store ``event`` (unless it is one of :data:`UNSTORED_EVENTS`) with its deliveries to the
+    tenant's webhook endpoints (:func:`parley.webhooks.fan_out.event_fan_out`), and once the
+    transaction commits, send it to those who may see it: the tenant's group, and the party
+    ``party_id`` is (the user the event is about for: the agent's principal, an intake request's
+    owner; None for nobody else).
 
     Call it inside the transaction that makes the change, so the rows commit or
     roll back with it and the push never announces a change that did not
@@ -83,8 +91,8 @@ def publish_on_commit(*, event: str, tenant_id: int, party_id: int | None, paylo
     """
     if event not in EVENTS:
         raise ValueError(f"unknown live event {event!r}")
-    stored = Event.objects.create(tenant_id=tenant_id, kind=event, payload=payload)
-    fan_out.event_fan_out(event=stored)
+    if event not in UNSTORED_EVENTS:
+        fan_out.event_fan_out(event=Event.objects.create(tenant_id=tenant_id, kind=event, payload=payload))
     message = {"type": "live.event", "event": event, "payload": payload}
     groups = _audience(tenant_id, party_id)
     transaction.on_commit(lambda: _send(groups, message))

@@ -405,6 +405,7 @@ def _apply_step(
             run.status = tool_calls.run_tools(run, reply, offered, early, thread)
         else:
             _final_answer(run, content, thread)
+        thread.save()
         goes_on = run.status == Run.Status.RUNNING and time.monotonic() < hand_back_at
         if run.status == Run.Status.RUNNING and not goes_on:
             runs.enqueue_step(run)

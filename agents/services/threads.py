@@ -35,13 +35,18 @@ class Thread:
     this one ended), and a step appends only under the run's row lock once its ``step_count`` is
     checked, so a copy read before another worker's step belongs to a step that is refused. A
     ``seq`` taken all the same fails on ``message_seq_per_thread`` rather than reorder the thread.
-    A transaction that rolls back after :meth:`append` leaves the copy wrong: drop it then.
+
+    What a step appends is written by :meth:`save`, in one INSERT, in the step's transaction: a
+    step writes its reply and its tools' results together, and nothing a step's tools do reads
+    the thread back from the database. A transaction that rolls back after :meth:`append` leaves
+    the copy wrong: drop it then.
     """
 
     def __init__(self, run: Run) -> None:
         self.messages = list(
             Message.objects.for_tenant(run.tenant_id).filter(intent_id=run.intent_id).order_by("seq")
         )
+        self._unsaved: list[Message] = []
 
     def chat(self) -> list[ChatMessage]:
         """The thread's messages in chat-completions form, tool results in the order of their calls.
@@ -83,16 +88,25 @@ class Thread:
         }
 
     def append(self, run: Run, **fields: Any) -> Message:
-        """Append to the thread as :func:`append` does, with the ``seq`` after this copy's last."""
-        message = _create(run, seq=(self.messages[-1].seq if self.messages else 0) + 1, **fields)
+        """Append to the thread as :func:`append` does, with the ``seq`` after this copy's last; the
+        message is written by :meth:`save`."""
+        message = Message(**_fields(run, seq=(self.messages[-1].seq if self.messages else 0) + 1, **fields))
         self.messages.append(message)
+        self._unsaved.append(message)
         return message
 
     def append_result(self, run: Run, call_id: str, name: str, text: str) -> None:
-        """Append the result of tool call ``call_id`` as :func:`append_result` does."""
+        """Append the result of tool call ``call_id`` as :func:`append_result` does (see :meth:`save`)."""
         self.append(
             run, role=Message.Role.TOOL, content=text, tool_call_id=call_id, name=name, step=run.step_count
         )
+
+    def save(self) -> None:
+        """Write the messages appended since the last save, in one INSERT; call it in the
+        transaction that holds the run's row lock. Raises ``IntegrityError`` for a ``seq`` another
+        writer took (see the class)."""
+        Message.objects.bulk_create(self._unsaved)
+        self._unsaved = []
 
 
 def append(run: Run, **fields: Any) -> Message:
@@ -105,14 +119,14 @@ def append(run: Run, **fields: Any) -> Message:
         Message.objects.for_tenant(run.tenant_id).filter(intent_id=run.intent_id).aggregate(m=Max("seq"))["m"]
         or 0
     )
-    return _create(run, seq=last + 1, **fields)
+    return Message.objects.create(**_fields(run, seq=last + 1, **fields))
 
 
 def append_result(run: Run, call_id: str, name: str, text: str) -> None:
     append(run, role=Message.Role.TOOL, content=text, tool_call_id=call_id, name=name, step=run.step_count)
 
 
-def _create(
+def _fields(
     run: Run,
     *,
     seq: int,
@@ -123,8 +137,9 @@ def _create(
     tool_call_id: str = "",
     name: str = "",
     **usage: Any,
-) -> Message:
-    return Message.objects.create(
+) -> dict[str, Any]:
+    """A message's fields: ``run``'s tenant, intent and run, and those given."""
+    return dict(
         tenant_id=run.tenant_id,
         intent_id=run.intent_id,
         run=run,

@@ -1,4 +1,5 @@
-"""Events: each is stored for the webhooks with the change it reports, and pushed live only after commit."""
+"""Events: each is stored for the webhooks with the change it reports (all but ``run.updated``), and pushed
+live only after commit."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from agents.models import Agent, Intent, Question
 from agents.services import questions, runs, steps
 from parley import live
 from parley.models import Event, Tenant
+from parley.webhooks import fan_out
 from tests.conftest import Listener
 
 
@@ -38,7 +40,7 @@ def test_an_event_of_a_change_rolled_back_is_neither_stored_nor_pushed(
     def change_that_fails() -> None:
         with transaction.atomic():
             live.publish_on_commit(
-                event="run.updated", tenant_id=tenant.pk, party_id=None, payload={"run": "r-1"}
+                event="question.opened", tenant_id=tenant.pk, party_id=None, payload={"run": "r-1"}
             )
             raise RuntimeError("the change failed")
 
@@ -69,10 +71,25 @@ def test_run_and_question_events_are_stored_for_the_webhooks(
 
     events = [(e.kind, e.payload) for e in Event.across_tenants.filter(tenant=agent.tenant)]
     ids = {"run": str(run.pk), "question": str(question.pk), "kind": "question"}
-    assert events == [
-        ("run.updated", {"run": ids["run"], "status": "queued"}),
-        ("question.opened", ids),
-        ("run.updated", {"run": ids["run"], "status": "needs_input"}),
-        ("run.updated", {"run": ids["run"], "status": "running"}),
-        ("question.answered", ids),
-    ]
+    assert events == [("question.opened", ids), ("question.answered", ids)]
+
+
+@pytest.mark.django_db
+def test_run_updated_is_pushed_after_commit_and_not_stored(
+    tenant: Tenant, listener: Listener, django_capture_on_commit_callbacks: Callable[..., Any]
+) -> None:
+    payload = {"run": "r-1", "status": "running"}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        live.publish_on_commit(event="run.updated", tenant_id=tenant.pk, party_id=None, payload=payload)
+        assert listener.pushed() == []
+
+    assert listener.pushed() == [{"type": "live.event", "event": "run.updated", "payload": payload}]
+    assert not Event.across_tenants.exists()
+
+
+def test_no_event_a_webhook_or_a_run_timeline_reads_goes_unstored() -> None:
+    read_back = set(fan_out.WEBHOOK_TYPES) | live.RUN_TIMELINE_EVENTS
+
+    assert live.UNSTORED_EVENTS <= live.EVENTS
+    assert not live.UNSTORED_EVENTS & read_back

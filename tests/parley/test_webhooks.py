@@ -505,7 +505,7 @@ def test_live_events_that_are_not_webhook_types_are_not_sent(tenant: Tenant) -> 
     for kind in ("run.updated", "run.retry", "run.fallback"):
         publish(tenant, kind, {"run": "r-1"})
 
-    assert Event.across_tenants.count() == 3
+    assert sorted(Event.across_tenants.values_list("kind", flat=True)) == ["run.fallback", "run.retry"]
     assert not WebhookDelivery.across_tenants.exists()
 
 
