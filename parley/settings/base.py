@@ -94,6 +94,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     )
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
+    if pool_size := env.int("DATABASE_POOL_SIZE", default=0):
+        # Django's connection pool (psycopg_pool): a connection closed after a task or request goes
+        # back to the pool, open and warm, instead of to Postgres. With health checks on, the pool
+        # checks a connection before lending it and replaces one Postgres dropped.
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": pool_size}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -1,0 +1,88 @@
+"""A worker's tasks take their Postgres connections from its pool and give them back open
+(``DATABASE_POOL_SIZE``, docs/settings.md): the next task does not connect again."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+
+from agents.models import Agent, Intent, Message, ModelEndpoint, Run
+from agents.tasks import run_step
+from parley import devstack
+from parley.celery import app
+from tests.chat_server import ChatServer, text
+from tests.conftest import database_url, wait_until
+
+# Redis itself: left out of the embedded default's run.
+pytestmark = pytest.mark.redis
+
+# A broker of its own: the session's live stack must not take this test's tasks.
+BROKER = settings.TEST_SPARE_REDIS_URL
+# The worker's connections carry this name (libpq reads PGAPPNAME), so the test can tell them apart.
+WORKER = "parley-pool-test"
+
+
+def worker_backends() -> set[int]:
+    """The Postgres backends (pids) of the worker's open connections to the test database."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "select pid from pg_stat_activity where datname = current_database() and application_name = %s",
+            [WORKER],
+        )
+        return {pid for (pid,) in cursor.fetchall()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_keeps_its_connections_open_between_tasks(agent: Agent, intent: Intent) -> None:
+    redis.Redis.from_url(BROKER).flushdb()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "parley.settings.test",
+        "TEST_DATABASE_URL": database_url(),
+        "TEST_REDIS_URL": BROKER,
+        "PGAPPNAME": WORKER,
+        "LOG_LEVEL": "WARNING",
+    }
+    worker = devstack.start_worker(env, subprocess.DEVNULL, threads=1, name="pool@%h")
+    try:
+        with ChatServer() as chat:
+            ModelEndpoint.objects.create(
+                tenant=agent.tenant, name="house-model", base_url=chat.url, upstream_model="house-1"
+            )
+            agent.model = "house-model"
+            agent.save()
+            after_each: list[set[int]] = []
+            for n in range(3):
+                chat.script(text(f"Answer {n}."))
+                run = Run.objects.create(
+                    tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.QUEUED
+                )
+                Message.objects.create(
+                    tenant=agent.tenant,
+                    intent=intent,
+                    run=run,
+                    seq=2 * n + 1,
+                    role=Message.Role.USER,
+                    content="Go.",
+                )
+                with app.connection_for_write(BROKER) as broker:
+                    run_step.apply_async((str(run.pk), run.tenant_id), connection=broker)
+                wait_until(
+                    lambda run=run: Run.across_tenants.get(pk=run.pk).status == Run.Status.DONE,
+                    timeout=60,
+                    what=f"run {n + 1} to end",
+                )
+                # Without a pool Celery closes the task's connection once the task ends, after its writes.
+                wait_until(lambda: bool(worker_backends()), timeout=10, what="a connection of the worker")
+                after_each.append(worker_backends())
+    finally:
+        worker.terminate()
+        worker.wait(timeout=20)
+
+    assert after_each[0], "the worker kept no connection open after its first task"
+    assert after_each[0] == after_each[1] == after_each[2]
