@@ -11,12 +11,13 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from agents.models import Agent, Intent, Message, ModelEndpoint, Run
+from agents.models import Agent, Intent, Message, Run
+from agents.services import threads
 from agents.tasks import run_step
 from parley import devstack
 from parley.celery import app
 from tests.chat_server import ChatServer, text
-from tests.conftest import database_url, wait_until
+from tests.conftest import database_url, on_chat_model, wait_until
 
 # Redis itself: left out of the embedded default's run.
 pytestmark = pytest.mark.redis
@@ -38,7 +39,9 @@ def worker_backends() -> set[int]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_keeps_its_connections_open_between_tasks(agent: Agent, intent: Intent) -> None:
+def test_a_worker_keeps_its_connections_open_between_tasks(
+    agent: Agent, intent: Intent, chat: ChatServer
+) -> None:
     redis.Redis.from_url(BROKER).flushdb()
     env = {
         **os.environ,
@@ -50,36 +53,25 @@ def test_a_worker_keeps_its_connections_open_between_tasks(agent: Agent, intent:
     }
     worker = devstack.start_worker(env, subprocess.DEVNULL, threads=1, name="pool@%h")
     try:
-        with ChatServer() as chat:
-            ModelEndpoint.objects.create(
-                tenant=agent.tenant, name="house-model", base_url=chat.url, upstream_model="house-1"
+        on_chat_model(agent, chat)
+        after_each: list[set[int]] = []
+        for n in range(3):
+            chat.script(text(f"Answer {n}."))
+            # Made by hand, not by run_start: its enqueued step would go to the live stack's worker.
+            run = Run.objects.create(
+                tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.QUEUED
             )
-            agent.model = "house-model"
-            agent.save()
-            after_each: list[set[int]] = []
-            for n in range(3):
-                chat.script(text(f"Answer {n}."))
-                run = Run.objects.create(
-                    tenant=agent.tenant, agent=agent, intent=intent, status=Run.Status.QUEUED
-                )
-                Message.objects.create(
-                    tenant=agent.tenant,
-                    intent=intent,
-                    run=run,
-                    seq=2 * n + 1,
-                    role=Message.Role.USER,
-                    content="Go.",
-                )
-                with app.connection_for_write(BROKER) as broker:
-                    run_step.apply_async((str(run.pk), run.tenant_id), connection=broker)
-                wait_until(
-                    lambda run=run: Run.across_tenants.get(pk=run.pk).status == Run.Status.DONE,
-                    timeout=60,
-                    what=f"run {n + 1} to end",
-                )
-                # Without a pool Celery closes the task's connection once the task ends, after its writes.
-                wait_until(lambda: bool(worker_backends()), timeout=10, what="a connection of the worker")
-                after_each.append(worker_backends())
+            threads.append(run, role=Message.Role.USER, content="Go.", step=0)
+            with app.connection_for_write(BROKER) as broker:
+                run_step.apply_async((str(run.pk), run.tenant_id), connection=broker)
+            wait_until(
+                lambda run=run: Run.across_tenants.get(pk=run.pk).status == Run.Status.DONE,
+                timeout=60,
+                what=f"run {n + 1} to end",
+            )
+            # Without a pool Celery closes the task's connection once the task ends, after its writes.
+            wait_until(lambda: bool(worker_backends()), timeout=10, what="a connection of the worker")
+            after_each.append(worker_backends())
     finally:
         worker.terminate()
         worker.wait(timeout=20)
