@@ -42,6 +42,16 @@ DEBUG = False
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# HTTPS only. The reverse proxy terminates TLS and says so in X-Forwarded-Proto; a request that came
+# over plain http is redirected to https, but for /health, which a container's health check asks over
+# plain http from inside its network. Browsers are told to use https alone (HSTS) for
+# SECURE_HSTS_SECONDS (0 turns it off), on this host's subdomains too, and the header allows the host
+# onto the browsers' preload list (someone must still submit it): what Django's deployment check asks.
+SECURE_SSL_REDIRECT = True
+SECURE_REDIRECT_EXEMPT = [r"^health$"]
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
 
 # Webhooks go to public addresses over https only, whatever the environment says.
 WEBHOOKS_ALLOW_PRIVATE = False

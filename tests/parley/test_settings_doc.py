@@ -135,12 +135,22 @@ def test_every_literal_default_is_the_one_documented() -> None:
     assert wrong == []
 
 
-def start_production(**environ: str) -> subprocess.CompletedProcess[str]:
-    """``manage.py check`` under the production settings with ``environ`` (and nothing else of ours)."""
+def production_environ(**environ: str) -> dict[str, str]:
+    """This process's environment with ``environ`` and the production settings, and none of our secrets."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SECRET_KEY", "KEY_HASH", "A2A_INBOUND"))}
     env.update(environ, DJANGO_SETTINGS_MODULE="parley.settings.production")
+    return env
+
+
+def start_production(*check: str, **environ: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py check`` (with the options ``check``) under the production settings with ``environ``."""
     return subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "manage.py", "check", *check],
+        cwd=ROOT,
+        env=production_environ(**environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -194,6 +204,56 @@ def test_production_starts_with_a_secret_of_its_own(environ: dict[str, str]) -> 
         0,
         "System check identified no issues (0 silenced).",
     )
+
+
+def test_the_deployment_check_finds_nothing_under_production_settings() -> None:
+    started = start_production("--deploy", "--fail-level", "WARNING", SECRET_KEY="Zq8vW2m-" * 8)
+
+    assert (started.returncode, started.stdout.strip(), started.stderr) == (
+        0,
+        "System check identified no issues (0 silenced).",
+        "",
+    )
+
+
+# Under the production settings, in a process of their own: the health check over plain http, a page
+# over plain http, and the same page as the proxy that terminated TLS passes it on.
+ASKED_OVER_HTTP_AND_HTTPS = """
+import django
+django.setup()
+from django.test import Client
+client = Client()
+health = client.get("/health")
+page = client.get("/login/")
+secure = client.get("/login/", headers={"X-Forwarded-Proto": "https"})
+print(health.status_code, health.headers.get("Strict-Transport-Security"))
+print(page.status_code, page.headers.get("Location"))
+print(secure.status_code, secure.headers.get("Strict-Transport-Security"))
+"""
+
+
+def test_production_serves_https_only_but_its_health_check(tmp_path: Path) -> None:
+    env = production_environ(
+        SECRET_KEY="Zq8vW2m-" * 8,
+        ALLOWED_HOSTS="testserver",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'health.sqlite3'}",
+        REDIS_URL="",
+    )
+    asked = subprocess.run(
+        [sys.executable, "-c", ASKED_OVER_HTTP_AND_HTTPS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+    assert asked.stdout.splitlines() == [
+        "200 None",
+        "301 https://testserver/login/",
+        "200 max-age=31536000; includeSubDomains; preload",
+    ]
 
 
 def beat_environ(schedule: Path) -> dict[str, str]:
