@@ -142,16 +142,22 @@ def production_environ(**environ: str) -> dict[str, str]:
     return env
 
 
-def start_production(*check: str, **environ: str) -> subprocess.CompletedProcess[str]:
-    """``manage.py check`` (with the options ``check``) under the production settings with ``environ``."""
+def python(*arguments: str, env: dict[str, str], check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python *arguments`` in the checkout with ``env``, output as text; ``check`` raises on a failure."""
     return subprocess.run(
-        [sys.executable, "manage.py", "check", *check],
+        [sys.executable, *arguments],
         cwd=ROOT,
-        env=production_environ(**environ),
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
+        check=check,
     )
+
+
+def start_production(*check: str, **environ: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py check`` (with the options ``check``) under the production settings with ``environ``."""
+    return python("manage.py", "check", *check, env=production_environ(**environ))
 
 
 @pytest.mark.parametrize(
@@ -239,15 +245,7 @@ def test_production_serves_https_only_but_its_health_check(tmp_path: Path) -> No
         DATABASE_URL=f"sqlite:///{tmp_path / 'health.sqlite3'}",
         REDIS_URL="",
     )
-    asked = subprocess.run(
-        [sys.executable, "-c", ASKED_OVER_HTTP_AND_HTTPS],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    asked = python("-c", ASKED_OVER_HTTP_AND_HTTPS, env=env, check=True)
 
     assert asked.stdout.splitlines() == [
         "200 None",
@@ -294,14 +292,7 @@ def test_beat_refuses_to_start_in_one_line_where_it_cannot_make_the_directory(tm
     (tmp_path / "a-file").write_text("")
     schedule = tmp_path / "a-file" / "parley" / "beat-schedule"
 
-    started = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "parley", "beat"],
-        cwd=ROOT,
-        env=beat_environ(schedule),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    started = python("-m", "celery", "-A", "parley", "beat", env=beat_environ(schedule))
 
     output = started.stdout + started.stderr
     assert started.returncode == 1
@@ -315,17 +306,10 @@ def test_beat_refuses_to_start_in_one_line_where_it_cannot_make_the_directory(tm
 def test_the_default_beat_schedule_is_one_per_checkout() -> None:
     env = {k: v for k, v in os.environ.items() if k != "CELERY_BEAT_SCHEDULE_FILENAME"}
     env["DJANGO_SETTINGS_MODULE"] = "parley.settings.base"
-    shown = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from django.conf import settings; print(settings.CELERY_BEAT_SCHEDULE_FILENAME)",
-        ],
-        cwd=ROOT,
+    shown = python(
+        "-c",
+        "from django.conf import settings; print(settings.CELERY_BEAT_SCHEDULE_FILENAME)",
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
         check=True,
     )
 
