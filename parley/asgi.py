@@ -14,9 +14,18 @@ import os
 
 from django.conf import settings
 from django.core.asgi import get_asgi_application
+from django.core.exceptions import ImproperlyConfigured
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "parley.settings.base")
 django_asgi = get_asgi_application()
+
+if settings.DATABASES["default"].get("OPTIONS", {}).get("pool"):
+    # The gateway threads keep their connections for good (parley.gateway_threads): a pool would be
+    # lent out to them and leave the next request waiting 30 s, then failing.
+    raise ImproperlyConfigured(
+        "DATABASE_POOL_SIZE is for worker processes: unset it for the web process, whose gateway "
+        "threads keep connections of their own (docs/settings.md)."
+    )
 
 # Imported after Django is set up: these import models.
 from asgiref.sync import sync_to_async  # noqa: E402

@@ -44,9 +44,10 @@ CSRF_COOKIE_SECURE = True
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 # HTTPS only. The reverse proxy terminates TLS and says so in X-Forwarded-Proto; a request that came
 # over plain http is redirected to https, but for /health, which a container's health check asks over
-# plain http from inside its network. Browsers are told to use https alone (HSTS) for
-# SECURE_HSTS_SECONDS (0 turns it off), on this host's subdomains too, and the header allows the host
-# onto the browsers' preload list (someone must still submit it): what Django's deployment check asks.
+# plain http from inside its network (with a Host of ALLOWED_HOSTS, as every request). Browsers are
+# told to use https alone (HSTS) for SECURE_HSTS_SECONDS (0 turns it off), on this host's subdomains
+# too, and the header allows the host onto the browsers' preload list (someone must still submit it):
+# what Django's deployment check asks.
 SECURE_SSL_REDIRECT = True
 SECURE_REDIRECT_EXEMPT = [r"^health$"]
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 import redis
@@ -78,3 +79,24 @@ def test_a_worker_keeps_its_connections_open_between_tasks(
 
     assert after_each[0], "the worker kept no connection open after its first task"
     assert after_each[0] == after_each[1] == after_each[2]
+
+
+def test_the_web_process_refuses_a_connection_pool() -> None:
+    """Its gateway threads keep their connections for good: a pool would run dry and requests wait 30 s."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "parley.settings.base",
+        "DATABASE_URL": database_url(),
+        "DATABASE_POOL_SIZE": "3",
+    }
+    started = subprocess.run(
+        [sys.executable, "-c", "import parley.asgi"],
+        cwd=devstack.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert started.returncode != 0
+    assert "ImproperlyConfigured: DATABASE_POOL_SIZE is for worker processes" in started.stderr
