@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -148,6 +149,19 @@ def public_name(monkeypatch: pytest.MonkeyPatch) -> str:
 
     monkeypatch.setattr(socket, "getaddrinfo", resolver)
     return PUBLIC_NAME
+
+
+def run_python(*arguments: str, env: dict[str, str], check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python *arguments`` in the checkout with ``env``, output as text; ``check`` raises on a failure."""
+    return subprocess.run(
+        [sys.executable, *arguments],
+        cwd=devstack.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=check,
+    )
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 import redis
@@ -18,7 +17,7 @@ from agents.tasks import run_step
 from parley import devstack
 from parley.celery import app
 from tests.chat_server import ChatServer, text
-from tests.conftest import database_url, on_chat_model, wait_until
+from tests.conftest import database_url, on_chat_model, run_python, wait_until
 
 # Redis itself: left out of the embedded default's run.
 pytestmark = pytest.mark.redis
@@ -89,14 +88,7 @@ def test_the_web_process_refuses_a_connection_pool() -> None:
         "DATABASE_URL": database_url(),
         "DATABASE_POOL_SIZE": "3",
     }
-    started = subprocess.run(
-        [sys.executable, "-c", "import parley.asgi"],
-        cwd=devstack.ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    started = run_python("-c", "import parley.asgi", env=env)
 
     assert started.returncode != 0
     assert "ImproperlyConfigured: DATABASE_POOL_SIZE is for worker processes" in started.stderr

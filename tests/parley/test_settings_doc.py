@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from parley import devstack
+from tests.conftest import run_python
 
 ROOT = devstack.ROOT
 TABLE = ROOT / "docs" / "settings.md"
@@ -142,22 +143,9 @@ def production_environ(**environ: str) -> dict[str, str]:
     return env
 
 
-def python(*arguments: str, env: dict[str, str], check: bool = False) -> subprocess.CompletedProcess[str]:
-    """``python *arguments`` in the checkout with ``env``, output as text; ``check`` raises on a failure."""
-    return subprocess.run(
-        [sys.executable, *arguments],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=check,
-    )
-
-
 def start_production(*check: str, **environ: str) -> subprocess.CompletedProcess[str]:
     """``manage.py check`` (with the options ``check``) under the production settings with ``environ``."""
-    return python("manage.py", "check", *check, env=production_environ(**environ))
+    return run_python("manage.py", "check", *check, env=production_environ(**environ))
 
 
 @pytest.mark.parametrize(
@@ -245,7 +233,7 @@ def test_production_serves_https_only_but_its_health_check(tmp_path: Path) -> No
         DATABASE_URL=f"sqlite:///{tmp_path / 'health.sqlite3'}",
         REDIS_URL="",
     )
-    asked = python("-c", ASKED_OVER_HTTP_AND_HTTPS, env=env, check=True)
+    asked = run_python("-c", ASKED_OVER_HTTP_AND_HTTPS, env=env, check=True)
 
     assert asked.stdout.splitlines() == [
         "200 None",
@@ -292,7 +280,7 @@ def test_beat_refuses_to_start_in_one_line_where_it_cannot_make_the_directory(tm
     (tmp_path / "a-file").write_text("")
     schedule = tmp_path / "a-file" / "parley" / "beat-schedule"
 
-    started = python("-m", "celery", "-A", "parley", "beat", env=beat_environ(schedule))
+    started = run_python("-m", "celery", "-A", "parley", "beat", env=beat_environ(schedule))
 
     output = started.stdout + started.stderr
     assert started.returncode == 1
@@ -306,7 +294,7 @@ def test_beat_refuses_to_start_in_one_line_where_it_cannot_make_the_directory(tm
 def test_the_default_beat_schedule_is_one_per_checkout() -> None:
     env = {k: v for k, v in os.environ.items() if k != "CELERY_BEAT_SCHEDULE_FILENAME"}
     env["DJANGO_SETTINGS_MODULE"] = "parley.settings.base"
-    shown = python(
+    shown = run_python(
         "-c",
         "from django.conf import settings; print(settings.CELERY_BEAT_SCHEDULE_FILENAME)",
         env=env,
