@@ -29,6 +29,7 @@ from kombu.exceptions import KombuError
 from redis.exceptions import RedisError
 
 from parley import outbound, telemetry
+from parley.locks import SessionLock
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "parley.settings.base")
 
@@ -43,10 +44,25 @@ class TaskQueue(enum.StrEnum):
     EVENTS = "events"
 
 
+# The lock only one beat of a deployment holds; the others are standbys.
+BEAT_LOCK = "parley:beat"
+# Seconds a standby beat waits before it asks for the lock again.
+BEAT_STANDBY_SECONDS = 5.0
+
+
 class ScheduleFileScheduler(beat.PersistentScheduler):
     """Celery's scheduler that keeps its schedule in a file (``CELERY_BEAT_SCHEDULE_FILENAME``), which
-    first makes the file's directory. Where it cannot, beat stops at start-up with one line naming the
-    setting (``SystemExit``), instead of the schedule library's traceback about a missing file."""
+    first makes the file's directory, and sends periodic tasks only while it holds :data:`BEAT_LOCK`.
+
+    Where the directory cannot be made, beat stops at start-up with one line naming the setting
+    (``SystemExit``), instead of the schedule library's traceback about a missing file.
+
+    One beat per deployment sends the periodic tasks; a second one started by mistake, or as a
+    standby, sends nothing. Each tick first asks :class:`parley.locks.SessionLock` (a Postgres
+    advisory lock held by the active beat's session); a beat without it asks again every
+    :data:`BEAT_STANDBY_SECONDS`, and takes over within that long once the active beat's session
+    ends (it died, or Postgres restarted).
+    """
 
     schedule_filename: str  # set by PersistentScheduler.__init__ (celery-types leaves it out)
 
@@ -59,7 +75,15 @@ class ScheduleFileScheduler(beat.PersistentScheduler):
                 f"CELERY_BEAT_SCHEDULE_FILENAME={self.schedule_filename}: cannot create its directory "
                 f"{directory} ({exc.strerror}). Create it, writable by this user, or set another path."
             ) from None
+        self.lock = SessionLock(BEAT_LOCK)
         super().setup_schedule()
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        """Send what is due and return the seconds until the next tick, as Celery's scheduler does;
+        without the lock, send nothing and return :data:`BEAT_STANDBY_SECONDS`."""
+        if not self.lock.held():
+            return BEAT_STANDBY_SECONDS
+        return super().tick(*args, **kwargs)
 
 
 app = Celery("parley")

@@ -65,3 +65,57 @@ def alone(name: str) -> Iterator[bool]:
         if held:
             with _held_lock:
                 _held.discard(name)
+
+
+class SessionLock:
+    """A lock held by one process for as long as its Postgres session lasts: which of several
+    processes doing the same job is the active one (beat: :class:`parley.celery.ScheduleFileScheduler`).
+
+    :meth:`held` takes a session advisory lock (``pg_try_advisory_lock``) on this thread's database
+    connection when it is free, and then keeps it. Postgres frees it when the session ends: the
+    process died, or Postgres restarted. A call that finds the session gone (the connection fails, or
+    another backend answers) closes the connection and answers False; the next call reconnects and
+    tries again, so after a Postgres restart one process takes the lock back. On other databases
+    (the embedded default's SQLite, one process) it is always held.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.key = advisory_key(name)
+        # The backend that took the lock: a connection to another backend holds nothing.
+        self._backend: int | None = None
+
+    def held(self) -> bool:
+        """Whether this process holds the lock now, taking it if it is free."""
+        if connection.vendor != "postgresql":
+            return True
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                backend = cursor.fetchone()[0]
+                if backend != self._backend:
+                    cursor.execute("SELECT pg_try_advisory_lock(%s)", [self.key])
+                    self._backend = backend if cursor.fetchone()[0] else None
+                    if self._backend is not None:
+                        logger.info("took %s", self.name)
+        except DatabaseError:
+            logger.warning("lost %s with its database connection; trying again", self.name, exc_info=True)
+            connection.close()
+            self._backend = None
+        return self._backend is not None
+
+
+def holder_exists(name: str) -> bool:
+    """Whether any session holds the advisory lock ``name`` now (Postgres only), from ``pg_locks``.
+
+    A bigint key shows as its high half in ``classid`` and its low half in ``objid``, with
+    ``objsubid`` 1 (PostgreSQL documentation, "pg_locks").
+    """
+    key = advisory_key(name) & 0xFFFF_FFFF_FFFF_FFFF
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND classid = %s AND objid = %s AND objsubid = 1)",
+            [key >> 32, key & 0xFFFF_FFFF],
+        )
+        return bool(cursor.fetchone()[0])

@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 
 from parley import devstack
-from tests.conftest import LiveStack, free_port, wait_until
+from tests.conftest import LiveStack, free_port, run_python, wait_until
 
 
 def worker_check(live_stack: LiveStack, *arguments: str) -> subprocess.CompletedProcess[str]:
@@ -118,3 +118,17 @@ def test_a_worker_check_without_its_broker_fails(live_stack: LiveStack) -> None:
     report = json.loads(result.stdout)
     assert (report["status"], report["database"]) == ("failing", "ok")
     assert report["worker"].startswith("the broker cannot be reached: ")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_web_health_check_asks_the_web_process_on_its_port(live_stack: LiveStack) -> None:
+    port = live_stack.url.rsplit(":", 1)[1]
+
+    healthy = run_python("-m", "parley.health", "web", env={**live_stack.env, "WEB_PORT": port})
+    nowhere = str(free_port())
+    unreachable = run_python("-m", "parley.health", "web", env={**live_stack.env, "WEB_PORT": nowhere})
+
+    assert healthy.returncode == 0
+    assert json.loads(healthy.stdout) == {"process": "web", "status": "ok", "web": "ok"}
+    assert unreachable.returncode == 1
+    assert json.loads(unreachable.stdout)["web"].startswith("the web process does not answer: ConnectError")
