@@ -45,6 +45,9 @@ from parley.consumers import LiveConsumer  # noqa: E402
 from parley.gateway_threads import GatewayThreads, mend  # noqa: E402
 
 telemetry.setup()
+# Production serves collected static files from a middleware (ServeStatic); elsewhere Django's own
+# handler serves them from the apps' folders.
+django_app = ASGIStaticFilesHandler(django_asgi) if settings.SERVE_STATIC_FROM_APPS else django_asgi
 a2a_app = build_app()
 mcp_app = build_mcp_app()
 
@@ -84,7 +87,7 @@ application = ProtocolTypeRouter(
                         # The gateways' database work runs on the web process's gateway threads.
                         re_path(r"^a2a/", GatewayThreads(a2a_app)),  # type: ignore[arg-type]  # Channels routes ASGI apps too
                         re_path(r"^mcp/", GatewayThreads(mcp_app)),  # type: ignore[arg-type]
-                        re_path(r"", ASGIStaticFilesHandler(django_asgi)),  # type: ignore[arg-type]
+                        re_path(r"", django_app),  # type: ignore[arg-type]
                     ]
                 )
             )

@@ -130,7 +130,11 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Where collectstatic gathers the static files a deployment serves (the container image's /app/staticfiles).
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(BASE_DIR / "staticfiles")))
+# Static files straight from the apps' folders, with no collectstatic (parley.asgi): the embedded
+# default and the tests. Production serves the collected ones instead (ServeStatic).
+SERVE_STATIC_FROM_APPS = True
 
 REDIS_URL = env.str("REDIS_URL", default="")
 EMBEDDED = not REDIS_URL

@@ -17,6 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from parley.settings.base import *  # noqa: F403
 from parley.settings.base import (
     ACCOUNT_SIGNUP_ENABLED,
+    MIDDLEWARE,
     EMBEDDED_SECRET_KEY,
     KEY_HASH_SECRET,
     OUTBOUND_ALLOW_PRIVATE,
@@ -74,3 +75,13 @@ if OUTBOUND_ALLOW_PRIVATE and ACCOUNT_SIGNUP_ENABLED:
 # while Redis is down it is an empty cache that keeps nothing, so logging in still works (parley.cache).
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "parley.cache.TolerantRedisCache", "LOCATION": REDIS_URL}}
+
+# Static files as collected by `manage.py collectstatic` (the container image does it when it is built),
+# under names that carry a hash of their content, compressed, and served by ServeStatic (WhiteNoise's
+# ASGI-native successor) from every web process with a year's caching: no separate file server.
+SERVE_STATIC_FROM_APPS = False
+MIDDLEWARE = [MIDDLEWARE[0], "servestatic.middleware.ServeStaticMiddleware", *MIDDLEWARE[1:]]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "servestatic.storage.CompressedManifestStaticFilesStorage"},
+}

@@ -213,6 +213,7 @@ def test_the_deployment_check_finds_nothing_under_production_settings() -> None:
 # Under the production settings, in a process of their own: the health check over plain http, a page
 # over plain http, and the same page as the proxy that terminated TLS passes it on.
 ASKED_OVER_HTTP_AND_HTTPS = """
+import re
 import django
 django.setup()
 from django.test import Client
@@ -223,23 +224,33 @@ secure = client.get("/login/", headers={"X-Forwarded-Proto": "https"})
 print(health.status_code, health.headers.get("Strict-Transport-Security"))
 print(page.status_code, page.headers.get("Location"))
 print(secure.status_code, secure.headers.get("Strict-Transport-Security"))
+stylesheet = re.search(r'href="(/static/[^"]+\\.css)"', secure.content.decode())[1]
+served = client.get(stylesheet, headers={"X-Forwarded-Proto": "https"})
+print(stylesheet, served.status_code, served.headers.get("Cache-Control"))
 """
 
 
-def test_production_serves_https_only_but_its_health_check(tmp_path: Path) -> None:
+def test_production_serves_https_only_but_its_health_check_and_its_collected_static_files(
+    tmp_path: Path,
+) -> None:
     env = production_environ(
         SECRET_KEY="Zq8vW2m-" * 8,
         ALLOWED_HOSTS="testserver",
         DATABASE_URL=f"sqlite:///{tmp_path / 'health.sqlite3'}",
         REDIS_URL="",
+        STATIC_ROOT=str(tmp_path / "static"),
     )
+    run_python("manage.py", "collectstatic", "--noinput", env=env, check=True)
     asked = run_python("-c", ASKED_OVER_HTTP_AND_HTTPS, env=env, check=True)
 
-    assert asked.stdout.splitlines() == [
+    lines = asked.stdout.splitlines()
+    assert lines[:3] == [
         "200 None",
         "301 https://testserver/login/",
         "200 max-age=31536000; includeSubDomains; preload",
     ]
+    # The page names the stylesheet by its content hash, and the web process serves it for good.
+    assert re.fullmatch(r"/static/\S+\.[0-9a-f]{12}\.css 200 max-age=315360000, public, immutable", lines[3])
 
 
 def beat_environ(schedule: Path) -> dict[str, str]:
