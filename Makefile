@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/live.py
 	$(BIN)/python bench/inbound.py
 	$(BIN)/python bench/pages.py
+	$(BIN)/python bench/scale.py
 
 clean:
 	rm -rf $(VENV) demo.sqlite3* parley.sqlite3*

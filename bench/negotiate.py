@@ -22,6 +22,7 @@ import os
 import statistics
 import subprocess
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 from stack import DATABASE_URL, REDIS_URL, free_port, fresh_database, wait
@@ -50,13 +51,55 @@ def main() -> None:
     import redis
 
     from agents.addresses import agent_url
-    from agents.models import Agent, Intent, Run
-    from agents.services import runs
-    from negotiations.models import Turn
     from parley import devstack
-    from parley.models import Tenant
 
     redis.Redis.from_url(REDIS_URL).flushdb()
+    buyer, sellers = agents(max(args.sizes))
+    processes = [
+        devstack.start_web(port, env, None),
+        *(
+            devstack.start_worker(env, subprocess.DEVNULL, threads=args.threads, name=f"bench{i}@%h")
+            for i in range(2)
+        ),
+    ]
+    try:
+        wait(lambda: httpx.get(f"{base}/login/", timeout=1).status_code == 200)
+        time.sleep(2)  # the workers connect to the broker
+        print(f"web 1 process, workers 2 x {args.threads} threads, Postgres, Redis, offline model")
+        results: dict[int, list[float]] = {size: [] for size in args.sizes}
+        for round_ in range(args.rounds):
+            for size in args.sizes:
+                urls = [agent_url(s) for s in sellers[:size]]
+                cpu = [_cpu_seconds(p.pid) for p in processes]
+                elapsed, run, turns = negotiate(buyer, urls, f"Bench with {size}, round {round_}")
+                web, *workers = (
+                    _cpu_seconds(p.pid) - before for p, before in zip(processes, cpu, strict=True)
+                )
+                settled = run.output.count("— agreed")
+                results[size].append(elapsed)
+                print(
+                    f"{size:>3} counterparties  {elapsed:7.2f} s  run {run.status}, {settled} agreed, "
+                    f"{turns} turns; cpu s: web {web:.1f}, workers {sum(workers):.1f}; "
+                    f"loadavg {os.getloadavg()[0]:.2f}"
+                )
+        medians = {size: statistics.median(times) for size, times in results.items()}
+        for size, median in medians.items():
+            if size != 1 and 1 in medians:
+                print(f"ratio {size}/1 {median / medians[1]:11.1f}   (medians of {args.rounds})")
+        print("loadavg", " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=20)
+
+
+def agents(count: int) -> tuple[Any, list[Any]]:
+    """A buyer (ceiling 1,100 EUR a day) and ``count`` sellers (floor 950), in tenants of their own
+    made anew; Django must be set up."""
+    from agents.models import Agent
+    from parley.models import Tenant
+
     Tenant.objects.filter(slug__in=["bench-buyer", "bench-sellers"]).delete()
     buyer_tenant = Tenant.objects.create(slug="bench-buyer", name="Buyer")
     sellers_tenant = Tenant.objects.create(slug="bench-sellers", name="Sellers")
@@ -76,59 +119,29 @@ def main() -> None:
             terms=terms,
             term_guards=[{"term": "amount", "op": ">=", "value": 950, "currency": "EUR"}],
         )
-        for i in range(max(args.sizes))
+        for i in range(count)
     ]
+    return buyer, sellers
 
-    processes = [
-        devstack.start_web(port, env, None),
-        *(
-            devstack.start_worker(env, subprocess.DEVNULL, threads=args.threads, name=f"bench{i}@%h")
-            for i in range(2)
-        ),
-    ]
-    try:
-        wait(lambda: httpx.get(f"{base}/login/", timeout=1).status_code == 200)
-        time.sleep(2)  # the workers connect to the broker
-        print(f"web 1 process, workers 2 x {args.threads} threads, Postgres, Redis, offline model")
-        results: dict[int, list[float]] = {size: [] for size in args.sizes}
-        for round_ in range(args.rounds):
-            for size in args.sizes:
-                intent = Intent.objects.create(
-                    tenant=buyer_tenant, agent=buyer, statement=f"Bench with {size}, round {round_}"
-                )
-                urls = " ".join(agent_url(s) for s in sellers[:size])
-                cpu = [_cpu_seconds(p.pid) for p in processes]
-                started = time.perf_counter()
-                run = runs.run_start(agent=buyer, intent=intent, task=f"Negotiate with {urls}")
-                wait(
-                    lambda pk=run.pk: (
-                        Run.objects.for_tenant(buyer_tenant).get(pk=pk).status not in Run.ACTIVE
-                    ),
-                    timeout=600,
-                )
-                elapsed = time.perf_counter() - started
-                web, *workers = (
-                    _cpu_seconds(p.pid) - before for p, before in zip(processes, cpu, strict=True)
-                )
-                run.refresh_from_db()
-                settled = run.output.count("— agreed")
-                turns = Turn.objects.for_tenant(buyer_tenant).filter(negotiation__intent=intent).count()
-                results[size].append(elapsed)
-                print(
-                    f"{size:>3} counterparties  {elapsed:7.2f} s  run {run.status}, {settled} agreed, "
-                    f"{turns} turns; cpu s: web {web:.1f}, workers {sum(workers):.1f}; "
-                    f"loadavg {os.getloadavg()[0]:.2f}"
-                )
-        medians = {size: statistics.median(times) for size, times in results.items()}
-        for size, median in medians.items():
-            if size != 1 and 1 in medians:
-                print(f"ratio {size}/1 {median / medians[1]:11.1f}   (medians of {args.rounds})")
-        print("loadavg", " ".join(f"{x:.2f}" for x in os.getloadavg()))
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=20)
+
+def negotiate(buyer: Any, urls: list[str], statement: str) -> tuple[float, Any, int]:
+    """One run of ``buyer`` told to negotiate with the agents at ``urls``, under a new intent:
+    (seconds from ``run_start`` to the run no longer active, the run, the intent's turns)."""
+    from agents.models import Intent, Run
+    from agents.services import runs
+    from negotiations.models import Turn
+
+    intent = Intent.objects.create(tenant=buyer.tenant, agent=buyer, statement=statement)
+    started = time.perf_counter()
+    run = runs.run_start(agent=buyer, intent=intent, task=f"Negotiate with {' '.join(urls)}")
+    wait(
+        lambda: Run.objects.for_tenant(buyer.tenant).get(pk=run.pk).status not in Run.ACTIVE,
+        timeout=600,
+    )
+    elapsed = time.perf_counter() - started
+    run.refresh_from_db()
+    turns = Turn.objects.for_tenant(buyer.tenant).filter(negotiation__intent=intent).count()
+    return elapsed, run, turns
 
 
 def _cpu_seconds(pid: int) -> float:
