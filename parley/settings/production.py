@@ -17,9 +17,9 @@ from django.core.exceptions import ImproperlyConfigured
 from parley.settings.base import *  # noqa: F403
 from parley.settings.base import (
     ACCOUNT_SIGNUP_ENABLED,
-    MIDDLEWARE,
     EMBEDDED_SECRET_KEY,
     KEY_HASH_SECRET,
+    MIDDLEWARE,
     OUTBOUND_ALLOW_PRIVATE,
     REDIS_URL,
     env,

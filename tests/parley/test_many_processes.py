@@ -127,7 +127,7 @@ def test_a_run_started_on_one_web_process_negotiates_through_the_other_and_both_
     assert (run.status, ours.status) == (Run.Status.DONE, Negotiation.Status.SETTLED)
     assert record(ours) == record(theirs) != []
     assert verdict(ours) == verdict(theirs)
-    assert verdict(ours) is not None and verdict(ours)[0] == "agreed"
+    assert (verdict(ours) or ("none",))[0] == "agreed"
     read = [httpx.get(f"{web}/api/v1/runs/{run.pk}", headers=headers, timeout=30) for web in deployment.webs]
     assert [answer.status_code for answer in read] == [200, 200]
     assert read[0].json() == read[1].json()
