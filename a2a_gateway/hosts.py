@@ -20,11 +20,16 @@ it. The card served there names ``<scheme>://<host_name>/`` as its endpoint
 (:func:`agents.addresses.endpoint_url`), told by :data:`HOST_NAME` in the
 request's state.
 
-Host names are looked up in a per-process table of every agent's host name,
-reloaded at most every :data:`CACHE_SECONDS`: one small query per process per
-interval, whatever the traffic, and a flood of made-up Host headers costs no
-query at all. A new, changed or removed host name takes effect within that
-interval. Requests for ``PUBLIC_BASE_URL``'s own host skip the table.
+Only a proved host name is served (:mod:`agents.services.host_names`: a DNS TXT
+record or an HTTP token): one that is not yet proved is, like any host no agent
+has, left to Django, which refuses it (it is not in ALLOWED_HOSTS).
+
+Host names are looked up in a per-process table of every agent's proved host
+name, reloaded at most every :data:`CACHE_SECONDS`: one small query per process
+per interval, whatever the traffic, and a flood of made-up Host headers costs no
+query at all. A newly proved, changed or removed host name takes effect within
+that interval (a changed one is not proved). Requests for ``PUBLIC_BASE_URL``'s
+own host skip the table.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from a2a_gateway.signing import JWKS_PATH
 from agents.models import Agent
+from agents.services import host_names
 from exchange.wire import PREPARATION_PATH
 from parley.edge import rpc_error
 
@@ -59,11 +65,12 @@ _loaded_at = -math.inf
 
 
 async def hosted_agent(host: str) -> tuple[str, str] | None:
-    """(tenant slug, agent slug) of the agent whose host name is ``host`` (lower case), or None."""
+    """(tenant slug, agent slug) of the agent whose proved host name is ``host`` (lower case), or None."""
     global _table, _loaded_at
     if time.monotonic() - _loaded_at > CACHE_SECONDS:
         # Unlocked: requests that arrive during the reload may reload too, which is harmless.
         rows = Agent.across_tenants.exclude(host_name=None).exclude(host_name="")
+        rows = rows.exclude(host_name_verified_at=None)
         _table = {
             host_name.lower(): (tenant, slug)
             async for host_name, tenant, slug in rows.values_list("host_name", "tenant__slug", "slug")
@@ -121,8 +128,9 @@ def check_host_name(agent: Agent) -> None:
     For :func:`agents.configuration.full_clean`. It must be a domain name in lower case (an
     internationalised one in its ``xn--`` form: Host headers are ASCII), and
     not the platform's own host (``PUBLIC_BASE_URL``, or an exact entry of
-    ``ALLOWED_HOSTS``), whose requests would all go to the agent. Raises
-    ``ValidationError`` keyed ``host_name``.
+    ``ALLOWED_HOSTS``), whose requests would all go to the agent, nor one another agent
+    holds proved (:func:`agents.services.host_names.taken`). Raises ``ValidationError`` keyed
+    ``host_name``.
     """
     host = agent.host_name
     if not host:
@@ -136,3 +144,5 @@ def check_host_name(agent: Agent) -> None:
     own = {urlsplit(settings.PUBLIC_BASE_URL).hostname, *(h.lower() for h in settings.ALLOWED_HOSTS)}
     if host in own:
         raise ValidationError({"host_name": "That is the platform's own host name."})
+    if host_names.taken(agent):
+        raise ValidationError({"host_name": host_names.TAKEN})
