@@ -13,10 +13,10 @@ from django.utils import timezone
 
 
 def prove_existing(apps, schema_editor):
-    Agent = apps.get_model("agents", "Agent")
+    rows = apps.get_model("agents", "Agent")._base_manager  # across tenants
     now = timezone.now()
-    for agent in Agent.objects.exclude(host_name=None).exclude(host_name="").only("pk"):
-        Agent.objects.filter(pk=agent.pk).update(
+    for pk in rows.exclude(host_name=None).exclude(host_name="").values_list("pk", flat=True):
+        rows.filter(pk=pk).update(
             host_name_token=secrets.token_urlsafe(32), host_name_verified_at=now
         )
 
