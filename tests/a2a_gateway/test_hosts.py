@@ -267,3 +267,36 @@ def test_a_host_name_is_checked_at_save_time(host_name: str | None, error: str |
         with pytest.raises(ValidationError) as raised:
             check_host_name(agent)
         assert raised.value.message_dict == {"host_name": [error]}
+
+
+def tls_ask(live_stack: LiveStack, query: str) -> httpx.Response:
+    """Ask as Caddy's on-demand TLS does, by the proxy's own name for the web process."""
+    return httpx.get(f"{live_stack.url}/tls/allowed{query}", headers={"Host": "web:8000"}, timeout=30)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_tls_ask_allows_the_platforms_host_and_proved_host_names_only(
+    live_stack: LiveStack, hosted: Agent, agent: Agent
+) -> None:
+    configuration.agent_update(agent=agent, values={"host_name": "tomas.example.com"})
+    # Proving another name reloads the table after the claim: when that one is allowed, this one would be.
+    prove(hosted, "idris.example.org")
+    wait_until(
+        lambda: tls_ask(live_stack, "?domain=idris.example.org").status_code == 200,
+        what="the web process to allow the newly proved host name",
+    )
+    platform = urlsplit(live_stack.url).hostname
+
+    answers = {
+        domain: tls_ask(live_stack, f"?domain={domain}").status_code
+        for domain in ("Idris.Example.org.", HOST, platform, "tomas.example.com", "nobody.example.com")
+    }
+
+    assert answers == {
+        "Idris.Example.org.": 200,
+        HOST: 404,  # proved once, then changed
+        platform: 200,
+        "tomas.example.com": 404,  # claimed, not proved
+        "nobody.example.com": 404,
+    }
+    assert tls_ask(live_stack, "").status_code == 400
