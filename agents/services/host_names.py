@@ -23,7 +23,9 @@ the host points at Parley, only the DNS record proves it.
 :func:`verify` checks both now (DNS first) and records ``host_name_verified_at`` at the first that
 holds; each check may take ``settings.HOST_NAME_CHECK_TIMEOUT`` seconds. Any number of agents, of
 any tenants, may claim one host name; one only may hold it proved (the ``agent_verified_host_name``
-constraint), so no one can keep a name from its owner by claiming it first.
+constraint), so no one can keep a name from its owner by claiming it first. A subdomain of the
+platform's own (``ALLOWED_HOSTS``' ``.parley.example``) needs no proof: the first agent to claim it
+holds it.
 """
 
 from __future__ import annotations
@@ -77,11 +79,21 @@ def new_token() -> str:
 
 def claim(agent: Agent, *, previous: str | None) -> None:
     """Set, unsaved, what ``agent``'s host name needs now that it was ``previous``: nothing when it is
-    the same; else no proof, and a new token (none without a host name)."""
+    the same; else a new token (none without a host name), and no proof, but for a subdomain of the
+    platform's (:func:`platform_subdomain`), proved at once."""
     if (agent.host_name or None) == (previous or None):
         return
     agent.host_name_token = new_token() if agent.host_name else ""
-    agent.host_name_verified_at = None
+    given = agent.host_name and platform_subdomain(agent.host_name)
+    agent.host_name_verified_at = timezone.now() if given else None
+
+
+def platform_subdomain(host: str) -> bool:
+    """Whether ``host`` is under a subdomain pattern of ``ALLOWED_HOSTS`` (``.parley.example``): the
+    platform's own names, where agents' subdomains live. No tenant could prove one (the platform
+    holds its DNS and answers its HTTP), so the platform gives them, first come, first served."""
+    patterns = [entry.lower() for entry in settings.ALLOWED_HOSTS if entry.startswith(".")]
+    return any(host.endswith(pattern) for pattern in patterns)
 
 
 def challenge(agent: Agent) -> Challenge | None:

@@ -20,7 +20,6 @@ import pytest
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import AgentCard, SendMessageRequest, Task, TaskState
 from django.core.exceptions import ValidationError
-from django.utils import timezone
 from starlette.responses import PlainTextResponse
 
 from a2a_gateway.hosts import check_host_name
@@ -29,9 +28,8 @@ from a2a_gateway.signing import signing_key_create
 from agents import configuration
 from agents.models import Agent
 from agents.services import host_names
-from agents.services.host_names import new_token
 from negotiations.client import read_card
-from tests.a2a_gateway.conftest import Endpoint, proposal, user_message
+from tests.a2a_gateway.conftest import Endpoint, proposal, proved_host_name, user_message
 from tests.conftest import LiveStack, wait_until
 from tests.loopback import NameServer, PageServer
 
@@ -69,17 +67,11 @@ def get(live_stack: LiveStack, path: str, host: str = HOST, **headers: str) -> h
     return httpx.get(f"{live_stack.url}{path}", headers={"Host": host, **headers}, timeout=30)
 
 
-def prove(agent: Agent, host: str) -> None:
-    """``agent`` on ``host``, proved (as the migration keeps host names set before proofs existed)."""
-    agent.host_name, agent.host_name_token, agent.host_name_verified_at = host, new_token(), timezone.now()
-    agent.save()
-
-
 @pytest.fixture
 def hosted(live_stack: LiveStack, seller_endpoint: Endpoint, seller: Agent) -> Agent:
     """The seller on its own proved host name, once the web process has seen it (its table is reloaded
     briefly)."""
-    prove(seller, HOST)
+    proved_host_name(seller, HOST)
     wait_until(
         lambda: get(live_stack, "/.well-known/agent-card.json").status_code == 200,
         what="the web process to serve the new host name",
@@ -206,7 +198,7 @@ def test_a_host_name_serves_nothing_until_proved(
     configuration.agent_update(agent=agent, values={"host_name": "tomas.example.com"})
     claimed = Agent.across_tenants.get(pk=agent.pk)
     # Proving another name reloads the table after the claim: when that one is served, this one would be.
-    prove(hosted, "idris.example.org")
+    proved_host_name(hosted, "idris.example.org")
     wait_until(
         lambda: get(live_stack, "/.well-known/agent-card.json", host="idris.example.org").status_code == 200,
         what="the web process to serve the other proved host name",
@@ -280,7 +272,7 @@ def test_the_tls_ask_allows_the_platforms_host_and_proved_host_names_only(
 ) -> None:
     configuration.agent_update(agent=agent, values={"host_name": "tomas.example.com"})
     # Proving another name reloads the table after the claim: when that one is allowed, this one would be.
-    prove(hosted, "idris.example.org")
+    proved_host_name(hosted, "idris.example.org")
     wait_until(
         lambda: tls_ask(live_stack, "?domain=idris.example.org").status_code == 200,
         what="the web process to allow the newly proved host name",

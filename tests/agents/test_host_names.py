@@ -218,6 +218,22 @@ def test_claiming_a_name_first_keeps_no_one_from_it(
     assert refused.value.message_dict == {"host_name": ["Another agent already serves this host name."]}
 
 
+def test_a_subdomain_of_the_platforms_is_given_first_come_first_served(
+    agent: Agent, seller: Agent, settings: Any
+) -> None:
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, ".parley.example"]
+
+    given = configuration.agent_update(agent=agent, values={"host_name": "tomas.parley.example"})
+
+    given.refresh_from_db()
+    assert given.host_name_verified_at is not None
+    with pytest.raises(ValidationError) as refused:
+        configuration.agent_update(agent=seller, values={"host_name": "tomas.parley.example"})
+    assert refused.value.message_dict == {"host_name": ["Another agent already serves this host name."]}
+    other = configuration.agent_update(agent=seller, values={"host_name": "tomas.parley.example.com"})
+    assert other.host_name_verified_at is None
+
+
 # --- The edit page ----------------------------------------------------------------------------------
 
 
