@@ -9,9 +9,11 @@ the host name the loopback address (``resolve_to``).
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import ValidationError
 from django.test import Client
@@ -232,6 +234,19 @@ def test_a_subdomain_of_the_platforms_is_given_first_come_first_served(
     assert refused.value.message_dict == {"host_name": ["Another agent already serves this host name."]}
     other = configuration.agent_update(agent=seller, values={"host_name": "tomas.parley.example.com"})
     assert other.host_name_verified_at is None
+
+
+def test_host_names_set_before_proofs_existed_are_kept_proved(agent: Agent, seller: Agent) -> None:
+    """The data migration: such a name already serves counterparties; upgrading keeps it on."""
+    migration = importlib.import_module("agents.migrations.0012_host_name_proof")
+    Agent.across_tenants.filter(pk=seller.pk).update(host_name="idris.example.com")
+
+    migration.prove_existing(apps, None)
+
+    rows = Agent.across_tenants.order_by("slug")
+    [(_, token, verified_at), tomas] = rows.values_list("slug", "host_name_token", "host_name_verified_at")
+    assert (len(token), verified_at is not None) == (43, True)
+    assert tomas == ("tomas", "", None)
 
 
 # --- The edit page ----------------------------------------------------------------------------------
