@@ -6,6 +6,7 @@ from django.db import models
 
 from agents.config_forms import CheckedModelForm
 from agents.models import Agent, Intent, ModelEndpoint, Run, Tool
+from agents.services import host_names
 
 
 class IntentInline(admin.TabularInline):
@@ -45,6 +46,13 @@ class AgentAdmin(admin.ModelAdmin):
     inlines = [IntentInline]
     filter_horizontal = ("tools",)
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+    readonly_fields = ("host_name_token", "host_name_verified_at")
+
+    def save_model(self, request, obj, form, change):  # type: ignore[no-untyped-def]
+        # A new host name needs a new proof here too, as on the operator's pages.
+        host_names.claim(obj, previous=form.initial.get("host_name"))
+        super().save_model(request, obj, form, change)
 
     def save_formset(self, request, form, formset, change):  # type: ignore[no-untyped-def]
         # Intents belong to the agent's tenant; the inline does not ask for it.

@@ -17,15 +17,17 @@ from typing import Any
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
-from django.http import HttpResponse
-from django.shortcuts import redirect
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.views import View
 from django.views.generic import CreateView, ListView, UpdateView
 
 from agents import configuration, selectors
 from agents.config_forms import AgentForm, ModelEndpointForm, TenantModelForm, ToolForm
 from agents.models import SYSTEM_PROMPT_MAX_LENGTH, Agent, ModelEndpoint, Tool
+from agents.services import host_names
 from parley.pages import TenantMixin, TooLargeFormMixin
 from parley.roles import OPERATE
 
@@ -119,7 +121,41 @@ class AgentCreateView(AgentFormView, CreateView):
 
 
 class AgentUpdateView(AgentFormView, UpdateView):
-    """``agents/<pk>/edit/``: every setting of one agent."""
+    """``agents/<pk>/edit/``: every setting of one agent, and the proof of its host name as stored
+    (the form's instance takes the values posted)."""
+
+    def get_object(self, queryset: QuerySet[Agent] | None = None) -> Agent:
+        agent: Agent = super().get_object(queryset)
+        self.host_name_challenge = host_names.challenge(agent)
+        self.host_name_verified_at = agent.host_name_verified_at
+        return agent
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context.update(
+            host_name_challenge=self.host_name_challenge, host_name_verified_at=self.host_name_verified_at
+        )
+        return context
+
+
+class AgentHostNameVerifyView(TenantMixin, View):
+    """POST ``agents/<pk>/host-name/verify/``: prove the agent's host name now
+    (:func:`agents.services.host_names.verify`), then back to its edit page, which says that it is
+    proved or each thing found wrong. Another tenant's agent is a 404; a member who is not an owner or
+    an operator gets a 403."""
+
+    allowed_roles = OPERATE
+
+    def post(self, request: HttpRequest, tenant: str, pk: Any) -> HttpResponse:
+        agent = get_object_or_404(Agent.objects.for_tenant(self.tenant), pk=pk)
+        try:
+            agent = host_names.verify(agent=agent)
+        except ValidationError as exc:
+            for problem in exc.message_dict["host_name"]:
+                messages.error(request, problem)
+        else:
+            messages.success(request, f"{agent.host_name} is proved: the agent is served there in seconds.")
+        return redirect("agents:agent-edit", tenant=tenant, pk=agent.pk)
 
 
 # --- Tools ------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ write is one transaction: the row is locked (``select_for_update``), the new val
 :func:`full_clean` judges them — the fields' own checks, then the rules of its kind kept here
 (an agent's people, guardrails, models and the checks other apps register with
 :func:`register_agent_check`; a tool's kind; a model endpoint's currency; an intent's checks) —
-and the row is saved; an agent's tools are set in the same transaction. The models hold only
+and the row is saved; an agent's tools are set in the same transaction, and a new host name gets a
+new claim (:func:`agents.services.host_names.claim`: a new token, not yet proved). The models hold only
 the checks of their own fields. The rules the writes add: a slug or name another row of the
 tenant has, renaming a model endpoint agents use.
 
@@ -27,6 +28,7 @@ from django.db import IntegrityError, models, transaction
 from agents import guardrails, host_operations, tools
 from agents.llm import ModelError, model_for
 from agents.models import OFFLINE, Agent, Intent, ModelEndpoint, Run, Tool, agents_naming
+from agents.services import host_names
 from parley import roles
 from parley.models import Membership, Tenant, TenantOwnedModel
 
@@ -330,7 +332,9 @@ def agent_delete(*, agent: Agent) -> None:
 
 
 def _agent_save(agent: Agent, values: Mapping[str, Any], tools: Iterable[Tool] | None) -> Agent:
+    previous = agent.host_name
     _set(agent, values)
+    host_names.claim(agent, previous=previous)
     chosen = None if tools is None else list(tools)
     errors = _errors(agent, unique={"slug": "an agent"})
     if chosen is not None and any(tool.tenant_id != agent.tenant_id for tool in chosen):

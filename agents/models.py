@@ -284,12 +284,27 @@ class Agent(TenantOwnedModel):
     card_fields = models.JSONField(
         default=dict, blank=True, help_text="card JSON merged over the derived card, last"
     )
-    host_name = models.CharField(
+    # Served only once proved (agents.services.host_names): until then several agents, of any
+    # tenants, may claim the same name, so that no one can hold another's name by claiming it first.
+    # Null, not "", is none (the API's and the data's since the name was unique).
+    host_name = models.CharField(  # noqa: DJ001
         max_length=253,
         null=True,
         blank=True,
-        unique=True,
-        help_text="a host name of its own (custom domain or subdomain): card and endpoint at its root",
+        help_text="a host name of its own (custom domain or subdomain): card and endpoint at its root, "
+        "once proved",
+    )
+    host_name_token = models.CharField(
+        max_length=64,
+        blank=True,
+        editable=False,
+        help_text="the random token that proves the host name; a new one with each new host name",
+    )
+    host_name_verified_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="when the host name was proved; null: not yet, and it serves nothing",
     )
     # Enough that a burst of 20 counterparties at once is answered, not told to retry (bench/inbound.py
     # sends that many), and under a web process's A2A_TURN_THREADS (32), so that one busy agent leaves
@@ -332,7 +347,14 @@ class Agent(TenantOwnedModel):
     )
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "slug"], name="agent_slug_per_tenant")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "slug"], name="agent_slug_per_tenant"),
+            models.UniqueConstraint(
+                fields=["host_name"],
+                condition=models.Q(host_name_verified_at__isnull=False),
+                name="agent_verified_host_name",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.tenant_id}/{self.slug}"

@@ -18,6 +18,11 @@ urlpatterns = [
     path("agents/", config_views.AgentListView.as_view(), name="agent-list"),
     path("agents/new/", config_views.AgentCreateView.as_view(), name="agent-create"),
     path("agents/<uuid:pk>/edit/", config_views.AgentUpdateView.as_view(), name="agent-edit"),
+    path(
+        "agents/<uuid:pk>/host-name/verify/",
+        config_views.AgentHostNameVerifyView.as_view(),
+        name="agent-host-name-verify",
+    ),
     path("tools/", config_views.ToolListView.as_view(), name="tool-list"),
     path("tools/new/", config_views.ToolCreateView.as_view(), name="tool-create"),
     path("tools/<int:pk>/edit/", config_views.ToolUpdateView.as_view(), name="tool-edit"),

@@ -2,7 +2,9 @@
 
 ``/api/v1/agents`` (list, create), ``/api/v1/agents/{id}`` (read, change any setting, delete),
 ``/api/v1/agents/{id}/term-guards`` (read, replace), ``/api/v1/agents/{id}/card`` (the AgentCard
-counterparties fetch) and ``/api/v1/agents/{id}/instructions`` (the system message a run gets).
+counterparties fetch), ``/api/v1/agents/{id}/host-name`` (how to prove its host name) with
+``…/host-name/verify`` (prove it now: :mod:`agents.services.host_names`) and
+``/api/v1/agents/{id}/instructions`` (the system message a run gets).
 GETs need the ``read`` scope, every write ``admin``. Writes go through :mod:`agents.configuration`,
 as the operator's pages' do, judged by its :func:`~agents.configuration.full_clean` (with the checks
 other apps register): a refused write is a 400 naming the field, and writes nothing.
@@ -15,6 +17,7 @@ from typing import Any
 
 import django_filters
 from django.db.models import QuerySet
+from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -34,6 +37,7 @@ from agents.config_forms import END_STATES, ActionForm, tenant_members
 from agents.forms import SystemMessagePreviewForm
 from agents.instructions import PLACEHOLDER_INTENT, system_message
 from agents.models import AGENT_SETTINGS, Agent, Intent, Tool
+from agents.services import host_names
 from api.configuration import (
     ConfigurationViewSet,
     FlatListField,
@@ -135,8 +139,16 @@ class AgentSerializer(serializers.ModelSerializer[Agent]):
 
     class Meta:
         model = Agent
-        fields = ["id", "url", "card_url", *AGENT_SETTINGS, "created_at", "updated_at"]
-        read_only_fields = ["id", "created_at", "updated_at"]
+        fields = [
+            "id",
+            "url",
+            "card_url",
+            *AGENT_SETTINGS,
+            "host_name_verified_at",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "host_name_verified_at", "created_at", "updated_at"]
         extra_kwargs = {
             "model": {"help_text": "what its loop calls: `offline` (built in) or a model endpoint's name"},
             "terms": {
@@ -171,6 +183,42 @@ class CardPreviewSerializer(CardSerializer):
     host_name = CardSerializer(
         allow_null=True, help_text="the card as served at the root of the agent's own host name; null: none"
     )
+
+
+class DnsRecordSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField(help_text="the record's name, `_parley-challenge.<host name>`")
+    type = serializers.CharField(help_text="`TXT`")
+    value = serializers.CharField(help_text="`parley-verification=<token>`")
+
+
+class HttpTokenSerializer(serializers.Serializer[Any]):
+    url = serializers.CharField(help_text="`http://<host name>/.well-known/parley-verification/<token>`")
+    body = serializers.CharField(help_text="what it answers, with 200: `parley-verification=<token>`")
+
+
+class HostNameSerializer(serializers.Serializer[Any]):
+    """The agent's host name and its proof. It serves the agent only once proved: by the DNS TXT
+    record ``dns_record``, or by ``http_token`` answered at the host (served by what answers the host
+    now: before it points at Parley, or the tenant's own proxy). A new host name gets a new token and
+    must be proved again."""
+
+    host_name = serializers.CharField()
+    verified_at = serializers.DateTimeField(allow_null=True, help_text="when it was proved; null: not yet")
+    dns_record = DnsRecordSerializer()
+    http_token = HttpTokenSerializer()
+
+
+def host_name_claim(agent: Agent) -> dict[str, Any]:
+    """What :class:`HostNameSerializer` shows of ``agent``; raises ``Http404`` when it has no host name."""
+    challenge = host_names.challenge(agent)
+    if challenge is None:
+        raise Http404(host_names.NO_HOST_NAME)
+    return {
+        "host_name": challenge.host_name,
+        "verified_at": agent.host_name_verified_at,
+        "dns_record": {"name": challenge.dns_name, "type": "TXT", "value": challenge.value},
+        "http_token": {"url": challenge.http_url, "body": challenge.value},
+    }
 
 
 class InstructionsSerializer(serializers.Serializer[Any]):
@@ -315,6 +363,35 @@ class AgentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Configurati
     @action(detail=True, methods=["get"])
     def card(self, request: Request, pk: Any = None) -> Response:
         return Response(CardPreviewSerializer(card_preview(self.get_object())).data)
+
+    @extend_schema(
+        summary="Read how to prove an agent's host name",
+        description="404 when the agent has no host name.",
+        responses=HostNameSerializer,
+    )
+    @action(detail=True, methods=["get"], url_path="host-name", filter_backends=[], pagination_class=None)
+    def host_name(self, request: Request, pk: Any = None) -> Response:
+        return Response(HostNameSerializer(host_name_claim(self.get_object())).data)
+
+    @extend_schema(
+        summary="Prove an agent's host name now",
+        description="Checks the DNS TXT record, then the HTTP token, now; the first that holds proves the "
+        "host name, which then serves the agent within seconds. Refused (400, at `host_name`) with what "
+        "was wrong with each: no TXT record, another value, the HTTP status, no answer in time; or no "
+        "host name, or another agent already serving it. One proved already is answered as it is.",
+        request=None,
+        responses=HostNameSerializer,
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="host-name/verify",
+        filter_backends=[],
+        pagination_class=None,
+    )
+    def host_name_verify(self, request: Request, pk: Any = None) -> Response:
+        agent = host_names.verify(agent=self.get_object())
+        return Response(HostNameSerializer(host_name_claim(agent)).data)
 
     @extend_schema(
         summary="Preview the system message a run of an agent gets",

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import psycopg
@@ -37,6 +37,9 @@ from parley.models import Membership, Tenant
 from representative.models import GroundingDocument
 from tests.chat_server import ChatServer
 from tests.representative import studio
+
+if TYPE_CHECKING:
+    from tests.loopback import NameServer, PageServer
 
 PASSWORD = "correct-horse-battery"
 # Index Network's scenario files, shipped in scenarios/index-network (MIT; SOURCE.md says where from).
@@ -81,6 +84,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = kept
+
+
+@pytest.fixture
+def resolve_to(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """Host names the system resolver answers with the addresses the test puts here, in order."""
+    names: dict[str, list[str]] = {}
+    real = socket.getaddrinfo
+
+    def resolver(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in names:
+            return real(host, port, *args, **kwargs)
+        return [
+            (socket.AF_INET6, socket.SOCK_STREAM, 6, "", (a, port, 0, 0))
+            if ":" in a
+            else (socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
+            for a in names[host]
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    return names
+
+
+@pytest.fixture
+def name_server(settings: Any) -> Iterator[NameServer]:
+    """A name server on loopback, the one Parley asks for host names' TXT records
+    (``HOST_NAME_DNS_SERVERS``); it knows no name until the test adds its records."""
+    from tests.loopback import NameServer  # tests.loopback imports this module
+
+    with NameServer() as server:
+        settings.HOST_NAME_DNS_SERVERS = [server.address]
+        yield server
+
+
+@pytest.fixture
+def host_web(settings: Any) -> Iterator[PageServer]:
+    """An HTTP server on loopback, on the port where Parley fetches host names' HTTP tokens
+    (``HOST_NAME_HTTP_PORT``); a host name the test resolves to 127.0.0.1 (``resolve_to``) is
+    served by it."""
+    from tests.loopback import PageServer
+
+    with PageServer() as server:
+        settings.HOST_NAME_HTTP_PORT = server.port
+        yield server
 
 
 def free_port() -> int:

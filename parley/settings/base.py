@@ -284,6 +284,13 @@ OUTBOUND_ALLOW_PRIVATE = env.bool("OUTBOUND_ALLOW_PRIVATE", default=EMBEDDED)
 # Receipt checks one client address may make a minute, at POST /api/v1/receipts/verify and the
 # /receipts/verify/ page together: each fetches the key sets a stranger's receipt names.
 RECEIPT_CHECKS_PER_MINUTE = env.int("RECEIPT_CHECKS_PER_MINUTE", default=30)
+# The proof of an agent's host name (agents.services.host_names): the name servers asked for its TXT
+# record ("IP" or "IP:port", "[IPv6]:port"; empty: the system's, /etc/resolv.conf), the port its HTTP
+# token is fetched on (ACME's http-01 port; another only in tests, as Pebble's httpPort) and how
+# long each of the two checks may take, seconds.
+HOST_NAME_DNS_SERVERS = env.list("HOST_NAME_DNS_SERVERS", default=[])
+HOST_NAME_HTTP_PORT = env.int("HOST_NAME_HTTP_PORT", default=80)
+HOST_NAME_CHECK_TIMEOUT = env.float("HOST_NAME_CHECK_TIMEOUT", default=10.0)
 
 # LOG_FORMAT=plain (the default, for people) or json (one object per line, for log shippers). In
 # both, records logged inside parley.telemetry.log_context carry its ids (run_id, tenant_id…) and

@@ -58,6 +58,9 @@ SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
 # Webhooks go to public addresses over https only, whatever the environment says.
 WEBHOOKS_ALLOW_PRIVATE = False
 WEBHOOKS_ALLOW_HTTP = False
+# A host name's HTTP token is fetched on port 80 only, as ACME's http-01: on another port, anyone who
+# runs a service on the host (a shared machine's user) could prove the host's name.
+HOST_NAME_HTTP_PORT = 80
 # Tenants' URLs go to public addresses only unless the deployment says otherwise, even on the embedded
 # default (whose "true" is for the demo's loopback peers). A single-tenant deployment may allow private
 # ones (a model server on its own network); with open sign-up every stranger's organisation could then

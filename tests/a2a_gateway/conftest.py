@@ -21,14 +21,23 @@ from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.helpers import new_data_message
 from a2a.types import AgentCard, Message, Role, SendMessageRequest, Task
 from django.db import models
+from django.utils import timezone
 
 from a2a_gateway.models import A2ATask
 from agents.models import Agent
+from agents.services.host_names import new_token
 from negotiations.models import Negotiation, Settlement, Turn
 from tests.conftest import LiveStack
 
 T = TypeVar("T")
 TIMEOUT = 30.0
+
+
+def proved_host_name(agent: Agent, host: str) -> None:
+    """Save ``agent`` on ``host``, proved (as the migration kept host names set before proofs existed);
+    the proof itself is tested in tests/agents/test_host_names.py."""
+    agent.host_name, agent.host_name_token, agent.host_name_verified_at = host, new_token(), timezone.now()
+    agent.save()
 
 
 def run(make: Callable[[httpx.AsyncClient], Awaitable[T]]) -> T:

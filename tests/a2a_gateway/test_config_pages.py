@@ -30,6 +30,7 @@ from parley import edge, keys
 from parley.models import Membership, Tenant
 from representative.models import GroundingDocument
 from representative.selectors import face_on
+from tests.a2a_gateway.conftest import proved_host_name
 from tests.a2a_gateway.servers import InProcessGateway
 from tests.agents.test_config_pages import page_form
 from tests.conftest import LiveStack, make_user, wait_until
@@ -463,8 +464,7 @@ def test_a_signed_card_preview_signs_what_the_gateway_signs_and_verifies(
 def test_the_card_on_the_agents_own_host_name_is_previewed_as_served(
     ops: Client, live_stack: LiveStack, agent: Agent
 ) -> None:
-    agent.host_name = HOST
-    agent.save()
+    proved_host_name(agent, HOST)
 
     def served() -> httpx.Response | None:
         response = httpx.get(

@@ -20,14 +20,18 @@ import pytest
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import AgentCard, SendMessageRequest, Task, TaskState
 from django.core.exceptions import ValidationError
+from starlette.responses import PlainTextResponse
 
 from a2a_gateway.hosts import check_host_name
 from a2a_gateway.models import A2ATask
 from a2a_gateway.signing import signing_key_create
+from agents import configuration
 from agents.models import Agent
+from agents.services import host_names
 from negotiations.client import read_card
-from tests.a2a_gateway.conftest import Endpoint, proposal, user_message
+from tests.a2a_gateway.conftest import Endpoint, proposal, proved_host_name, user_message
 from tests.conftest import LiveStack, wait_until
+from tests.loopback import NameServer, PageServer
 
 T = TypeVar("T")
 HOST = "idris.example.com"
@@ -65,9 +69,9 @@ def get(live_stack: LiveStack, path: str, host: str = HOST, **headers: str) -> h
 
 @pytest.fixture
 def hosted(live_stack: LiveStack, seller_endpoint: Endpoint, seller: Agent) -> Agent:
-    """The seller on its own host name, once the web process has seen it (its table is reloaded briefly)."""
-    seller.host_name = HOST
-    seller.save()
+    """The seller on its own proved host name, once the web process has seen it (its table is reloaded
+    briefly)."""
+    proved_host_name(seller, HOST)
     wait_until(
         lambda: get(live_stack, "/.well-known/agent-card.json").status_code == 200,
         what="the web process to serve the new host name",
@@ -180,6 +184,53 @@ def test_an_agent_without_a_host_name_is_not_served_on_one(
     )
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_host_name_serves_nothing_until_proved(
+    live_stack: LiveStack,
+    hosted: Agent,
+    agent: Agent,
+    name_server: NameServer,
+    host_web: PageServer,
+    resolve_to: dict[str, list[str]],
+) -> None:
+    """Tomas's agent claims tomas.example.com: the web process, which serves Idris's host, serves
+    nothing on Tomas's until its HTTP token proves it."""
+    configuration.agent_update(agent=agent, values={"host_name": "tomas.example.com"})
+    claimed = Agent.across_tenants.get(pk=agent.pk)
+    # Proving another name reloads the table after the claim: when that one is served, this one would be.
+    proved_host_name(hosted, "idris.example.org")
+    wait_until(
+        lambda: get(live_stack, "/.well-known/agent-card.json", host="idris.example.org").status_code == 200,
+        what="the web process to serve the other proved host name",
+    )
+
+    assert get(live_stack, "/.well-known/agent-card.json", host="tomas.example.com").status_code == 400
+
+    resolve_to["tomas.example.com"] = ["127.0.0.1"]
+    path = f"/.well-known/parley-verification/{claimed.host_name_token}"
+    host_web.pages[path] = PlainTextResponse(f"parley-verification={claimed.host_name_token}")
+    host_names.verify(agent=claimed)
+
+    wait_until(
+        lambda: get(live_stack, "/.well-known/agent-card.json", host="tomas.example.com").status_code == 200,
+        what="the web process to serve the proved host name",
+    )
+    card = get(live_stack, "/.well-known/agent-card.json", host="tomas.example.com").json()
+    assert (card["name"], card["url"]) == (agent.name, "http://tomas.example.com/")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_changed_host_name_serves_nothing_until_proved_again(live_stack: LiveStack, hosted: Agent) -> None:
+    configuration.agent_update(agent=hosted, values={"host_name": "idris.example.org"})
+
+    wait_until(
+        lambda: get(live_stack, "/.well-known/agent-card.json").status_code == 400,
+        what="the web process to forget the old host name",
+    )
+    assert get(live_stack, "/.well-known/agent-card.json", host="idris.example.org").status_code == 400
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("host_name", "error"),
     [
@@ -208,3 +259,36 @@ def test_a_host_name_is_checked_at_save_time(host_name: str | None, error: str |
         with pytest.raises(ValidationError) as raised:
             check_host_name(agent)
         assert raised.value.message_dict == {"host_name": [error]}
+
+
+def tls_ask(live_stack: LiveStack, query: str) -> httpx.Response:
+    """Ask as Caddy's on-demand TLS does, by the proxy's own name for the web process."""
+    return httpx.get(f"{live_stack.url}/tls/allowed{query}", headers={"Host": "web:8000"}, timeout=30)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_tls_ask_allows_the_platforms_host_and_proved_host_names_only(
+    live_stack: LiveStack, hosted: Agent, agent: Agent
+) -> None:
+    configuration.agent_update(agent=agent, values={"host_name": "tomas.example.com"})
+    # Proving another name reloads the table after the claim: when that one is allowed, this one would be.
+    proved_host_name(hosted, "idris.example.org")
+    wait_until(
+        lambda: tls_ask(live_stack, "?domain=idris.example.org").status_code == 200,
+        what="the web process to allow the newly proved host name",
+    )
+    platform = urlsplit(live_stack.url).hostname
+
+    answers = {
+        domain: tls_ask(live_stack, f"?domain={domain}").status_code
+        for domain in ("Idris.Example.org.", HOST, platform, "tomas.example.com", "nobody.example.com")
+    }
+
+    assert answers == {
+        "Idris.Example.org.": 200,
+        HOST: 404,  # proved once, then changed
+        platform: 200,
+        "tomas.example.com": 404,  # claimed, not proved
+        "nobody.example.com": 404,
+    }
+    assert tls_ask(live_stack, "").status_code == 400

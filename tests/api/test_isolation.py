@@ -54,6 +54,7 @@ BODIES: dict[tuple[str, str], Any] = {
         "url": "https://peer.example/a2a/globex/helpdesk",
         "request": EXCHANGE_REQUEST,
     },
+    ("POST", "/api/v1/agents/{id}/host-name/verify"): {},
     ("PUT", "/api/v1/agents/{id}/term-guards"): [],
     ("POST", "/api/v1/approvals/{id}/approve"): {},
     ("POST", "/api/v1/approvals/{id}/reject"): {"reason": "no"},

@@ -32,7 +32,7 @@ from exchange.outbound import INTERNAL_ERROR
 from parley.edge import API_KEY_HEADER
 from parley.models import Tenant
 from parley.services import api_key_create
-from tests.a2a_gateway.conftest import Endpoint, endpoint_of, proposal, run
+from tests.a2a_gateway.conftest import Endpoint, endpoint_of, proposal, proved_host_name, run
 from tests.conftest import LiveStack, wait_until
 from tests.exchange.issuer import ISSUER, Issuer, request_for
 from tests.exchange.servers import Behaviour, Recipient
@@ -256,7 +256,7 @@ def test_a_request_the_host_name_card_describes_is_taken_with_a_token_for_that_u
 ) -> None:
     """On its host name the agent's card names ``http://<host>/`` as its A2A URL, and the request
     names it as ``recipient``: a token for that URL is one for this agent (docs/agent-exchange.md)."""
-    Agent.across_tenants.filter(pk=recipient.agent.pk).update(host_name="helpdesk.globex.example")
+    proved_host_name(Agent.across_tenants.get(pk=recipient.agent.pk), "helpdesk.globex.example")
     origin = recipient.url.split("/a2a/")[0]
     host = {"Host": "helpdesk.globex.example"}
 

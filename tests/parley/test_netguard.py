@@ -9,7 +9,6 @@ on loopback; only the system resolver is replaced, to give a host name the addre
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -101,26 +100,6 @@ class Counting:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-@pytest.fixture
-def resolve_to(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
-    """Host names the system resolver answers with the addresses the test puts here, in order."""
-    names: dict[str, list[str]] = {}
-    real = socket.getaddrinfo
-
-    def resolver(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
-        if host not in names:
-            return real(host, port, *args, **kwargs)
-        return [
-            (socket.AF_INET6, socket.SOCK_STREAM, 6, "", (a, port, 0, 0))
-            if ":" in a
-            else (socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
-            for a in names[host]
-        ]
-
-    monkeypatch.setattr(socket, "getaddrinfo", resolver)
-    return names
 
 
 def post(url: str, *, allow_private: bool, timeout: float = 5.0) -> httpx.Response:
