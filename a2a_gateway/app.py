@@ -225,8 +225,8 @@ class GatewayHandler(DefaultRequestHandler):
     every web process.
     """
 
-    def __init__(self, *args: Any, event_stream: SharedTaskEvents | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, event_stream=event_stream, **kwargs)
+    def __init__(self, *, event_stream: SharedTaskEvents | None = None, **kwargs: Any) -> None:
+        super().__init__(event_stream=event_stream, **kwargs)
         self._events = event_stream
         self._messages = KeyedLocks()
 
