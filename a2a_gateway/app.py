@@ -55,6 +55,7 @@ from a2a_gateway import agent_exchange, caps, cors
 from a2a_gateway.auth import agent_at, authenticate
 from a2a_gateway.cards import capability_card, card_document
 from a2a_gateway.errors import Refused
+from a2a_gateway.events import SharedTaskEvents, follow
 from a2a_gateway.executor import (
     FINISHED,
     FOR_VISITOR,
@@ -88,6 +89,9 @@ ANSWERED_AT_END_METHODS = frozenset({"SendMessage", "message/send"})
 # Where the context builder leaves, in the call context's state, the new task it marked as having no
 # push config for the call (DjangoPushConfigStore.mark_without_configs), for the handler to unmark.
 WITHOUT_PUSH = "without_push"
+# Where the context builder leaves the new task whose events it marked as unseen
+# (SharedTaskEvents.mark_unseen), for the handler to unmark once the call is answered.
+UNSEEN = "unseen"
 
 
 class AgentContextBuilder(DefaultServerCallContextBuilder):
@@ -131,10 +135,16 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
     write the message out as JSON.
     """
 
-    def __init__(self, store: DjangoTaskStore, push_configs: DjangoPushConfigStore) -> None:
+    def __init__(
+        self,
+        store: DjangoTaskStore,
+        push_configs: DjangoPushConfigStore,
+        events: SharedTaskEvents | None = None,
+    ) -> None:
         super().__init__(task_store=store)
         self._store = store
         self._push_configs = push_configs
+        self._events = events
 
     async def build(
         self,
@@ -175,6 +185,10 @@ class InboundContextBuilder(SimpleRequestContextBuilder):
             if context.state.get("method") in ANSWERED_AT_END_METHODS and not params.configuration.HasField(
                 "task_push_notification_config"
             ):
+                if not params.configuration.return_immediately and self._events is not None:
+                    # Its caller learns its id from the answer, once the task is final or parked.
+                    self._events.mark_unseen(built.task_id)
+                    context.state[UNSEEN] = built.task_id
                 # A push reads its task's row (DjangoPushConfigStore): with none, nothing is held.
                 context.state[ANSWERED_AT_END] = True
                 self._push_configs.mark_without_configs(built.task_id)
@@ -206,11 +220,14 @@ class GatewayHandler(DefaultRequestHandler):
     negotiation ends with it (:func:`a2a_gateway.executor.cancel_negotiation`);
     a turn in flight cannot be stopped, only kept out of the task. A message
     sent again gets the Task it was applied on as it stands, and nothing is
-    applied twice (:mod:`a2a_gateway.resends`).
+    applied twice (:mod:`a2a_gateway.resends`). Given ``event_stream``
+    (:class:`a2a_gateway.events.SharedTaskEvents`), a subscription gets the events of
+    every web process.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, *, event_stream: SharedTaskEvents | None = None, **kwargs: Any) -> None:
+        super().__init__(event_stream=event_stream, **kwargs)
+        self._events = event_stream
         self._messages = KeyedLocks()
 
     async def on_message_send(
@@ -228,6 +245,8 @@ class GatewayHandler(DefaultRequestHandler):
                 if WITHOUT_PUSH in context.state:
                     assert isinstance(self._push_config_store, DjangoPushConfigStore)
                     self._push_config_store.unmark(context.state.pop(WITHOUT_PUSH))
+                if UNSEEN in context.state and self._events is not None:
+                    self._events.unmark(context.state.pop(UNSEEN))
             if isinstance(answer, Task):
                 store = self.task_store
                 assert isinstance(store, DjangoTaskStore)
@@ -254,14 +273,31 @@ class GatewayHandler(DefaultRequestHandler):
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
-        """The SDK's subscription, except to a task parked on its caller (input- or auth-required).
+        """The SDK's subscription, except to a task parked on its caller (input- or auth-required),
+        and, with an event stream, to a task open in the store.
 
-        Such a task changes only when its caller sends again, which can be days away:
+        A parked task changes only when its caller sends again, which can be days away:
         the subscription gives the Task and ends rather than hold an idle stream open.
+        With an event stream, any web process may be running the task's turn, so the
+        subscription follows the stream (:func:`a2a_gateway.events.follow`), which every
+        process publishes to, rather than a2a-sdk 1.3.0's shortcut to an ActiveTask of
+        this process: that may be one parked here while another process runs the turn,
+        and it would never see the turn's events. A task whose events are unseen runs its
+        turn here, and publishes nothing: its subscription is the SDK's.
         """
         stored = await self.task_store.get(params.id, context)
         if isinstance(stored, Task) and stored.status.state in PARKED:
             yield stored
+            return
+        events = self._events
+        if (
+            events is not None
+            and isinstance(stored, Task)
+            and stored.status.state not in FINISHED
+            and not events.unseen(stored.id)
+        ):
+            async for event in follow(events, stored.id):
+                yield event
             return
         async for event in super().on_subscribe_to_task(params, context):
             yield event
@@ -491,15 +527,19 @@ def build_app(executor: AgentExecutor | None = None) -> ASGIApp:
 
     ``executor`` replaces :class:`NegotiationExecutor` behind the same edge, context
     builders and store (``bench/gateway.py`` measures the gateway with a trivial one).
+    Task events reach subscribers on every web process through the channel layer
+    (:mod:`a2a_gateway.events`), but in the embedded default, which has one process.
     """
     store = DjangoTaskStore()
     push_configs = DjangoPushConfigStore()
     push_sender = PushSender(push_configs)
+    events = None if settings.EMBEDDED else SharedTaskEvents()
     handler = GatewayHandler(
         agent_executor=executor or NegotiationExecutor(),
         task_store=store,
         agent_card=capability_card(),
-        request_context_builder=InboundContextBuilder(store, push_configs),
+        request_context_builder=InboundContextBuilder(store, push_configs, events),
+        event_stream=events,
         # Parties answer in days: release parked tasks from memory; the store rebuilds them.
         interrupted_task_timeout=300,
         push_config_store=push_configs,

@@ -8,7 +8,8 @@ registered a push notification config on it. Then a worker decides the reply
 now (:func:`negotiations.services.inbound.inbound_reply_decided`), puts it on the stored
 Task as a synchronous reply would be (history, the
 :data:`a2a_gateway.executor.REPLY_ARTIFACT_ID` artifact, the outcome on a
-terminal reply, the evaluation hook's artifacts, the state its action stamps)
+terminal reply, the evaluation hook's artifacts, the state its action stamps),
+sends it to its subscribers on every web process (:func:`a2a_gateway.events.publish_task`)
 and pushes the Task (:func:`a2a_gateway.push.push_task`).
 """
 
@@ -24,6 +25,7 @@ from django.db import transaction
 from google.protobuf.json_format import ParseDict
 
 from a2a_gateway import executor, push
+from a2a_gateway.events import publish_task
 from a2a_gateway.models import A2ATask
 from a2a_gateway.store import row_fields, stored_task
 from negotiations.models import Negotiation
@@ -41,8 +43,8 @@ def on_answered(negotiation: Negotiation) -> None:
 
 
 def reply_push(*, negotiation_id: Any, tenant_id: int) -> None:
-    """Decide, record, put on the Task and push the reply to the inbound negotiation ``negotiation_id``,
-    whose party has answered.
+    """Decide, record, put on the Task, publish and push the reply to the inbound negotiation
+    ``negotiation_id``, whose party has answered.
 
     Quietly does nothing for a negotiation or Task that is gone, a Task
     without a push config of its owner (:func:`a2a_gateway.push.dispatch_configs`),
@@ -78,7 +80,9 @@ def reply_push(*, negotiation_id: Any, tenant_id: int) -> None:
     )
     if reply is None:
         return
-    asyncio.run(push.push_task(_add(tenant_id, row.task_id, executor.evaluation_artifacts(reply))))
+    replied = _add(tenant_id, row.task_id, executor.evaluation_artifacts(reply))
+    publish_task(replied)
+    asyncio.run(push.push_task(replied))
 
 
 def _put(tenant_id: int, task_id: str, after: str, reply: inbound.InboundReply) -> None:

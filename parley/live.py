@@ -110,6 +110,14 @@ def push_transient(*, event: str, tenant_id: int, party_id: int | None, payload:
     _send(_audience(tenant_id, party_id), {"type": "live.event", "event": event, "payload": payload})
 
 
+def push_to_group(group: str, message: dict[str, Any]) -> None:
+    """Send ``message`` (a channel layer message: a ``type`` and msgpack-serialisable values, bytes
+    too) to the channel layer group ``group`` now, unstored, on this process's delivery thread as
+    :func:`push_transient` sends: in order with this process's other sends, and never blocking a
+    thread that runs an event loop. Best-effort: a lost message is logged, not raised."""
+    _send([group], message)
+
+
 def _audience(tenant_id: int, party_id: int | None) -> list[str]:
     groups = [tenant_group(tenant_id)]
     if party_id is not None:
@@ -170,9 +178,7 @@ def _send(groups: list[str], message: dict[str, Any]) -> None:
             try:
                 async_to_sync(layer.group_send)(group, message)
             except Exception:  # a lost push never loses state; the page re-syncs from the database
-                logger.warning(
-                    "live event %s to %s was not delivered", message["event"], group, exc_info=True
-                )
+                logger.warning("live event %s to %s was not delivered", _name(message), group, exc_info=True)
         return
     loop = _delivery_loop()
     waits = not _delivery_behind.is_set() and not _runs_a_loop()
@@ -184,6 +190,11 @@ def _send(groups: list[str], message: dict[str, Any]) -> None:
         sent.result(timeout=SEND_WAIT)
     except TimeoutError:
         _delivery_behind.set()
+
+
+def _name(message: dict[str, Any]) -> str:
+    """What ``message`` is, for a log line: a live event's name, else its type."""
+    return str(message["event"] if message["type"] == "live.event" else message["type"])
 
 
 def _runs_a_loop() -> bool:
@@ -234,7 +245,7 @@ async def _deliver(outbox: asyncio.Queue[_Outgoing]) -> None:
             for group, result in zip(groups, results, strict=True):
                 if isinstance(result, Exception):  # a lost push never loses state; the page re-syncs
                     logger.warning(
-                        "live event %s to %s was not delivered", message["event"], group, exc_info=result
+                        "live event %s to %s was not delivered", _name(message), group, exc_info=result
                     )
         if sent is not None and not sent.done():
             sent.set_result(None)
