@@ -9,8 +9,10 @@ import hashlib
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import environ
+from csp.constants import NONE, SELF
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -38,6 +40,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "allauth",
     "allauth.account",
+    "csp",
     "parley",
     "agents",
     "negotiations",
@@ -49,6 +52,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # The Content-Security-Policy header (CONTENT_SECURITY_POLICY below) on every response, those the
+    # middleware below answers itself included.
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     # ETags on GET responses, and 304 to a matching If-None-Match (the host API's reads).
@@ -64,6 +70,29 @@ MIDDLEWARE = [
     "allauth.account.middleware.AccountMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# Content Security Policy (django-csp, CSP Level 3): every page loads scripts, styles, fonts and images
+# from this origin only; no inline script, style or style attribute runs (templates and our scripts use
+# none; htmx's indicator <style> is turned off in templates/base.html), nothing may frame a page, and
+# forms post here only. img-src allows data: for the empty favicon (href="data:,") of base.html.
+# connect-src: fetch and htmx go to 'self', which CSP Level 3 lets match the live socket's ws:/wss:
+# on the same host too; browsers that predate that (Safari before 16) need the socket's origin named,
+# PUBLIC_BASE_URL's. The API docs page (api/urls.py) widens its own policy.
+_public_origin = urlsplit(PUBLIC_BASE_URL)
+LIVE_SOCKET_ORIGIN = f"{'wss' if _public_origin.scheme == 'https' else 'ws'}://{_public_origin.netloc}"
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF, LIVE_SOCKET_ORIGIN],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 ROOT_URLCONF = "parley.urls"
 ASGI_APPLICATION = "parley.asgi.application"

@@ -1,11 +1,12 @@
-"""What browser tests do and check on any dashboard page: log in, fit a phone, pass axe-core, show focus."""
+"""What browser tests do and check on any dashboard page: log in, fit a phone, pass axe-core, show focus,
+break no rule of the content security policy."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from axe_playwright_python.sync_playwright import Axe
-from playwright.sync_api import Locator, Page, ViewportSize, expect
+from playwright.sync_api import BrowserContext, ConsoleMessage, Locator, Page, ViewportSize, expect
 
 from tests.e2e.conftest import wait_live
 
@@ -39,6 +40,32 @@ def axe_violations(page: Page) -> list[str]:
         f"{v['id']} ({v['impact']}): {', '.join(' '.join(n['target']) for n in v['nodes'])} — {v['help']}"
         for v in found
     ]
+
+
+def watch_csp(context: BrowserContext) -> list[str]:
+    """A list that fills, one line each, with what the content security policy blocks on every page of
+    ``context`` from now on: each ``securitypolicyviolation`` event (the page, the directive broken,
+    what was blocked, where from) and each console message about the policy. The listener is added
+    by Playwright before any script of the page's runs, so the policy does not block it."""
+    found: list[str] = []
+
+    def violation(line: str) -> None:
+        found.append(line)
+
+    context.expose_function("parleyCspViolation", violation)
+    context.add_init_script(
+        """document.addEventListener("securitypolicyviolation", (e) => window.parleyCspViolation(
+            `${location.pathname}: ${e.violatedDirective} blocked ${e.blockedURI}`
+            + ` (${e.sourceFile}:${e.lineNumber})`
+        ));"""
+    )
+
+    def console(message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text:
+            found.append(f"console: {message.text}")
+
+    context.on("console", console)
+    return found
 
 
 def focus_shown(page: Page) -> bool:

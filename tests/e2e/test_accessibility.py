@@ -1,5 +1,5 @@
-"""Every dashboard page, as the role that may see it, passes axe-core at desktop and phone width and
-fits a 375 px screen without sideways scrolling.
+"""Every dashboard page, as the role that may see it, passes axe-core at desktop and phone width, fits a
+375 px screen without sideways scrolling, and breaks no rule of its content security policy.
 
 The data is the demo's, played once for the module on the live stack
 (:func:`tests.e2e.scenes.dashboard_scene`): a finished run with three
@@ -21,7 +21,7 @@ from pytest_django import DjangoDbBlocker
 from negotiations import demo
 from tests.conftest import PASSWORD, LiveStack
 from tests.e2e.conftest import WAIT, off_loop, wait_live
-from tests.e2e.pages import DESKTOP, PHONE, axe_violations, fits, log_in
+from tests.e2e.pages import DESKTOP, PHONE, axe_violations, fits, log_in, watch_csp
 from tests.e2e.scenes import DEMO_QUESTION, Scene, dashboard_scene
 
 # The tests read nothing themselves; the (plain) django_db mark makes pytest-django create the test
@@ -112,15 +112,19 @@ def sessions(scene: Scene) -> dict[str, StorageState]:
     return {}
 
 
-def open_as(browser: Browser, base_url: str, who: str | None, sessions: dict[str, StorageState]) -> Page:
-    """A page of a fresh browser context, logged in as ``who`` (None: not at all)."""
+def open_as(
+    browser: Browser, base_url: str, who: str | None, sessions: dict[str, StorageState]
+) -> tuple[Page, list[str]]:
+    """A page of a fresh browser context, logged in as ``who`` (None: not at all), and what the content
+    security policy blocks in it (:func:`tests.e2e.pages.watch_csp`)."""
     context = browser.new_context(viewport=DESKTOP, storage_state=sessions.get(who or ""))
+    blocked = watch_csp(context)
     page = context.new_page()
     page.set_default_timeout(WAIT)
     if who is not None and who not in sessions:
         log_in(page, base_url, who, demo.TOMAS_PASSWORD if who == "tomas" else PASSWORD)
         sessions[who] = context.storage_state()
-    return page
+    return page, blocked
 
 
 def visit(page: Page, url: str, sweep: Sweep) -> None:
@@ -139,7 +143,7 @@ def test_sign_up_from_an_invitation_passes_axe_and_fits_a_phone(
     """The sign-up form with its e-mail fixed to the invited address, as a visitor who opened the link
     sees it."""
     sweep = Sweep(None, lambda s: "/signup/", "The invitation to Acme Robotics is for this address.")
-    page = open_as(browser, live_stack.url, None, sessions)
+    page, blocked = open_as(browser, live_stack.url, None, sessions)
     page.goto(f"{live_stack.url}{scene.invitation_path}")
     url = f"{live_stack.url}/signup/"
     found = {}
@@ -153,6 +157,7 @@ def test_sign_up_from_an_invitation_passes_axe_and_fits_a_phone(
 
     assert {width: v for width, v in found.items() if v} == {}
     assert fits(page)
+    assert blocked == []
 
 
 @pytest.mark.parametrize("name", PAGES)
@@ -160,7 +165,7 @@ def test_the_page_passes_axe_and_fits_a_phone(
     name: str, live_stack: LiveStack, scene: Scene, browser: Browser, sessions: dict[str, StorageState]
 ) -> None:
     sweep = PAGES[name]
-    page = open_as(browser, live_stack.url, sweep.who, sessions)
+    page, blocked = open_as(browser, live_stack.url, sweep.who, sessions)
     url = f"{live_stack.url}{sweep.path(scene)}"
     found = {}
 
@@ -173,22 +178,25 @@ def test_the_page_passes_axe_and_fits_a_phone(
 
     assert {width: v for width, v in found.items() if v} == {}, f"axe-core on {name} ({url})"
     assert fits(page), f"{name} is {wide[0]} px wide at {wide[1]} px"
+    assert blocked == [], f"the content security policy on {name} ({url})"
 
 
 def test_the_checks_report_what_they_look_for(
     live_stack: LiveStack, scene: Scene, browser: Browser, sessions: dict[str, StorageState]
 ) -> None:
     """The sweep can fail: an input without a label and a block wider than a phone are both caught."""
-    page = open_as(browser, live_stack.url, "tomas", sessions)
+    page, _ = open_as(browser, live_stack.url, "tomas", sessions)
     page.set_viewport_size(PHONE)
     visit(page, f"{live_stack.url}/t/acme/", PAGES["inbox"])
     assert axe_violations(page) == []
     assert fits(page)
 
+    # The width is set through the DOM: the policy blocks style attributes in markup.
     page.evaluate(
         """() => {
             document.querySelector("main").insertAdjacentHTML(
-                "beforeend", '<input id="unlabelled"><div style="width: 600px">wide</div>');
+                "beforeend", '<input id="unlabelled"><div id="wide">wide</div>');
+            document.getElementById("wide").style.width = "600px";
         }"""
     )
 
