@@ -254,6 +254,25 @@ async def load(url: str, headers: dict[str, str], *, requests: int, concurrency:
         return Result(requests, time.perf_counter() - started, latencies)
 
 
+def echo_agent() -> str:
+    """The agent at :data:`PATH` (inbound API keys, :data:`AGENT_CAPS`) in a new tenant; its one
+    inbound key. Django must be set up on the benchmark's database."""
+    from a2a_gateway.auth import inbound_key_create
+    from agents.models import Agent
+    from parley.models import Tenant
+
+    tenant = Tenant.objects.create(slug=TENANT, name="Bench")
+    agent = Agent.objects.create(
+        tenant=tenant,
+        slug=AGENT,
+        name="Echo",
+        terms="amount (number, EUR per day), currency",
+        inbound_auth=Agent.InboundAuth.API_KEY,
+        **AGENT_CAPS,
+    )
+    return inbound_key_create(agent=agent, name="bench client")[1]
+
+
 def machine() -> str:
     """Cores, CPU model, OS, and the versions that matter here."""
     from importlib.metadata import version
@@ -337,21 +356,8 @@ def main() -> None:
     import redis
     from django.conf import settings
 
-    from a2a_gateway.auth import inbound_key_create
-    from agents.models import Agent
-    from parley.models import Tenant
-
     redis.Redis.from_url(REDIS_URL).flushdb()
-    tenant = Tenant.objects.create(slug=TENANT, name="Bench")
-    agent = Agent.objects.create(
-        tenant=tenant,
-        slug=AGENT,
-        name="Echo",
-        terms="amount (number, EUR per day), currency",
-        inbound_auth=Agent.InboundAuth.API_KEY,
-        **AGENT_CAPS,
-    )
-    _, key = inbound_key_create(agent=agent, name="bench client")
+    key = echo_agent()
     from django.db import connection
 
     connection.close()  # the servers' connections alone count in the database's commits

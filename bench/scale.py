@@ -27,7 +27,7 @@ import os
 import subprocess
 import time
 
-from gateway import AGENT, AGENT_CAPS, PATH, TENANT, Result, load, serve
+from gateway import PATH, Result, echo_agent, load, serve
 from negotiate import agents, negotiate
 from stack import DATABASE_URL, REDIS_URL, free_port, fresh_database, stop, wait, wait_for_workers
 
@@ -89,21 +89,8 @@ def send_message(args: argparse.Namespace, env: dict[str, str]) -> None:
     import httpx
     import redis
 
-    from a2a_gateway.auth import inbound_key_create
-    from agents.models import Agent
-    from parley.models import Tenant
-
     redis.Redis.from_url(REDIS_URL).flushdb()
-    tenant = Tenant.objects.create(slug=TENANT, name="Bench")
-    agent = Agent.objects.create(
-        tenant=tenant,
-        slug=AGENT,
-        name="Echo",
-        terms="amount (number, EUR per day), currency",
-        inbound_auth=Agent.InboundAuth.API_KEY,
-        **AGENT_CAPS,
-    )
-    _, key = inbound_key_create(agent=agent, name="bench client")
+    key = echo_agent()
     headers = {"A2A-Version": "1.0", "Content-Type": "application/json", "X-API-Key": key}
     print()
     print(f"SendMessage, {args.clients} clients split over the processes, {args.requests} measured requests")
