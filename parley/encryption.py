@@ -126,18 +126,14 @@ class EncryptedTextField(EncryptedMixin, models.TextField):
 
 
 class EncryptedJSONField(EncryptedMixin, models.Field):
-    """A JSON value (dicts, lists, strings, numbers, booleans, None as JSON null) stored encrypted
-    as its compact JSON text. A column that is NULL reads as None."""
+    """A JSON value (dicts, lists, strings, numbers, booleans) stored encrypted as its compact JSON
+    text. None is stored as NULL (``null=True`` fields) and reads back as None."""
 
     def dumps(self, value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
     def loads(self, text: str) -> Any:
         return json.loads(text)
-
-    def get_prep_value(self, value: Any) -> Any:
-        # The value itself: dumps makes it text; Field's default would leave it as well.
-        return value
 
     def value_to_string(self, obj: models.Model) -> Any:
         # Serializers (dumpdata) write the JSON value itself, as for a JSONField, not its repr.

@@ -5,6 +5,7 @@ the plaintext rows it finds (and decrypts them back when reversed)."""
 from __future__ import annotations
 
 import base64
+import json
 from datetime import timedelta
 from io import StringIO
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from a2a.types import AgentCard
 from a2a.utils.signing import create_signature_verifier
 from cryptography.fernet import Fernet
+from django.core import serializers
 from django.core.exceptions import FieldError
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -275,3 +277,17 @@ def test_the_migration_encrypts_the_plaintext_it_finds_and_decrypts_it_when_reve
     assert PushConfig.across_tenants.get().data["token"] == "push-tok3n-4"
     assert SigningKey.across_tenants.get().private_pem.splitlines()[1] == secrets["signing key"]
     assert base64.b64decode(WebhookEndpoint.across_tenants.get().secret.removeprefix("whsec_"))
+
+
+@pytest.mark.django_db
+def test_a_push_config_goes_through_djangos_serializers_as_json(tenant: Tenant, agent: Agent) -> None:
+    data = {"taskId": "t-1", "id": "p-1", "url": "https://p.test/push", "token": "push-tok3n-4"}
+    PushConfig.objects.create(
+        tenant=tenant, agent=agent, owner="key:abc", task_id="t-1", config_id="p-1", data=data
+    )
+
+    written = serializers.serialize("json", PushConfig.across_tenants.all())
+    [read] = serializers.deserialize("json", written)
+
+    assert json.loads(written)[0]["fields"]["data"] == data
+    assert read.object.data == data
