@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from datetime import timedelta
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +34,7 @@ from negotiations.models import CounterpartyCredential
 from parley.encryption import SecretUnreadable, decrypt
 from parley.models import Tenant, WebhookEndpoint
 from parley.webhooks import endpoints, signing
+from tests.conftest import run_python
 
 KEY_A = Fernet.generate_key().decode()
 KEY_B = Fernet.generate_key().decode()
@@ -291,3 +294,43 @@ def test_a_push_config_goes_through_djangos_serializers_as_json(tenant: Tenant, 
 
     assert json.loads(written)[0]["fields"]["data"] == data
     assert read.object.data == data
+
+
+# In processes of their own, with the keys in their environment: store a tool's secret, read it back.
+STORE = """
+import django
+django.setup()
+from agents.models import Tool
+from parley.models import Tenant
+tenant = Tenant.objects.create(slug="acme", name="Acme")
+Tool.objects.create(tenant=tenant, name="book", description="Books it.", kind="host", secret="tool-s3cret-1")
+"""
+READ = """
+import django
+django.setup()
+from agents.models import Tool
+print(Tool.across_tenants.get().secret)
+"""
+
+
+def test_keys_from_the_environment_rotate_with_reencrypt_secrets(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "FIELD_ENCRYPTION_KEYS"}
+    env.update(
+        DJANGO_SETTINGS_MODULE="parley.settings.base",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'keys.sqlite3'}",
+        REDIS_URL="",
+    )
+    under_b, under_a_b, under_a = (
+        {**env, "FIELD_ENCRYPTION_KEYS": keys} for keys in (KEY_B, f"{KEY_A},{KEY_B}", KEY_A)
+    )
+    run_python("manage.py", "migrate", "-v0", env=under_b, check=True)
+    run_python("-c", STORE, env=under_b, check=True)
+
+    rotated = run_python("manage.py", "reencrypt_secrets", env=under_a_b, check=True)
+    read = run_python("-c", READ, env=under_a)
+    refused = run_python("-c", READ, env=under_b)
+
+    assert "agents.Tool.secret: 1 re-encrypted, 0 already under the first key" in rotated.stdout
+    assert read.stdout.strip() == "tool-s3cret-1"
+    assert refused.returncode != 0
+    assert "SecretUnreadable: agents.Tool.secret cannot be decrypted with any key" in refused.stderr
