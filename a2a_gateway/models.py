@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 from agents.models import Agent
+from parley.encryption import EncryptedJSONField, EncryptedTextField
 from parley.models import TenantOwnedModel
 
 # The length of a task or context id column, here and in negotiations.models.Negotiation.
@@ -53,7 +54,7 @@ class SigningKey(TenantOwnedModel):
     """A tenant's key for signing its agents' cards (ES256, JWS per the A2A spec's signed cards)."""
 
     kid = models.CharField(max_length=64, unique=True)
-    private_pem = models.TextField()
+    private_pem = EncryptedTextField()
     public_jwk = models.JSONField()
     active = models.BooleanField(default=True)
 
@@ -68,7 +69,7 @@ class PushConfig(TenantOwnedModel):
     owner = models.CharField(max_length=500, db_index=True)
     task_id = models.CharField(max_length=ID_LENGTH, db_index=True)
     config_id = models.CharField(max_length=ID_LENGTH)
-    data = models.JSONField(help_text="the config as protobuf JSON")
+    data = EncryptedJSONField(help_text="the config as protobuf JSON (its token and credentials)")
 
     class Meta:
         constraints = [

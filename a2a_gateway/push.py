@@ -175,7 +175,7 @@ class DjangoPushConfigStore(PushNotificationConfigStore):
         if problem := id_problem(config.id):
             raise InvalidParamsError(message=f"pushNotificationConfig.id {problem}")
         data = MessageToDict(config)
-        # jsonb holds no NUL.
+        # Refused as in the task store, whose jsonb holds none: no URL or token with one could be sent.
         if where := nul_path(data, "pushNotificationConfig"):
             raise InvalidParamsError(message=f"{where} must not contain a NUL character")
         agent = call_agent(context)

@@ -17,6 +17,7 @@ from django.core.validators import (
 from django.db import models
 
 from parley import outbound
+from parley.encryption import EncryptedCharField
 from parley.models import TenantOwnedModel
 
 DEFAULT_ACTIONS: list[dict[str, object]] = [
@@ -114,7 +115,7 @@ class Tool(TenantOwnedModel):
     # Every URL the platform calls is http(s) and, outside the embedded default, public (parley.outbound):
     # URLField's own validator also takes ftp:// and ftps://.
     url = models.URLField(max_length=500, blank=True, validators=[outbound.url_validator])
-    secret = models.CharField(max_length=200, blank=True, help_text="HMAC-SHA256 key for the body")
+    secret = EncryptedCharField(max_length=200, blank=True, help_text="HMAC-SHA256 key for the body")
     timeout = models.FloatField(
         default=10.0,
         validators=[MinValueValidator(0.1), MaxValueValidator(MAX_CALL_TIMEOUT)],
@@ -379,7 +380,7 @@ class ModelEndpoint(TenantOwnedModel):
     base_url = models.URLField(
         max_length=500, validators=[outbound.url_validator], help_text="e.g. https://api.openai.com/v1"
     )
-    api_key = models.CharField(max_length=500, blank=True)
+    api_key = EncryptedCharField(max_length=500, blank=True)
     upstream_model = models.CharField(max_length=200, help_text="the model id sent to the endpoint")
     input_price = models.DecimalField(
         max_digits=12, decimal_places=6, default=Decimal(0), validators=[MinValueValidator(Decimal(0))]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.db import models
 
 from agents.models import Agent, Run
+from parley.encryption import EncryptedJSONField
 from parley.models import TenantOwnedModel
 
 REFERENCE_LENGTH = 50  # "sha256:" and 43 base64url characters
@@ -53,7 +54,7 @@ class PreparedExchange(TenantOwnedModel):
     caller = models.CharField(max_length=500)
     exchange_id = models.CharField(max_length=EXCHANGE_ID_LENGTH)
     reference = models.CharField(max_length=REFERENCE_LENGTH)
-    request = models.JSONField(null=True, blank=True)
+    request = EncryptedJSONField(null=True, blank=True)
     expires_at = models.DateTimeField()
     executed_at = models.DateTimeField(null=True, blank=True)
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
@@ -96,7 +97,7 @@ class OutboundExchange(TenantOwnedModel):
     url = models.URLField(max_length=500)
     exchange_id = models.CharField(max_length=EXCHANGE_ID_LENGTH)
     reference = models.CharField(max_length=REFERENCE_LENGTH)
-    request = models.JSONField(null=True, blank=True)
+    request = EncryptedJSONField(null=True, blank=True)
     prepared_by_host = models.BooleanField(
         default=False, help_text="the host delivered the request through its own trusted channel"
     )

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from agents.models import Agent, Intent, Run
+from parley.encryption import EncryptedCharField
 from parley.models import TenantOwnedModel
 
 
@@ -240,7 +241,7 @@ class CounterpartyCredential(TenantOwnedModel):
     url_prefix = models.URLField(max_length=500)
     scheme = models.CharField(max_length=8, choices=Scheme.choices, default=Scheme.BEARER)
     header = models.CharField(max_length=100, default="X-API-Key")
-    secret = models.CharField(max_length=500)
+    secret = EncryptedCharField(max_length=500)
 
     def __str__(self) -> str:
         return self.url_prefix

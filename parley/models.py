@@ -12,6 +12,8 @@ from django.db import models
 from django.db.models.functions import Lower
 from django.utils import timezone
 
+from parley.encryption import EncryptedCharField
+
 _M = TypeVar("_M", bound=models.Model)
 
 
@@ -369,10 +371,11 @@ class WebhookEndpoint(TenantOwnedModel):
     """A URL of the host's that receives the tenant's events of the types in ``events``, signed
     with ``secret`` (Standard Webhooks: ``whsec_`` + base64 of random bytes).
 
-    The secret is kept as it is, since every delivery is signed with it; it is
-    shown to the host once, when made or rotated. Created and changed through
-    :mod:`parley.webhooks`, which checks the URL against the address policy, and
-    makes the endpoint inactive itself when its receiver answers 410 Gone.
+    The secret is kept encrypted (:mod:`parley.encryption`), not hashed, since
+    every delivery is signed with it; it is shown to the host once, when made or
+    rotated. Created and changed through :mod:`parley.webhooks`, which checks the
+    URL against the address policy, and makes the endpoint inactive itself when
+    its receiver answers 410 Gone.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -390,7 +393,7 @@ class WebhookEndpoint(TenantOwnedModel):
         help_text="why Parley made the endpoint inactive (its receiver answered 410 Gone); "
         "blank once the host sets active",
     )
-    secret = models.CharField(max_length=100)
+    secret = EncryptedCharField(max_length=100)
 
     class Meta:
         ordering = ["-created_at", "-pk"]

@@ -26,6 +26,7 @@ import redis
 from allauth.account.models import EmailAddress
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from cryptography.fernet import Fernet
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractUser
@@ -177,6 +178,11 @@ PUBLIC_NAME = "public.example"
 PUBLIC_ADDRESS = "8.8.8.8"
 # What the address policy says of a host on a private address (parley.netguard.POLICY).
 PRIVATE = "resolves to a private address; Parley does not call private addresses"
+# What production settings need to start: a secret key and field encryption keys of the deployment's own.
+DEPLOYMENT_SECRETS = {
+    "SECRET_KEY": "a-secret-of-this-deployment-" * 3,
+    "FIELD_ENCRYPTION_KEYS": Fernet.generate_key().decode(),
+}
 
 
 @pytest.fixture

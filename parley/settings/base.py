@@ -12,7 +12,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import environ
+from cryptography.fernet import Fernet
 from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -22,6 +24,23 @@ DEBUG = env.bool("DEBUG", default=False)
 # The embedded default's key is public (it is in this file): parley.settings.production refuses it.
 EMBEDDED_SECRET_KEY = "parley-embedded-default-not-for-production"
 SECRET_KEY = env.str("SECRET_KEY", default=EMBEDDED_SECRET_KEY)
+# Keys of the secrets stored encrypted (parley.encryption): Fernet keys (32 bytes, url-safe base64),
+# comma-separated, the first encrypting new values, every one reading. The embedded default's is
+# public too: parley.settings.production refuses it.
+EMBEDDED_FIELD_ENCRYPTION_KEY = "cGFybGV5LWVtYmVkZGVkLWRlZmF1bHQtcHVibGljISE="
+FIELD_ENCRYPTION_KEYS = env.list("FIELD_ENCRYPTION_KEYS", default=[EMBEDDED_FIELD_ENCRYPTION_KEY])
+if not FIELD_ENCRYPTION_KEYS:
+    raise ImproperlyConfigured("FIELD_ENCRYPTION_KEYS is empty: give at least one key.")
+for _position, _key in enumerate(FIELD_ENCRYPTION_KEYS, start=1):
+    try:
+        Fernet(_key)
+    except ValueError:
+        # The key itself is not shown: it is a secret, and may be nearly right.
+        raise ImproperlyConfigured(
+            f"FIELD_ENCRYPTION_KEYS: key {_position} is not a Fernet key (32 bytes in url-safe base64); "
+            "make one with: python -c "
+            '"from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"'
+        ) from None
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 PUBLIC_BASE_URL = env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000").rstrip("/")
 

@@ -6,7 +6,8 @@ variable: ``SECRET_KEY`` unset, the embedded default's public key, or one
 Django's deployment check (``check --deploy``, security.W009) calls weak: shorter
 than 50 characters, fewer than 5 distinct ones, or starting ``django-insecure-``
 (the mark of a key ``startproject`` made for development); ``KEY_HASH_SECRET``
-set to that public key; ``OUTBOUND_ALLOW_PRIVATE`` with open sign-up. Every
+set to that public key; ``FIELD_ENCRYPTION_KEYS`` unset or holding the embedded
+default's public key; ``OUTBOUND_ALLOW_PRIVATE`` with open sign-up. Every
 setting is in docs/settings.md.
 """
 
@@ -17,7 +18,9 @@ from django.core.exceptions import ImproperlyConfigured
 from parley.settings.base import *  # noqa: F403
 from parley.settings.base import (
     ACCOUNT_SIGNUP_ENABLED,
+    EMBEDDED_FIELD_ENCRYPTION_KEY,
     EMBEDDED_SECRET_KEY,
+    FIELD_ENCRYPTION_KEYS,
     KEY_HASH_SECRET,
     MIDDLEWARE,
     OUTBOUND_ALLOW_PRIVATE,
@@ -36,6 +39,16 @@ if SECRET_KEY.startswith("django-insecure-"):
     raise ImproperlyConfigured(
         "SECRET_KEY starts with 'django-insecure-', Django's mark of a development key: "
         "use a secret of your own."
+    )
+if "FIELD_ENCRYPTION_KEYS" not in os.environ:
+    raise ImproperlyConfigured(
+        "FIELD_ENCRYPTION_KEYS must be set in production: the keys that encrypt stored secrets "
+        "(the embedded default's key is public)."
+    )
+if EMBEDDED_FIELD_ENCRYPTION_KEY in FIELD_ENCRYPTION_KEYS:
+    raise ImproperlyConfigured(
+        "FIELD_ENCRYPTION_KEYS must not hold the embedded default's public key: re-encrypt what it "
+        "encrypted under a key of your own first (README, Running it for real)."
     )
 if KEY_HASH_SECRET == EMBEDDED_SECRET_KEY:
     raise ImproperlyConfigured("KEY_HASH_SECRET must not be the embedded default's public key.")

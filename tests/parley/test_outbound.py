@@ -26,7 +26,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from parley import netguard, outbound
-from tests.conftest import PRIVATE
+from tests.conftest import DEPLOYMENT_SECRETS, PRIVATE
 from tests.loopback import LoopbackServer
 
 
@@ -263,7 +263,7 @@ def test_private_addresses_are_called_on_the_embedded_default_and_where_a_deploy
     environment = {k: v for k, v in os.environ.items() if k not in kept}
     result = subprocess.run(
         [sys.executable, "-c", f"import {module} as s; print(s.OUTBOUND_ALLOW_PRIVATE)"],
-        env={**environment, "SECRET_KEY": "a-secret-of-this-deployment-" * 3, **env},
+        env={**environment, **DEPLOYMENT_SECRETS, **env},
         capture_output=True,
         text=True,
         check=True,

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from parley import devstack
-from tests.conftest import run_python
+from parley.settings.base import EMBEDDED_FIELD_ENCRYPTION_KEY
+from tests.conftest import DEPLOYMENT_SECRETS, run_python
 
 ROOT = devstack.ROOT
 TABLE = ROOT / "docs" / "settings.md"
@@ -136,10 +137,18 @@ def test_every_literal_default_is_the_one_documented() -> None:
     assert wrong == []
 
 
+FIELD_ENCRYPTION_KEY = DEPLOYMENT_SECRETS["FIELD_ENCRYPTION_KEYS"]
+
+
 def production_environ(**environ: str) -> dict[str, str]:
-    """This process's environment with ``environ`` and the production settings, and none of our secrets."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SECRET_KEY", "KEY_HASH", "A2A_INBOUND"))}
-    env.update(environ, DJANGO_SETTINGS_MODULE="parley.settings.production")
+    """This process's environment with ``environ`` and the production settings, none of our secrets but
+    a FIELD_ENCRYPTION_KEYS of its own unless ``environ`` names one."""
+    secrets = ("SECRET_KEY", "KEY_HASH", "A2A_INBOUND", "FIELD_ENCRYPTION_KEYS")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(secrets)}
+    env.update(
+        {"FIELD_ENCRYPTION_KEYS": FIELD_ENCRYPTION_KEY, **environ},
+        DJANGO_SETTINGS_MODULE="parley.settings.production",
+    )
     return env
 
 
@@ -181,6 +190,41 @@ def test_production_refuses_to_start_without_a_secret_of_its_own(
     assert started.returncode != 0
     assert "ImproperlyConfigured" in started.stderr
     assert refusal in started.stderr
+
+
+@pytest.mark.parametrize(
+    ("keys", "refusal"),
+    [
+        (
+            None,
+            "FIELD_ENCRYPTION_KEYS must be set in production: the keys that encrypt stored secrets",
+        ),
+        ("", "FIELD_ENCRYPTION_KEYS is empty: give at least one key."),
+        (
+            f"{FIELD_ENCRYPTION_KEY},not-a-key",
+            "FIELD_ENCRYPTION_KEYS: key 2 is not a Fernet key (32 bytes in url-safe base64)",
+        ),
+        (
+            f"{FIELD_ENCRYPTION_KEY},{EMBEDDED_FIELD_ENCRYPTION_KEY}",
+            "FIELD_ENCRYPTION_KEYS must not hold the embedded default's public key",
+        ),
+    ],
+)
+def test_production_refuses_to_start_without_encryption_keys_of_its_own(
+    keys: str | None, refusal: str
+) -> None:
+    env = production_environ(SECRET_KEY="Zq8vW2m-" * 8)
+    if keys is None:
+        del env["FIELD_ENCRYPTION_KEYS"]
+    else:
+        env["FIELD_ENCRYPTION_KEYS"] = keys
+
+    started = run_python("manage.py", "check", env=env)
+
+    assert started.returncode != 0
+    assert "ImproperlyConfigured" in started.stderr
+    assert refusal in started.stderr
+    assert "not-a-key" not in started.stderr  # a key is never shown
 
 
 @pytest.mark.parametrize(

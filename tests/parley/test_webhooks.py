@@ -37,7 +37,7 @@ from agents.services import runs
 from parley import live
 from parley.models import Event, Tenant, WebhookDelivery, WebhookEndpoint
 from parley.webhooks import attempts, endpoints, fan_out, resend, signing, sweeps
-from tests.conftest import PRIVATE, LiveStack, free_port, wait_until
+from tests.conftest import DEPLOYMENT_SECRETS, PRIVATE, LiveStack, free_port, wait_until
 
 FINISHED = {"run": "r-1", "status": "done", "output": "Hired Ada."}
 
@@ -689,7 +689,7 @@ def test_private_addresses_and_plain_http_are_refused_by_default_and_always_in_p
     code = f"import {module} as s; print(s.WEBHOOKS_ALLOW_PRIVATE, s.WEBHOOKS_ALLOW_HTTP)"
     result = subprocess.run(
         [sys.executable, "-c", code],
-        env={**environment, "SECRET_KEY": "a-secret-of-this-deployment-" * 3, **env},
+        env={**environment, **DEPLOYMENT_SECRETS, **env},
         capture_output=True,
         text=True,
         check=True,
