@@ -13,6 +13,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -144,3 +145,23 @@ def test_an_unknown_role_is_refused_with_the_roles_named() -> None:
 
     assert refused.returncode == 2
     assert refused.stderr.strip() == "usage: python -m parley.processes {migrate,web,worker,beat}"
+
+
+def test_the_images_collectstatic_step_runs_under_production_settings_with_its_build_only_values(
+    tmp_path: Path,
+) -> None:
+    step = re.search(r"^RUN (DJANGO_SETTINGS_MODULE=.*?collectstatic --noinput)$", dockerfile_steps(), re.M)
+    assert step is not None
+    *assignments, command = re.split(r"\s+(?=python )", step[1])
+    build_env = dict(pair.split("=", 1) for pair in assignments[0].split())
+    env = {**os.environ, **build_env, "STATIC_ROOT": str(tmp_path / "static"), "DATABASE_URL": "sqlite://"}
+
+    collected = run_python(*command.split()[1:], env=env)
+
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    assert list((tmp_path / "static").glob("parley/parley.*.css"))
+
+
+def dockerfile_steps() -> str:
+    """docker/Dockerfile with its continued lines joined."""
+    return (DOCKER / "Dockerfile").read_text().replace("\\\n", " ")
