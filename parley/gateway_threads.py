@@ -12,7 +12,7 @@ for all its thread-sensitive calls, so a request's calls still run in order
 on one thread and one connection, while requests at once use several.
 
 Each lane keeps its database connection between requests, as the shared thread
-did (:func:`mend`, before each request, replaces one that failed): a web
+did (:func:`mend`, before each request, replaces one that is dead): a web
 process holds at most ``GATEWAY_THREADS`` such connections, however many
 requests come (docs/settings.md says how to count them against Postgres's
 ``max_connections``).
@@ -64,13 +64,16 @@ def lanes() -> tuple[Lane, ...]:
 
 
 def mend() -> None:
-    """Close this thread's database connection if it failed and can no longer be used, so that
-    the next query opens a new one (Django does this around its own requests, on
-    ``request_started``; a lane's connection outlives requests, and would otherwise stay dead
-    after a Postgres restart or failover). The request that met the dead connection still
-    failed; the next one succeeds."""
+    """Close this thread's database connection if it can no longer be used, so that the request's
+    first query opens a new one.
+
+    A lane's connection outlives requests, so after a Postgres restart or failover (or
+    ``pg_terminate_backend``) it is dead without having failed yet: only a query tells. So it is
+    pinged (``is_usable``: ``SELECT 1``), as Django's ``CONN_HEALTH_CHECKS`` pings a persistent
+    connection before a request's first query; checking only a connection that had already failed
+    left the first request on each lane answered 500 (tests/parley/test_process_faults.py)."""
     for connection in connections.all(initialized_only=True):
-        if connection.connection is not None and connection.errors_occurred and not connection.is_usable():
+        if connection.connection is not None and not connection.is_usable():
             connection.close()
 
 

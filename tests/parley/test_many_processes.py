@@ -12,16 +12,10 @@ truth in Postgres and Redis.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import redis
 from django.conf import settings
 from django.test import Client
 from websockets.asyncio.client import connect
@@ -30,70 +24,17 @@ from agents.addresses import agent_url
 from agents.models import Agent, Intent, Question, Run
 from agents.offline import ASK_FOR_COUNTERPARTIES
 from negotiations.models import Negotiation
-from parley import devstack
 from parley.models import Membership, Tenant
 from parley.services import api_key_create
 from tests.a2a_gateway.conftest import proposal
 from tests.a2a_gateway.rpc import call, message, task_of
 from tests.a2a_gateway.servers import PushReceiver
-from tests.conftest import database_url, free_port, make_user, wait_until, wait_web
+from tests.conftest import make_user, wait_until
 from tests.negotiations.test_worker_kills import DAY_RATE, buyers, eur, record, sellers, verdict
+from tests.parley.conftest import Deployment
 from tests.parley.test_live_socket import next_frame
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-BROKER = settings.TEST_SPARE_REDIS_URL
-
-
-@dataclass
-class Deployment:
-    """Two web processes (``webs``, their origins; the first is the public URL) and their workers."""
-
-    webs: list[str]
-    env: dict[str, str]
-
-
-@pytest.fixture
-def deployment(tmp_path: Path) -> Iterator[Deployment]:
-    """Two web processes, two workers of four threads and beat, on the test database and a Redis
-    database of their own; counterparties reach agents at the first web process's origin."""
-    redis.Redis.from_url(BROKER).flushdb()
-    ports = [free_port(), free_port()]
-    webs = [f"http://127.0.0.1:{port}" for port in ports]
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "parley.settings.test",
-        "TEST_DATABASE_URL": database_url(),
-        "TEST_REDIS_URL": BROKER,
-        "PUBLIC_BASE_URL": webs[0],
-        "A2A_SEND_TIMEOUT": "30",
-        "A2A_PUSH_ALLOW_PRIVATE": "true",
-        "CELERY_BEAT_SCHEDULE_FILENAME": str(tmp_path / "beat" / "schedule"),
-        "LOG_LEVEL": "WARNING",
-    }
-    logs = devstack.ROOT / ".pytest_cache"
-    logs.mkdir(exist_ok=True)
-    log = (logs / f"many-processes-{ports[0]}.log").open("w")
-    processes = [devstack.start_web(port, env, log) for port in ports]
-    processes += [devstack.start_worker(env, log, threads=4, name=f"many{i}-{ports[0]}@%h") for i in (1, 2)]
-    processes.append(devstack.start_beat(env, log))
-    previous_base = settings.PUBLIC_BASE_URL
-    settings.PUBLIC_BASE_URL = webs[0]
-    try:
-        for process, url in zip(processes, webs, strict=False):
-            wait_web(process, url, log.name)
-        yield Deployment(webs=webs, env=env)
-    finally:
-        settings.PUBLIC_BASE_URL = previous_base
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        log.close()
-        redis.Redis.from_url(BROKER).flushdb()
 
 
 def api_key(tenant: Tenant) -> str:
