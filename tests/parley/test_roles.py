@@ -145,6 +145,8 @@ PAGES = [
     Page("agents:agent-create", "post", OPERATORS, changes=False),
     Page("agents:agent-edit", "get", OPERATORS, pk=lambda w: w.agent.pk),
     Page("agents:agent-edit", "post", OPERATORS, pk=lambda w: w.agent.pk, changes=False),
+    # The world's agent claims no host name: verifying it is refused, and nothing is written.
+    Page("agents:agent-host-name-verify", "post", OPERATORS, pk=lambda w: w.agent.pk, ok=302, changes=False),
     Page("agents:tool-list", "get", OPERATORS),
     Page("agents:tool-create", "get", OPERATORS),
     Page("agents:tool-create", "post", OPERATORS, changes=False),
