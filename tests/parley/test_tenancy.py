@@ -46,6 +46,10 @@ ACROSS_TENANTS = {
     "exchange.services:prepared_expire": "a beat sweep of every tenant's prepared requests",
     "exchange.outbound:stalled_sends": "a beat sweep of every tenant's outbound exchanges",
     "api.idempotency:expire": "a beat sweep of every tenant's idempotency keys",
+    "a2a_gateway.events:_stored": "a task's subscriber, already found to own it through the task store, "
+    "reads the task again by its id",
+    "agents.services.host_names:taken": "a host name proved by an agent of any tenant is taken for all",
+    "parley.encryption:_rewrite": "reencrypt_secrets moves every tenant's secrets to the first key",
 }
 
 # --- The manager --------------------------------------------------------------------------------
