@@ -29,6 +29,10 @@ def viewer(tenant: Tenant) -> AbstractUser:
     return member(tenant, "vera", Membership.Role.VIEWER)
 
 
+# The application_name of every Postgres session of the deployment's processes.
+DEPLOYMENT_APPLICATION = "parley-test-deployment"
+
+
 @dataclass
 class Deployment:
     """Two web processes (``webs``, their origins; the first is the public URL; ``web_processes``,
@@ -56,6 +60,8 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
         "A2A_PUSH_ALLOW_PRIVATE": "true",
         "CELERY_BEAT_SCHEDULE_FILENAME": str(tmp_path / "beat" / "schedule"),
         "LOG_LEVEL": "WARNING",
+        # Names the deployment's Postgres sessions (libpq reads it), so a test can tell them apart.
+        "PGAPPNAME": DEPLOYMENT_APPLICATION,
     }
     logs = devstack.ROOT / ".pytest_cache"
     logs.mkdir(exist_ok=True)

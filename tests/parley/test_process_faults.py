@@ -43,7 +43,7 @@ from tests.chat_server import ChatServer, Reply, hang
 from tests.conftest import on_chat_model, run_python, wait_until
 from tests.negotiating_policy import NegotiatingPolicy
 from tests.negotiations.test_worker_kills import DAY_RATE, buyers, eur, record, sellers, verdict
-from tests.parley.conftest import Deployment
+from tests.parley.conftest import DEPLOYMENT_APPLICATION, Deployment
 from tests.parley.test_many_processes import api_key, run_ended
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -264,11 +264,14 @@ def test_a_message_sent_again_to_another_web_process_while_its_turn_runs_is_appl
 
 
 def backends() -> list[tuple[int, str]]:
-    """The Postgres backends on the test database other than this test's own: (pid, application_name)."""
+    """The Postgres backends of the deployment's processes on the test database: (pid,
+    application_name). The session's other processes (the live stack's) are left alone: their
+    fixtures outlive this test."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pid, application_name FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid()"
+            "AND pid <> pg_backend_pid() AND application_name = %s",
+            [DEPLOYMENT_APPLICATION],
         )
         return [(int(pid), str(name)) for pid, name in cursor.fetchall()]
 
