@@ -68,7 +68,7 @@ from a2a_gateway.executor import (
 from a2a_gateway.hosts import HOST_NAME
 from a2a_gateway.models import InboundKey
 from a2a_gateway.push import DjangoPushConfigStore, PushSender, url_allowed
-from a2a_gateway.resends import KeyedLocks, message_key, resent_task
+from a2a_gateway.resends import MessageClaims, claim_name, claim_wait_seconds, resent_task
 from a2a_gateway.signing import jwks_endpoint
 from a2a_gateway.store import ANSWERED_AT_END, NEW_TASK, DjangoTaskStore, call_agent
 from agents.models import Agent
@@ -228,14 +228,16 @@ class GatewayHandler(DefaultRequestHandler):
     def __init__(self, *, event_stream: SharedTaskEvents | None = None, **kwargs: Any) -> None:
         super().__init__(event_stream=event_stream, **kwargs)
         self._events = event_stream
-        self._messages = KeyedLocks()
+        self._claims = MessageClaims()
 
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | A2AMessage:
         """The SDK's, except for a message sent again, which gets its Task as it stands
         (:mod:`a2a_gateway.resends`)."""
-        async with self._messages.hold(message_key(context, params.message)):
+        async with self._claims.hold(
+            claim_name(context, params.message), wait_seconds=claim_wait_seconds(context)
+        ):
             resent = await self._resent(params, context)
             if resent is not None:
                 return resent
@@ -311,7 +313,9 @@ class GatewayHandler(DefaultRequestHandler):
         a2a-sdk 1.3.0 streams a follow-up's events without the Task they change; it
         is read from the store once the message is admitted (its first event).
         """
-        async with self._messages.hold(message_key(context, params.message)):
+        async with self._claims.hold(
+            claim_name(context, params.message), wait_seconds=claim_wait_seconds(context)
+        ):
             resent = await self._resent(params, context)
             if resent is not None:
                 yield resent

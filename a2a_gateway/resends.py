@@ -12,14 +12,15 @@ of the ids reaches nothing of it. The rate limit counts it as any message
 The SDK could not do it: it would refuse the message (a used ``messageId``; a
 finished Task), or, for a first message, start a new Task and apply the move
 there a second time. A message sent again while the first is still being
-answered in this process waits for that answer (:class:`KeyedLocks`: one
-message at a time per caller and Task, or per caller and context for a first
-message), then gets it.
+answered, by this web process or another, waits for that answer
+(:class:`MessageClaims`: one message at a time per caller and Task, or per caller
+and context for a first message), then gets it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
@@ -32,10 +33,16 @@ from google.protobuf.json_format import MessageToDict, SerializeToJsonError
 from a2a_gateway import caps
 from a2a_gateway.store import DjangoTaskStore, call_agent, id_problem, owner_of
 from negotiations.services import inbound
+from parley import locks
+
+logger = logging.getLogger(__name__)
 
 # Seconds between two looks at a Task whose message is applied but whose reply another process
-# is still writing to it.
+# is still writing to it, and between two tries at a message's claim that another process holds.
 REPLY_POLL_SECONDS = 0.1
+# Seconds a message waits for its claim beyond the agent's turn_timeout: the time to store the
+# answer of a turn that ran out of time.
+CLAIM_GRACE_SECONDS = 10.0
 
 
 class KeyedLocks:
@@ -63,15 +70,62 @@ class KeyedLocks:
                 self._locks[key] = (lock, users - 1)
 
 
-def message_key(context: ServerCallContext, message: Message) -> Hashable | None:
-    """What ``message`` waits on while another is answered (:class:`KeyedLocks`): its caller's
-    partition and its Task, or, for a first message, its context; None for a first message
-    without a ``contextId``, which cannot be told from another."""
+class MessageClaims:
+    """One message at a time per claim (:func:`claim_name`), in this web process and across all.
+
+    In this process a :class:`KeyedLocks`; across processes, on Postgres, a session advisory lock
+    on the request's gateway lane connection (:func:`parley.locks.try_take`), tried every
+    :data:`REPLY_POLL_SECONDS` while another process holds it. Postgres frees that lock when its
+    holder's connection ends, so a web process killed mid-turn holds up no one. A message that
+    has waited the agent's ``turn_timeout`` + :data:`CLAIM_GRACE_SECONDS` goes on without the
+    claim (logged): the turn's own checks under the negotiation's row lock still refuse a used
+    ``messageId`` on its Task.
+    """
+
+    def __init__(self) -> None:
+        self._here = KeyedLocks()
+
+    @asynccontextmanager
+    async def hold(self, name: str | None, *, wait_seconds: float) -> AsyncIterator[None]:
+        """Hold the claim ``name`` for the block (none at all for None), waiting at most
+        ``wait_seconds`` for another process's holder."""
+        async with self._here.hold(name):
+            if name is None or not locks.shared():
+                yield
+                return
+            held = await _claim(name, wait_seconds)
+            try:
+                yield
+            finally:
+                if held:
+                    await sync_to_async(locks.give_back)(name)
+
+
+async def _claim(name: str, wait_seconds: float) -> bool:
+    """Take the advisory lock ``name``, trying until ``wait_seconds`` have passed; whether taken."""
+    deadline = time.monotonic() + wait_seconds
+    while not await sync_to_async(locks.try_take)(name):
+        if time.monotonic() >= deadline:
+            logger.warning("went on without the claim %s after %.0f s", name, wait_seconds)
+            return False
+        await asyncio.sleep(REPLY_POLL_SECONDS)
+    return True
+
+
+def claim_name(context: ServerCallContext, message: Message) -> str | None:
+    """The claim ``message`` is answered under (:class:`MessageClaims`): its caller's partition and
+    its Task, or, for a first message, its context; None for a first message without a
+    ``contextId``, which cannot be told from another."""
     if message.task_id:
-        return (owner_of(context), "task", message.task_id)
+        return f"a2a-message|{owner_of(context)}|task|{message.task_id}"
     if message.context_id:
-        return (owner_of(context), "context", message.context_id)
+        return f"a2a-message|{owner_of(context)}|context|{message.context_id}"
     return None
+
+
+def claim_wait_seconds(context: ServerCallContext) -> float:
+    """How long a message waits for its claim: the longest another process's answer to it can take."""
+    return call_agent(context).turn_timeout + CLAIM_GRACE_SECONDS
 
 
 async def resent_task(store: DjangoTaskStore, context: ServerCallContext, message: Message) -> Task | None:

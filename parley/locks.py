@@ -29,32 +29,53 @@ def advisory_key(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True)
 
 
+def shared() -> bool:
+    """Whether locks here span processes: on Postgres, yes; on other databases (the embedded
+    default's SQLite, one process) they are this process's."""
+    return connection.vendor == "postgresql"
+
+
+def try_take(name: str) -> bool:
+    """Take the session advisory lock ``name`` (a 64-bit hash of it, ``pg_try_advisory_lock``) on
+    this thread's Postgres connection, if no other session holds it; whether it is now held.
+
+    It spans processes, and Postgres frees it when the connection ends, so a process that dies
+    holding it leaks nothing. It needs the connection to stay the same session until
+    :func:`give_back` (no transaction-mode connection pooler in between), and the session may take
+    it again while it holds it (callers keep their own process's holders apart). Postgres only
+    (:func:`shared`).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [advisory_key(name)])
+        return bool(cursor.fetchone()[0])
+
+
+def give_back(name: str) -> None:
+    """Release the session advisory lock ``name`` that :func:`try_take` took on this thread's
+    connection. A connection that is gone took the lock with it: that is logged, not raised."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [advisory_key(name)])
+    except DatabaseError:
+        logger.warning("could not release %s: its connection is gone", name, exc_info=True)
+
+
 @contextmanager
 def alone(name: str) -> Iterator[bool]:
     """Hold ``name`` for the ``with`` block, if nobody holds it: yields True when this caller holds
     it, False when another holds it (the caller should then do nothing).
 
-    On Postgres a session advisory lock (``pg_try_advisory_lock``) on a 64-bit hash of ``name``,
-    taken on this thread's database connection: it spans processes, and Postgres frees it when
-    the connection ends, so a worker that dies holding it leaks nothing. It needs the connection
-    to stay the same session throughout (no transaction-mode connection pooler in between). On
-    other databases (the embedded default's SQLite, one process) a lock of this process. Do not
-    nest two of the same name (Postgres would let the inner one in, SQLite would not).
+    On Postgres :func:`try_take` and :func:`give_back`, across processes; on other databases (the
+    embedded default's SQLite, one process) a lock of this process. Do not nest two of the same
+    name (Postgres would let the inner one in, SQLite would not).
     """
-    if connection.vendor == "postgresql":
-        key = advisory_key(name)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-            held = bool(cursor.fetchone()[0])
+    if shared():
+        held = try_take(name)
         try:
             yield held
         finally:
             if held:
-                try:
-                    with connection.cursor() as cursor:
-                        cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
-                except DatabaseError:  # the connection is gone, and the lock with it
-                    logger.warning("could not release %s: its connection is gone", name, exc_info=True)
+                give_back(name)
         return
     with _held_lock:
         held = name not in _held
@@ -87,7 +108,7 @@ class SessionLock:
 
     def held(self) -> bool:
         """Whether this process holds the lock now, taking it if it is free."""
-        if connection.vendor != "postgresql":
+        if not shared():
             return True
         try:
             with connection.cursor() as cursor:
