@@ -485,12 +485,16 @@ def _outlive(work: asyncio.Future[Any], agent: Agent) -> None:
     work.add_done_callback(ended)
 
 
+def try_again_text(agent: Agent) -> str:
+    """What ``agent`` answers a message whose turn did not end in time: its own text, or :data:`TRY_AGAIN`."""
+    return agent.try_again_text.strip() or TRY_AGAIN
+
+
 async def _try_again(agent: Agent, updater: TaskUpdater) -> None:
     """The answer to a turn that outlasts ``agent.turn_timeout``: the agent's try-again text as
     the reply (history and artifact, like any reply), input-required, so the counterparty may
     send again on the same task."""
-    text = agent.try_again_text.strip() or TRY_AGAIN
-    message = updater.new_agent_message([new_text_part(text)])
+    message = updater.new_agent_message([new_text_part(try_again_text(agent))])
     await updater.update_status(TaskState.TASK_STATE_WORKING, message=message)
     await updater.add_artifact(list(message.parts), artifact_id=REPLY_ARTIFACT_ID, name="reply")
     await updater.update_status(TaskState.TASK_STATE_INPUT_REQUIRED)

@@ -96,10 +96,10 @@ def _put(tenant_id: int, task_id: str, after: str, reply: inbound.InboundReply) 
         raise inbound.TaskMovedOn(f"task {task_id} is {TaskState.Name(task.status.state)}")
     message = ParseDict(reply.message, Message())
     task.history.append(message)
-    _apply(task, executor.reply_artifacts(reply, message))
+    artifacts_add(task, executor.reply_artifacts(reply, message))
     task.status.CopyFrom(TaskStatus(state=executor.STATES[reply.state]))
     task.status.timestamp.GetCurrentTime()
-    _save(row, task)
+    task_save(row, task)
 
 
 def _add(tenant_id: int, task_id: str, artifacts: list[Artifact]) -> Task:
@@ -108,12 +108,12 @@ def _add(tenant_id: int, task_id: str, artifacts: list[Artifact]) -> Task:
         row = A2ATask.objects.for_tenant(tenant_id).select_for_update().get(task_id=task_id)
         task = stored_task(row)
         if artifacts:
-            _apply(task, artifacts)
-            _save(row, task)
+            artifacts_add(task, artifacts)
+            task_save(row, task)
     return task
 
 
-def _apply(task: Task, artifacts: list[Artifact]) -> None:
+def artifacts_add(task: Task, artifacts: list[Artifact]) -> None:
     """Add ``artifacts`` to ``task`` as the SDK applies an artifact event: one of the same id is replaced."""
     for artifact in artifacts:
         append_artifact_to_task(
@@ -121,7 +121,8 @@ def _apply(task: Task, artifacts: list[Artifact]) -> None:
         )
 
 
-def _save(row: A2ATask, task: Task) -> None:
+def task_save(row: A2ATask, task: Task) -> None:
+    """Store ``task``, changed outside the SDK, in its (locked) ``row``."""
     fields = row_fields(task)
     for name, value in fields.items():
         setattr(row, name, value)

@@ -273,6 +273,11 @@ CELERY_BEAT_SCHEDULE = {
     "resend-stalled-agent-work": {"task": "agents.tasks.stalled_work_resend", "schedule": SWEEP_INTERVAL},
     "resend-stalled-pumps": {"task": "negotiations.tasks.stalled_pumps_resend", "schedule": SWEEP_INTERVAL},
     "resend-stalled-exchanges": {"task": "exchange.tasks.stalled_sends_resend", "schedule": SWEEP_INTERVAL},
+    # A2A Tasks whose web process stopped mid-turn get the answer that process would have given.
+    "answer-abandoned-a2a-tasks": {
+        "task": "a2a_gateway.tasks.abandoned_tasks_answer",
+        "schedule": SWEEP_INTERVAL,
+    },
     "expire-idempotency-keys": {"task": "api.tasks.idempotency_keys_expire", "schedule": 3600.0},
     # Webhook deliveries whose scheduled attempt never ran (a lost broker message) are sent again.
     "webhooks-overdue": {"task": "parley.tasks.webhook_deliveries_overdue", "schedule": 300.0},

@@ -7,10 +7,11 @@ The deployment of ``tests/parley/conftest.py``: two web processes, two workers a
 * The seller's model holds its answer while the first web process runs the turn; that process is
   SIGKILLed, and the counterparty, whose connection dropped, sends the same message (the same
   ``messageId``) to the other. The move is applied once and answered. A first message's Task that
-  the killed process began is left WORKING for good (xfail).
+  the killed process began, which no process is left to answer, is answered by the sweep
+  (:mod:`a2a_gateway.abandoned`) with the try-again text.
 * The same message sent again to the other web process while the first still runs its turn (a
-  counterparty that gave up waiting): a first message is applied on two Tasks, a follow-up leaves
-  its Task FAILED (xfail, both).
+  counterparty that gave up waiting) waits for the first answer and gets it: applied once, on one
+  Task, whether a first message or a follow-up.
 * Postgres terminates every backend of the deployment (``pg_terminate_backend``, as a restart or a
   failover does; restarting the machine's own Postgres would end the test session too). The processes
   carry on without a restart: a counterparty's next move is answered on each web process, ``/health``
@@ -24,15 +25,21 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
+from a2a.types import Role, TaskState
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
+from a2a_gateway.abandoned import ABANDONED_GRACE_SECONDS, abandoned_tasks_answer
+from a2a_gateway.executor import try_again_text
 from a2a_gateway.models import A2ATask
+from a2a_gateway.store import stored_task
 from agents.addresses import agent_url
 from agents.models import Agent, ModelEndpoint, Run
 from negotiations.models import Negotiation, Turn
@@ -52,6 +59,9 @@ pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.django_db(tra
 # as the model has the request; the server's closing ends the hold.
 HELD = 600.0
 WORKING = "TASK_STATE_WORKING"
+# Seconds the message sent again is given to be answered while the first turn still waits on its
+# model: answered within them, it did not wait for the first answer.
+CLAIM_WAITS_SECONDS = 3.0
 
 
 @pytest.fixture
@@ -168,14 +178,7 @@ def test_a_web_process_killed_mid_turn_loses_nothing_and_applies_nothing_twice(
         assert not A2ATask.across_tenants.filter(agent=seller, state=WORKING).exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason="A first message's Task begun by a web process killed mid-turn stays WORKING for good: the "
-    "message sent again finds no turn recorded (inbound_resent), so the SDK opens a new Task for it, "
-    "and nothing ever ends the first (no sweep of WORKING Tasks whose process is gone).",
-)
-def test_a_task_begun_by_a_web_process_killed_mid_turn_is_not_left_working(
+def test_a_task_begun_by_a_web_process_killed_mid_turn_is_answered_by_the_sweep(
     deployment: Deployment, model: ChatServer
 ) -> None:
     seller = chat_seller(model)
@@ -184,15 +187,22 @@ def test_a_task_begun_by_a_web_process_killed_mid_turn_is_not_left_working(
     kill_mid_turn(deployment, model, {**params, "path": path})
     answer = answered_on_the_other(deployment, path, params)
     assert answer["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", answer
+    [left] = A2ATask.across_tenants.filter(agent=seller, state=WORKING)
+    assert left.task_id != answer["id"]  # the killed process's Task, which no process answers
 
-    # Given the time a turn may take, and then some, nothing of the seller's is still WORKING.
-    seller.turn_timeout = 2
-    seller.save(update_fields=["turn_timeout"])
-    wait_until(
-        lambda: not A2ATask.across_tenants.filter(agent=seller, state=WORKING).exists(),
-        timeout=60,
-        what="the Task the killed process began to leave WORKING",
-    )
+    # While a live process could still be answering it, the sweep leaves it alone.
+    assert abandoned_tasks_answer() == []
+    later = timezone.now() + timedelta(seconds=seller.turn_timeout + ABANDONED_GRACE_SECONDS + 1)
+    assert abandoned_tasks_answer(now=later) == [left.task_id]
+
+    task = stored_task(A2ATask.across_tenants.get(task_id=left.task_id))
+    assert TaskState.Name(task.status.state) == "TASK_STATE_INPUT_REQUIRED"
+    reply = task.history[-1]
+    assert (reply.role, reply.parts[0].text) == (Role.ROLE_AGENT, try_again_text(seller))
+    assert task.history[-2].message_id == params["message"]["messageId"]
+    assert [a.parts[0].text for a in task.artifacts] == [try_again_text(seller)]
+    assert applied(seller, params["message"]["messageId"]) == 1  # on the Task the other process answered
+    assert abandoned_tasks_answer(now=later) == []
 
 
 class Held:
@@ -214,24 +224,7 @@ class Held:
         return self.then(body)
 
 
-SENT_AGAIN_MEANWHILE = {
-    "first message": "A first message sent again to another web process while its turn runs is applied "
-    "twice, on two Tasks and two inbound negotiations: inbound_resent finds no turn recorded yet, the "
-    "SDK opens a second Task, and inbound_turn refuses a replayed messageId only within one Task.",
-    "follow-up": "A follow-up sent again to another web process while its turn runs is applied once, "
-    "but the turn that commits second is refused at commit (_refuse_replays: MoveError), the executor "
-    "raises -32602 and the SDK stores the Task FAILED over the reply the other process put on it: the "
-    "counterparty's Task says failed while the seller's negotiation is open.",
-}
-
-
-@pytest.mark.parametrize(
-    "which",
-    [
-        pytest.param(w, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=r))
-        for w, r in SENT_AGAIN_MEANWHILE.items()
-    ],
-)
+@pytest.mark.parametrize("which", ["first message", "follow-up"])
 def test_a_message_sent_again_to_another_web_process_while_its_turn_runs_is_applied_once(
     deployment: Deployment, model: ChatServer, which: str
 ) -> None:
@@ -243,23 +236,33 @@ def test_a_message_sent_again_to_another_web_process_while_its_turn_runs_is_appl
     held = Held(model.responder)
     model.responder = held
     params = user_message(proposal(900), task=task)
-    answers: list[httpx.Response] = []
+    answers: dict[str, httpx.Response] = {}
 
-    def send_first() -> None:
-        answers.append(call(f"{deployment.webs[0]}{path}", "SendMessage", params))
+    def send(web: str) -> Callable[[], None]:
+        def sending() -> None:
+            answers[web] = call(f"{web}{path}", "SendMessage", params)
 
-    first = threading.Thread(target=send_first, daemon=True)
+        return sending
+
+    first = threading.Thread(target=send(deployment.webs[0]), daemon=True)
     first.start()
     wait_until(held.held.is_set, timeout=60, what="the first turn to wait on the model")
-    # The counterparty gave up waiting and sends the same message again; the other process takes it.
-    again = call(f"{deployment.webs[1]}{path}", "SendMessage", params)
+    # The counterparty gave up waiting and sends the same message again; the other process takes
+    # it, and waits for the first process's answer rather than answer it a second time.
+    again = threading.Thread(target=send(deployment.webs[1]), daemon=True)
+    again.start()
+    again.join(timeout=CLAIM_WAITS_SECONDS)
+    assert again.is_alive(), "the message sent again was answered while its first turn still ran"
     held.release.set()
     first.join(timeout=120)
+    again.join(timeout=120)
 
     assert applied(seller, params["message"]["messageId"]) == 1
     assert Negotiation.across_tenants.filter(agent=seller).count() == 1
-    states = [task_of(answer)["status"]["state"] for answer in [*answers, again]]
-    assert states == ["TASK_STATE_INPUT_REQUIRED"] * 2
+    tasks = [task_of(answers[web]) for web in deployment.webs]
+    assert [t["status"]["state"] for t in tasks] == ["TASK_STATE_INPUT_REQUIRED"] * 2
+    assert tasks[0]["id"] == tasks[1]["id"]
+    assert tasks[1]["history"] == tasks[0]["history"]
     assert [t.state for t in A2ATask.across_tenants.filter(agent=seller)] == ["TASK_STATE_INPUT_REQUIRED"]
 
 
