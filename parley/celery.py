@@ -11,6 +11,7 @@ import enum
 import logging
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
@@ -22,7 +23,7 @@ from amqp.exceptions import AMQPError
 from celery import Celery, Task, beat
 from celery.exceptions import SecurityWarning
 from celery.signals import worker_init, worker_process_shutdown
-from django.db import models, transaction
+from django.db import connections, models, transaction
 from django.utils import timezone
 from kombu import Queue
 from kombu.exceptions import KombuError
@@ -44,6 +45,8 @@ class TaskQueue(enum.StrEnum):
     EVENTS = "events"
 
 
+# Seconds between two checks of a worker's idle pooled database connections (_pool_check_forever).
+POOL_CHECK_SECONDS = 2.0
 # The lock only one beat of a deployment holds; the others are standbys.
 BEAT_LOCK = "parley:beat"
 # Seconds a standby beat waits before it asks for the lock again.
@@ -99,6 +102,34 @@ def _telemetry_setup(**_: object) -> None:
     # Once, in the worker's main process: forked pool children inherit the provider, and the SDK
     # restarts its export thread in each of them.
     telemetry.setup()
+
+
+@worker_init.connect
+def _pool_checks_start(**_: object) -> None:
+    # A worker with DATABASE_POOL_SIZE: see _pool_check_forever.
+    if connections["default"].settings_dict["OPTIONS"].get("pool"):
+        threading.Thread(target=_pool_check_forever, name="pool-check", daemon=True).start()
+
+
+def _pool_check_forever() -> None:
+    """Every :data:`POOL_CHECK_SECONDS`, replace the idle pooled connections Postgres has dropped
+    (psycopg_pool's ``check()``).
+
+    The pool checks a connection only as it lends it, and after a failed check waits 1 s, then 2,
+    4, 8… before the next (psycopg_pool 3.2.1, psycopg/psycopg#709). After a Postgres restart every
+    idle connection is dead, so a task behind six of them waited more than the pool's 30 s and
+    failed. psycopg's documentation suggests calling ``check()`` when connections may have been
+    lost; done here, a dropped pool is replaced within seconds.
+    """
+    pool = connections["default"].pool  # type: ignore[attr-defined]  # the postgresql backend's
+    while True:
+        time.sleep(POOL_CHECK_SECONDS)
+        if pool.closed:  # opened at the first task's connection
+            continue
+        try:
+            pool.check()
+        except Exception:  # the next check tries again; a task's own connection check still applies
+            logger.warning("could not check the database connection pool", exc_info=True)
 
 
 @worker_process_shutdown.connect
