@@ -195,14 +195,21 @@ def serve(factory: str, port: int, env: dict[str, str]) -> subprocess.Popen[byte
 
 
 def body(*, request_id: int) -> bytes:
-    """A JSON-RPC 1.0 SendMessage opening a new task with a ``propose`` move (fresh message and offer ids)."""
+    """A JSON-RPC 1.0 SendMessage opening a new task with a ``propose`` move (fresh message, context and
+    offer ids): a first message with a ``contextId``, as our own client sends one (negotiations.client), so
+    the gateway answers it under its claim (a2a_gateway.resends.MessageClaims)."""
     move = {
         "action": "propose",
         "message": "I can pay €800 a day.",
         "terms": {"amount": 800, "currency": "EUR"},
         "offerId": str(uuid.uuid4()),
     }
-    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"data": move}]}
+    message = {
+        "messageId": str(uuid.uuid4()),
+        "contextId": str(uuid.uuid4()),
+        "role": "ROLE_USER",
+        "parts": [{"data": move}],
+    }
     return json.dumps(
         {"jsonrpc": "2.0", "id": request_id, "method": "SendMessage", "params": {"message": message}}
     ).encode()
