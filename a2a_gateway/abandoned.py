@@ -21,14 +21,17 @@ from datetime import datetime, timedelta
 from a2a.helpers import new_text_part
 from a2a.types import Artifact, Message, Role, Task, TaskState, TaskStatus
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from google.protobuf.json_format import ParseDict
 
 from a2a_gateway import executor, push
+from a2a_gateway.claims import task_claimed
 from a2a_gateway.events import publish_task
 from a2a_gateway.models import A2ATask
 from a2a_gateway.replies import artifacts_add, task_save
 from a2a_gateway.store import stored_task
+from agents.models import Agent
 from negotiations.models import Negotiation, Settlement, Turn
 from negotiations.services import inbound
 from parley.celery import SWEEP_BATCH
@@ -47,27 +50,35 @@ def abandoned_tasks_answer(*, now: datetime | None = None) -> list[str]:
 
     A Task counts as abandoned once it has been ``submitted`` or ``working`` (its row unchanged)
     for longer than its agent's ``turn_timeout`` + :data:`ABANDONED_GRACE_SECONDS` before ``now``
-    (default: the present). Each gets the reply its turn recorded or the try-again text
-    (:func:`_answer`), is published to its subscribers on every web process and pushed to its push
-    configs (best-effort). Reads across tenants, as the sweeps do; each Task is changed under its
-    row lock, and one another sweep holds is skipped. At most :data:`parley.celery.SWEEP_BATCH` a call.
+    (default: the present), and no web process holds the claim of a message on it
+    (:func:`a2a_gateway.claims.task_claimed`: a turn still running, under a ``turn_timeout``
+    since lowered, keeps it). Each gets the reply its turn recorded or the try-again text
+    (:func:`answer_left`), is published to its subscribers on every web process and pushed to its
+    push configs (best-effort). Reads across tenants, as the sweeps do. At most
+    :data:`parley.celery.SWEEP_BATCH` a call, those left longest first.
     """
     now = now or timezone.now()
-    candidates = (
-        A2ATask.across_tenants.filter(
-            state__in=UNANSWERED, updated_at__lt=now - timedelta(seconds=ABANDONED_GRACE_SECONDS)
-        )
-        .select_related("agent")
-        .order_by("updated_at")[:SWEEP_BATCH]
+    timeouts = set(
+        Agent.across_tenants.filter(a2a_tasks__state__in=UNANSWERED).values_list("turn_timeout", flat=True)
     )
-    due = [
-        row.task_id
-        for row in candidates
-        if row.updated_at < now - timedelta(seconds=row.agent.turn_timeout + ABANDONED_GRACE_SECONDS)
-    ]
+    if not timeouts:
+        return []
+    due = Q()
+    for timeout in timeouts:
+        due |= Q(
+            agent__turn_timeout=timeout,
+            updated_at__lt=now - timedelta(seconds=timeout + ABANDONED_GRACE_SECONDS),
+        )
+    rows = (
+        A2ATask.across_tenants.filter(due, state__in=UNANSWERED)
+        .order_by("updated_at")
+        .values_list("task_id", "owner", "context_id")[:SWEEP_BATCH]
+    )
     answered = []
-    for task_id in due:
-        task = _answer(task_id, before=now)
+    for task_id, owner, context_id in rows:
+        if task_claimed(owner=owner, task_id=task_id, context_id=context_id):
+            continue
+        task = answer_left(task_id)
         if task is None:
             continue
         answered.append(task_id)
@@ -78,13 +89,19 @@ def abandoned_tasks_answer(*, now: datetime | None = None) -> list[str]:
     return answered
 
 
-def _answer(task_id: str, *, before: datetime) -> Task | None:
-    """Answer the abandoned Task ``task_id``, unless it moved or another sweep holds it: the Task."""
+def answer_left(task_id: str) -> Task | None:
+    """Answer the Task ``task_id``, which a web process that stopped left ``submitted`` or
+    ``working``, as it would have: with the reply its turn recorded (history, the reply and outcome
+    artifacts, the state it stamped), or else the agent's try-again text, ``input-required``.
+
+    The caller has found that no process answers it any more. Returns the Task; None when it is
+    no longer under way, or another caller holds its row.
+    """
     with transaction.atomic():
         row = (
             A2ATask.across_tenants.select_for_update(skip_locked=True)
             .select_related("agent")
-            .filter(task_id=task_id, state__in=UNANSWERED, updated_at__lt=before)
+            .filter(task_id=task_id, state__in=UNANSWERED)
             .first()
         )
         if row is None:

@@ -54,6 +54,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from a2a_gateway import agent_exchange, caps, cors
 from a2a_gateway.auth import agent_at, authenticate
 from a2a_gateway.cards import capability_card, card_document
+from a2a_gateway.claims import MessageClaims
 from a2a_gateway.errors import Refused
 from a2a_gateway.events import SharedTaskEvents, follow
 from a2a_gateway.executor import (
@@ -68,7 +69,7 @@ from a2a_gateway.executor import (
 from a2a_gateway.hosts import HOST_NAME
 from a2a_gateway.models import InboundKey
 from a2a_gateway.push import DjangoPushConfigStore, PushSender, url_allowed
-from a2a_gateway.resends import MessageClaims, claim_name, claim_wait_seconds, resent_task
+from a2a_gateway.resends import resent_task
 from a2a_gateway.signing import jwks_endpoint
 from a2a_gateway.store import ANSWERED_AT_END, NEW_TASK, DjangoTaskStore, call_agent
 from agents.models import Agent
@@ -235,9 +236,7 @@ class GatewayHandler(DefaultRequestHandler):
     ) -> Task | A2AMessage:
         """The SDK's, except for a message sent again, which gets its Task as it stands
         (:mod:`a2a_gateway.resends`)."""
-        async with self._claims.hold(
-            claim_name(context, params.message), wait_seconds=claim_wait_seconds(context)
-        ):
+        async with self._claims.hold(context, params.message):
             resent = await self._resent(params, context)
             if resent is not None:
                 return resent
@@ -313,9 +312,7 @@ class GatewayHandler(DefaultRequestHandler):
         a2a-sdk 1.3.0 streams a follow-up's events without the Task they change; it
         is read from the store once the message is admitted (its first event).
         """
-        async with self._claims.hold(
-            claim_name(context, params.message), wait_seconds=claim_wait_seconds(context)
-        ):
+        async with self._claims.hold(context, params.message):
             resent = await self._resent(params, context)
             if resent is not None:
                 yield resent

@@ -61,6 +61,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from a2a_gateway import agent_exchange
 from a2a_gateway.caps import TURN_RELEASE
+from a2a_gateway.claims import CLAIM, Claim, claim_kept, in_background
 from a2a_gateway.errors import BUSY_CODE, HTTP_CONFLICT, HTTP_OK, Refused
 from a2a_gateway.models import A2ATask
 from a2a_gateway.routing import takes
@@ -269,7 +270,8 @@ class NegotiationExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Answer the move; -32603 :data:`COULD_NOT_ANSWER` if it cannot (see the module)."""
         agent = call_agent(context.call_context)
-        async with _refusals(agent, context.task_id):
+        # The message's claim stays held until its turn ends (a2a_gateway.resends.Claim).
+        async with claim_kept(context.call_context.state), _refusals(agent, context.task_id):
             reference = context.call_context.state.get(agent_exchange.FOR_EXCHANGE)
             if reference is not None:
                 await agent_exchange.answer(agent, context, event_queue, reference)
@@ -433,7 +435,12 @@ async def _answered_in_time(
     text when the turn ran out of time (the answer contract), or canceled when the turn found
     its task canceled by a call to another web process (end as that process wrote it)."""
     try:
-        reply = await _in_time(agent, turn, release=context.call_context.state.pop(TURN_RELEASE, None))
+        reply = await _in_time(
+            agent,
+            turn,
+            release=context.call_context.state.pop(TURN_RELEASE, None),
+            claim=context.call_context.state.get(CLAIM),
+        )
     except TimeoutError:
         await _try_again(agent, updater)
         return None
@@ -442,12 +449,18 @@ async def _answered_in_time(
     return reply
 
 
-async def _in_time(agent: Agent, turn: Awaitable[R], *, release: Callable[[], Awaitable[None]] | None) -> R:
+async def _in_time(
+    agent: Agent,
+    turn: Awaitable[R],
+    *,
+    release: Callable[[], Awaitable[None]] | None,
+    claim: Claim | None = None,
+) -> R:
     """``turn``'s result, awaited at most ``agent.turn_timeout`` seconds (the answer contract);
     ``release`` (the turn's concurrency slot, :mod:`a2a_gateway.caps`) once its work ends.
 
     Raises TimeoutError after that time. The turn cannot be interrupted: it goes
-    on, keeps its slot until it ends, and its late failure is logged.
+    on, keeps its slot and its message's ``claim`` until it ends, and its late failure is logged.
     """
 
     async def whole() -> R:
@@ -461,7 +474,7 @@ async def _in_time(agent: Agent, turn: Awaitable[R], *, release: Callable[[], Aw
     try:
         return await asyncio.wait_for(asyncio.shield(work), timeout=agent.turn_timeout)
     except (TimeoutError, asyncio.CancelledError):
-        _outlive(work, agent)
+        _outlive(work, agent, claim)
         raise
 
 
@@ -469,11 +482,15 @@ async def _in_time(agent: Agent, turn: Awaitable[R], *, release: Callable[[], Aw
 _overrunning: set[asyncio.Future[Any]] = set()
 
 
-def _outlive(work: asyncio.Future[Any], agent: Agent) -> None:
+def _outlive(work: asyncio.Future[Any], agent: Agent, claim: Claim | None) -> None:
     _overrunning.add(work)
+    if claim is not None:
+        claim.keep()
 
     def ended(future: asyncio.Future[Any]) -> None:
         _overrunning.discard(future)
+        if claim is not None:
+            in_background(claim.let_go())
         if not future.cancelled() and (exc := future.exception()) is not None:
             logger.warning(
                 "A turn of agent %s/%s that outlasted its answer failed",

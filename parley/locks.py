@@ -36,23 +36,33 @@ def shared() -> bool:
 
 
 def try_take(name: str) -> bool:
-    """Take the session advisory lock ``name`` (a 64-bit hash of it, ``pg_try_advisory_lock``) on
-    this thread's Postgres connection, if no other session holds it; whether it is now held.
+    """Take the lock ``name`` if nobody holds it; whether this caller now holds it.
 
-    It spans processes, and Postgres frees it when the connection ends, so a process that dies
-    holding it leaks nothing. It needs the connection to stay the same session until
-    :func:`give_back` (no transaction-mode connection pooler in between), and the session may take
-    it again while it holds it (callers keep their own process's holders apart). Postgres only
-    (:func:`shared`).
+    On Postgres a session advisory lock (``pg_try_advisory_lock`` on :func:`advisory_key`) on this
+    thread's connection: it spans processes, and Postgres frees it when the connection ends, so a
+    process that dies holding it leaks nothing. It needs the connection to stay the same session
+    until :func:`give_back` (no transaction-mode connection pooler in between), and that session
+    may take it again while it holds it: callers must not take a name twice from one thread. On
+    other databases (the embedded default's SQLite, one process) a lock of this process.
     """
+    if not shared():
+        with _held_lock:
+            if name in _held:
+                return False
+            _held.add(name)
+            return True
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [advisory_key(name)])
         return bool(cursor.fetchone()[0])
 
 
 def give_back(name: str) -> None:
-    """Release the session advisory lock ``name`` that :func:`try_take` took on this thread's
-    connection. A connection that is gone took the lock with it: that is logged, not raised."""
+    """Release the lock ``name`` that :func:`try_take` took, on the same thread. A Postgres
+    connection that is gone took the lock with it: that is logged, not raised."""
+    if not shared():
+        with _held_lock:
+            _held.discard(name)
+        return
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [advisory_key(name)])
@@ -63,29 +73,15 @@ def give_back(name: str) -> None:
 @contextmanager
 def alone(name: str) -> Iterator[bool]:
     """Hold ``name`` for the ``with`` block, if nobody holds it: yields True when this caller holds
-    it, False when another holds it (the caller should then do nothing).
-
-    On Postgres :func:`try_take` and :func:`give_back`, across processes; on other databases (the
-    embedded default's SQLite, one process) a lock of this process. Do not nest two of the same
-    name (Postgres would let the inner one in, SQLite would not).
+    it, False when another holds it (the caller should then do nothing). :func:`try_take` and
+    :func:`give_back`; do not nest two of the same name.
     """
-    if shared():
-        held = try_take(name)
-        try:
-            yield held
-        finally:
-            if held:
-                give_back(name)
-        return
-    with _held_lock:
-        held = name not in _held
-        _held.add(name)
+    held = try_take(name)
     try:
         yield held
     finally:
         if held:
-            with _held_lock:
-                _held.discard(name)
+            give_back(name)
 
 
 class SessionLock:
@@ -127,11 +123,15 @@ class SessionLock:
 
 
 def holder_exists(name: str) -> bool:
-    """Whether any session holds the advisory lock ``name`` now (Postgres only), from ``pg_locks``.
+    """Whether anyone holds the lock ``name`` now (:func:`try_take`, :class:`SessionLock`).
 
-    A bigint key shows as its high half in ``classid`` and its low half in ``objid``, with
-    ``objsubid`` 1 (PostgreSQL documentation, "pg_locks").
+    On Postgres, any session, from ``pg_locks``: a bigint key shows as its high half in
+    ``classid`` and its low half in ``objid``, with ``objsubid`` 1 (PostgreSQL documentation,
+    "pg_locks"). On other databases, this process (:func:`try_take`'s own locks).
     """
+    if not shared():
+        with _held_lock:
+            return name in _held
     key = advisory_key(name) & 0xFFFF_FFFF_FFFF_FFFF
     with connection.cursor() as cursor:
         cursor.execute(

@@ -44,7 +44,7 @@ ACROSS_TENANTS = {
     "a2a_gateway.hosts:hosted_agent": "a request's host name finds its agent, of any tenant",
     "a2a_gateway.push:dispatch_configs": "the push configs of a task, whose tenant the task's row says",
     "a2a_gateway.abandoned:abandoned_tasks_answer": "a beat sweep of every tenant's A2A Tasks",
-    "a2a_gateway.abandoned:_answer": "a beat sweep answers a Task it found, of any tenant, under its lock",
+    "a2a_gateway.abandoned:answer_left": "a Task left under way is answered by its id, under its row lock",
     "exchange.services:prepared_expire": "a beat sweep of every tenant's prepared requests",
     "exchange.outbound:stalled_sends": "a beat sweep of every tenant's outbound exchanges",
     "api.idempotency:expire": "a beat sweep of every tenant's idempotency keys",
