@@ -158,10 +158,15 @@ class MessageClaims:
 
     async def take(self, name: str, *, wait_seconds: float) -> Claim:
         """The claim ``name``, once this process's holder and any other process's have let it go,
-        or ``wait_seconds`` have passed."""
-        await self._here.acquire(name)
+        or ``wait_seconds`` have passed (a claim not ``held``, which keeps no one out)."""
+        deadline = time.monotonic() + wait_seconds
         try:
-            held = await _claim(name, wait_seconds)
+            await asyncio.wait_for(self._here.acquire(name), timeout=wait_seconds)
+        except TimeoutError:
+            logger.warning("went on without the claim %s after %.0f s", name, wait_seconds)
+            return Claim(_nothing, held=False)
+        try:
+            held = await _claim(name, deadline)
         except BaseException:
             self._here.release(name)
             raise
@@ -176,10 +181,13 @@ class MessageClaims:
         return Claim(release, held=held)
 
 
-async def _claim(name: str, wait_seconds: float) -> bool:
-    """Take the lock ``name``, trying until ``wait_seconds`` have passed; whether taken. A try the
-    caller's cancellation cut short is finished, and what it took given back."""
-    deadline = time.monotonic() + wait_seconds
+async def _nothing() -> None:
+    """The release of a claim that was not taken."""
+
+
+async def _claim(name: str, deadline: float) -> bool:
+    """Take the lock ``name``, trying until the ``time.monotonic()`` ``deadline``; whether taken. A
+    try the caller's cancellation cut short is finished, and what it took given back."""
     while True:
         attempt = in_background(sync_to_async(locks.try_take)(name))
         try:
@@ -189,7 +197,7 @@ async def _claim(name: str, wait_seconds: float) -> bool:
             in_background(_give_back_if_taken(attempt, name))
             raise
         if time.monotonic() >= deadline:
-            logger.warning("went on without the claim %s after %.0f s", name, wait_seconds)
+            logger.warning("went on without the claim %s: another process holds it", name)
             return False
         await asyncio.sleep(CLAIM_POLL_SECONDS)
 

@@ -24,7 +24,7 @@ import asyncio
 import time
 
 from a2a.server.context import ServerCallContext
-from a2a.types import Message, Task
+from a2a.types import Message, Task, TaskState
 from asgiref.sync import sync_to_async
 from google.protobuf.json_format import MessageToDict, SerializeToJsonError
 
@@ -46,7 +46,8 @@ async def resent_task(store: DjangoTaskStore, context: ServerCallContext, messag
     """The Task ``message`` was already applied on, when it is sent again and that Task is in the
     caller's partition; None otherwise (the SDK then takes it as any message).
 
-    The Task is read once it carries our reply to the message. While another
+    The Task is read once it carries our reply to the message, if it is still
+    under way (one answered with the try-again text never gets it). While another
     process may still be answering the message (the caller went on without its
     claim, :class:`a2a_gateway.claims.MessageClaims`), that reply is waited for
     up to the agent's ``turn_timeout``; with the claim held, no turn of it runs,
@@ -78,10 +79,10 @@ async def resent_task(store: DjangoTaskStore, context: ServerCallContext, messag
     claim = context.state.get(CLAIM)
     claimed = claim is not None and claim.held
     deadline = time.monotonic() + (REPLY_WRITE_SECONDS if claimed else agent.turn_timeout)
-    while found.reply_id and found.reply_id not in _message_ids(task) and time.monotonic() < deadline:
+    while _awaits_reply(task, found) and time.monotonic() < deadline:
         await asyncio.sleep(REPLY_POLL_SECONDS)
         task = await store.get(found.task_id, context) or task
-    if claimed and found.reply_id and found.reply_id not in _message_ids(task):
+    if claimed and _awaits_reply(task, found):
         answered = await sync_to_async(abandoned.answer_left)(task.id)
         if answered is not None:
             task = answered
@@ -89,6 +90,13 @@ async def resent_task(store: DjangoTaskStore, context: ServerCallContext, messag
             publish_task(task)
     await caps.message_screen(context, message)
     return task
+
+
+def _awaits_reply(task: Task, found: inbound.Resent) -> bool:
+    """Whether the Task, still under way, lacks our recorded reply (a Task answered another way,
+    with the try-again text, never gets it)."""
+    under_way = TaskState.Name(task.status.state) in abandoned.UNANSWERED
+    return under_way and bool(found.reply_id) and found.reply_id not in _message_ids(task)
 
 
 def _message_ids(task: Task) -> set[str]:

@@ -1,6 +1,7 @@
 """A message's claim (:mod:`a2a_gateway.claims`) lasts while its turn runs, and no longer.
 
-A request may end before its turn does: a stream whose client left, a SendMessage with
+A message waits for another's claim at most its turn timeout and then some. A request may end
+before its turn does: a stream whose client left, a SendMessage with
 ``returnImmediately``. The claim then stays held until the turn ends, so the same message sent
 again meanwhile waits and is applied once, and it is freed then, however the request ended, so no
 later message on the Task waits for it. The sweep of Tasks left under way leaves a Task whose
@@ -19,9 +20,11 @@ from typing import Any
 
 import httpx
 import pytest
+from django.db import connection, transaction
 from django.utils import timezone
 
 from a2a_gateway.abandoned import abandoned_tasks_answer
+from a2a_gateway.claims import CLAIM_GRACE_SECONDS
 from a2a_gateway.models import A2ATask
 from agents.models import Agent, ModelEndpoint
 from negotiations.models import Negotiation, Turn
@@ -202,3 +205,56 @@ def test_the_sweep_leaves_a_task_whose_turn_holds_its_claim(
     stored = A2ATask.across_tenants.get(task_id=row.task_id)
     assert stored.state == task_of(answer)["status"]["state"]
     assert stored.data["history"] == task_of(answer)["history"]
+
+
+class NegotiationHeld:
+    """The Negotiation row of the Task ``task_id`` held ``FOR UPDATE`` from a connection of its own
+    until :meth:`free`: a turn on it waits for the row, past its turn timeout, and keeps its claim."""
+
+    def __init__(self, task_id: str) -> None:
+        self.taken = threading.Event()
+        self.release = threading.Event()
+        self.thread = threading.Thread(target=self._hold, args=(task_id,), daemon=True)
+        self.thread.start()
+        assert self.taken.wait(timeout=30), "the negotiation's row could not be locked"
+
+    def _hold(self, task_id: str) -> None:
+        try:
+            with transaction.atomic():
+                list(Negotiation.across_tenants.select_for_update().filter(task_id=task_id))
+                self.taken.set()
+                self.release.wait(timeout=120)
+        finally:
+            connection.close()
+
+    def free(self) -> None:
+        self.release.set()
+        self.thread.join(timeout=30)
+
+
+def test_a_message_waits_for_its_claim_at_most_the_turn_timeout_and_then_some(
+    seller_endpoint: Endpoint, on_model: Agent
+) -> None:
+    url = seller_endpoint.url
+    task = task_of(call(url, "SendMessage", user_message(proposal(800))))
+    tune(on_model, turn_timeout=1.0)
+    stuck = NegotiationHeld(task["id"])
+    try:
+        first = user_message(move("counter", "900?", terms={"amount": 900, "currency": "EUR"}), task=task)
+        # Answered with the try-again text after a second; the turn goes on, waiting for the row.
+        assert task_of(call(url, "SendMessage", first))["status"]["state"] == INPUT_REQUIRED
+        answers: list[httpx.Response] = []
+        following = user_message(move("counter", "930?", terms={"amount": 930, "currency": "EUR"}), task=task)
+        waiting = threading.Thread(
+            target=lambda: answers.append(call(url, "SendMessage", following)), daemon=True
+        )
+        waiting.start()
+        # turn_timeout + CLAIM_GRACE_SECONDS, and a turn timeout of its own, with room to spare.
+        waiting.join(timeout=1.0 + CLAIM_GRACE_SECONDS + 30)
+        assert not waiting.is_alive(), "the message waited on the stuck turn's claim past its bound"
+    finally:
+        stuck.free()
+    [answer] = answers
+    assert task_of(answer)["status"]["state"] == INPUT_REQUIRED
+    # The stuck turns end once the row is free, and let their claims go.
+    wait_until(lambda: not claim_held(task), timeout=60, what="the overrunning turns to end")
