@@ -66,6 +66,20 @@ def endpoint_on(origin: str, agent: Agent) -> str:
     return f"{origin}/a2a/{agent.tenant.slug}/{agent.slug}"
 
 
+def message_params(data: dict[str, Any], *, task: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``SendMessage`` params: a 1.0 user message with one data part and a ``contextId`` of its own
+    (so a first message sent again is known as such), on ``task`` (a Task's JSON) when given."""
+    sent: dict[str, Any] = {
+        "messageId": str(uuid.uuid4()),
+        "contextId": task["contextId"] if task else str(uuid.uuid4()),
+        "role": "ROLE_USER",
+        "parts": [{"data": data}],
+    }
+    if task is not None:
+        sent["taskId"] = task["id"]
+    return {"message": sent}
+
+
 def tune(agent: Agent, **fields: Any) -> Agent:
     """Set ``fields`` on ``agent`` and save them: the edge reads the agent afresh on every call."""
     for name, value in fields.items():

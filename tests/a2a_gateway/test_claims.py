@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -30,7 +29,7 @@ from agents.models import Agent, ModelEndpoint
 from negotiations.models import Negotiation, Turn
 from parley import locks
 from tests.a2a_gateway.conftest import TIMEOUT, Endpoint, move, proposal
-from tests.a2a_gateway.rpc import call, task_of, tune
+from tests.a2a_gateway.rpc import call, message_params, task_of, tune
 from tests.chat_server import ChatServer, Reply
 from tests.conftest import on_chat_model, wait_until
 from tests.negotiating_policy import NegotiatingPolicy
@@ -79,19 +78,6 @@ def on_model(seller: Agent, model: HoldNext) -> Agent:
     return tune(seller, turn_timeout=30.0)
 
 
-def user_message(data: dict[str, Any], *, task: dict[str, Any] | None = None) -> dict[str, Any]:
-    """SendMessage params: a 1.0 user message with a ``contextId`` of its own, on ``task`` if given."""
-    sent: dict[str, Any] = {
-        "messageId": str(uuid.uuid4()),
-        "contextId": task["contextId"] if task else str(uuid.uuid4()),
-        "role": "ROLE_USER",
-        "parts": [{"data": data}],
-    }
-    if task is not None:
-        sent["taskId"] = task["id"]
-    return {"message": sent}
-
-
 def on_0_3(params: dict[str, Any]) -> dict[str, Any]:
     """``params``' message as the 0.3 wire writes it."""
     m = params["message"]
@@ -134,8 +120,8 @@ def test_a_stream_whose_client_left_mid_turn_holds_its_claim_until_the_turn_ends
     seller_endpoint: Endpoint, on_model: Agent, model: HoldNext, method: str, version: str | None
 ) -> None:
     url = seller_endpoint.url
-    task = task_of(call(url, "SendMessage", user_message(proposal(800))))
-    params = user_message(move("counter", "900?", terms={"amount": 900, "currency": "EUR"}), task=task)
+    task = task_of(call(url, "SendMessage", message_params(proposal(800))))
+    params = message_params(move("counter", "900?", terms={"amount": 900, "currency": "EUR"}), task=task)
     model.arm()
     stream_then_leave(url, method, params if version else on_0_3(params), version=version)
     wait_until(model.held.is_set, timeout=30, what="the turn to wait on the model")
@@ -148,7 +134,7 @@ def test_a_stream_whose_client_left_mid_turn_holds_its_claim_until_the_turn_ends
         what="the turn to end",
     )
     wait_until(lambda: not claim_held(task), timeout=30, what="the claim to be freed")
-    following = user_message(move("counter", "920?", terms={"amount": 920, "currency": "EUR"}), task=task)
+    following = message_params(move("counter", "920?", terms={"amount": 920, "currency": "EUR"}), task=task)
     assert task_of(call(url, "SendMessage", following))["status"]["state"] == INPUT_REQUIRED
     assert applied(params["message"]["messageId"]) == 1
 
@@ -158,7 +144,7 @@ def test_a_first_message_sent_again_while_its_turn_runs_after_an_early_answer_is
     seller_endpoint: Endpoint, on_model: Agent, model: HoldNext, first_answer: str
 ) -> None:
     url = seller_endpoint.url
-    params = user_message(proposal(800))
+    params = message_params(proposal(800))
     model.arm()
     if first_answer == "returnImmediately":
         early = call(url, "SendMessage", {**params, "configuration": {"returnImmediately": True}})
@@ -187,7 +173,7 @@ def test_the_sweep_leaves_a_task_whose_turn_holds_its_claim(
     seller_endpoint: Endpoint, on_model: Agent, model: HoldNext
 ) -> None:
     url = seller_endpoint.url
-    params = user_message(proposal(800))
+    params = message_params(proposal(800))
     model.arm()
     answers: list[httpx.Response] = []
     first = threading.Thread(target=lambda: answers.append(call(url, "SendMessage", params)), daemon=True)
@@ -236,15 +222,17 @@ def test_a_message_waits_for_its_claim_at_most_the_turn_timeout_and_then_some(
     seller_endpoint: Endpoint, on_model: Agent
 ) -> None:
     url = seller_endpoint.url
-    task = task_of(call(url, "SendMessage", user_message(proposal(800))))
+    task = task_of(call(url, "SendMessage", message_params(proposal(800))))
     tune(on_model, turn_timeout=1.0)
     stuck = NegotiationHeld(task["id"])
     try:
-        first = user_message(move("counter", "900?", terms={"amount": 900, "currency": "EUR"}), task=task)
+        first = message_params(move("counter", "900?", terms={"amount": 900, "currency": "EUR"}), task=task)
         # Answered with the try-again text after a second; the turn goes on, waiting for the row.
         assert task_of(call(url, "SendMessage", first))["status"]["state"] == INPUT_REQUIRED
         answers: list[httpx.Response] = []
-        following = user_message(move("counter", "930?", terms={"amount": 930, "currency": "EUR"}), task=task)
+        following = message_params(
+            move("counter", "930?", terms={"amount": 930, "currency": "EUR"}), task=task
+        )
         waiting = threading.Thread(
             target=lambda: answers.append(call(url, "SendMessage", following)), daemon=True
         )

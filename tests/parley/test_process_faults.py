@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -45,7 +44,7 @@ from agents.models import Agent, ModelEndpoint, Run
 from negotiations.models import Negotiation, Turn
 from parley.models import Tenant
 from tests.a2a_gateway.conftest import proposal
-from tests.a2a_gateway.rpc import call, task_of
+from tests.a2a_gateway.rpc import call, message_params, task_of
 from tests.chat_server import ChatServer, Reply, hang
 from tests.conftest import on_chat_model, run_python, wait_until
 from tests.negotiating_policy import NegotiatingPolicy
@@ -84,20 +83,6 @@ def chat_seller(model: ChatServer) -> Agent:
     on_chat_model(seller, model)
     ModelEndpoint.objects.for_tenant(tenant).filter().update(timeout=60)
     return seller
-
-
-def user_message(data: dict[str, Any], *, task: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``SendMessage`` params: a 1.0 user message with one data part and a ``contextId`` of its own (so
-    a first message sent again is known as such), on ``task`` when given."""
-    sent: dict[str, Any] = {
-        "messageId": str(uuid.uuid4()),
-        "contextId": task["contextId"] if task else str(uuid.uuid4()),
-        "role": "ROLE_USER",
-        "parts": [{"data": data}],
-    }
-    if task is not None:
-        sent["taskId"] = task["id"]
-    return {"message": sent}
 
 
 def send_then_lose(url: str, params: dict[str, Any]) -> threading.Thread:
@@ -147,9 +132,9 @@ def test_a_web_process_killed_mid_turn_loses_nothing_and_applies_nothing_twice(
     path = agent_url(seller).removeprefix(deployment.webs[0])
     task = None
     if which == "follow-up":
-        task = answered_on_the_other(deployment, path, user_message(proposal(800)))
+        task = answered_on_the_other(deployment, path, message_params(proposal(800)))
         assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", task
-    params = user_message(proposal(900), task=task)
+    params = message_params(proposal(900), task=task)
     message_id = params["message"]["messageId"]
 
     kill_mid_turn(deployment, model, {**params, "path": path})
@@ -183,7 +168,7 @@ def test_a_task_begun_by_a_web_process_killed_mid_turn_is_answered_by_the_sweep(
 ) -> None:
     seller = chat_seller(model)
     path = agent_url(seller).removeprefix(deployment.webs[0])
-    params = user_message(proposal(900))
+    params = message_params(proposal(900))
     kill_mid_turn(deployment, model, {**params, "path": path})
     answer = answered_on_the_other(deployment, path, params)
     assert answer["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", answer
@@ -232,10 +217,10 @@ def test_a_message_sent_again_to_another_web_process_while_its_turn_runs_is_appl
     path = agent_url(seller).removeprefix(deployment.webs[0])
     task = None
     if which == "follow-up":
-        task = answered_on_the_other(deployment, path, user_message(proposal(800)))
+        task = answered_on_the_other(deployment, path, message_params(proposal(800)))
     held = Held(model.responder)
     model.responder = held
-    params = user_message(proposal(900), task=task)
+    params = message_params(proposal(900), task=task)
     answers: dict[str, httpx.Response] = {}
 
     def send(web: str) -> Callable[[], None]:
@@ -312,7 +297,7 @@ def test_processes_carry_on_when_postgres_drops_every_connection(
     wait_until(lambda: run_ended(first_run), timeout=120, what="the first run to end")
     for web in deployment.webs:
         assert httpx.get(f"{web}/health", timeout=30).status_code == 200
-        task_of(call(f"{web}{path}", "SendMessage", user_message(proposal(800))))
+        task_of(call(f"{web}{path}", "SendMessage", message_params(proposal(800))))
 
     dropped = backends()
     assert dropped, "the processes hold no connection to drop"
@@ -327,7 +312,9 @@ def test_processes_carry_on_when_postgres_drops_every_connection(
     # before anything else has; then what a counterparty meets first on the other, and the reads.
     run_id = start(deployment.webs[0], second, second_intent)
     run = wait_until(lambda: run_ended(run_id), timeout=180, what="the run started after the drop to end")
-    moves = [call(f"{web}{path}", "SendMessage", user_message(proposal(800))) for web in deployment.webs[1:]]
+    moves = [
+        call(f"{web}{path}", "SendMessage", message_params(proposal(800))) for web in deployment.webs[1:]
+    ]
     health = [httpx.get(f"{web}/health", timeout=30) for web in deployment.webs]
     reads = [
         httpx.get(f"{web}/api/v1/runs/{first_run}", headers=headers, timeout=30) for web in deployment.webs
