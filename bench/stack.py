@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from parley.devstack import stop as stop  # the benchmarks' way to stop what they started
+
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432").rstrip("/")
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/8")
@@ -70,18 +72,6 @@ def wait_for_workers(count: int) -> None:
     from parley.celery import app
 
     wait(lambda: len(app.control.ping(timeout=0.5) or []) >= count, timeout=60)
-
-
-def stop(processes: list[subprocess.Popen[bytes]]) -> None:
-    """Ask every worker to finish (a warm shutdown), then kill any that does not within 20 s."""
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def percentile(values: list[float], percent: float) -> float:

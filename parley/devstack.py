@@ -6,7 +6,7 @@ Used by the test suite's live stack (``tests/conftest.py``) and the benchmark
 (``bench/negotiate.py``). Both pass the environment the processes run in —
 ``DJANGO_SETTINGS_MODULE``, ``DATABASE_URL``, ``REDIS_URL``, ``PUBLIC_BASE_URL``
 and ``LOG_LEVEL`` (default ``WARNING``), which sets the processes' own log level
-too. The caller owns the processes: it waits for them to be up, and terminates them.
+too. The caller owns the processes: it waits for them to be up, and stops them (:func:`stop`).
 """
 
 from __future__ import annotations
@@ -53,3 +53,17 @@ def start(role: str, env: Mapping[str, str], out: Output) -> subprocess.Popen[by
         stdout=out,
         stderr=subprocess.STDOUT,
     )
+
+
+def stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    """Ask each of ``processes`` still running to stop (SIGTERM: a warm shutdown), then kill any that
+    has not within 20 s, and reap it."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -203,19 +203,6 @@ def public_name(monkeypatch: pytest.MonkeyPatch) -> str:
     return PUBLIC_NAME
 
 
-def stop_processes(processes: list[subprocess.Popen[bytes]]) -> None:
-    """Ask each of ``processes`` still running to stop (SIGTERM: a warm shutdown), then kill any that
-    has not within 20 s."""
-    for process in processes:
-        if process.poll() is None:
-            process.terminate()
-    for process in processes:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-
-
 def run_python(*arguments: str, env: dict[str, str], check: bool = False) -> subprocess.CompletedProcess[str]:
     """``python *arguments`` in the checkout with ``env``, output as text; ``check`` raises on a failure."""
     return subprocess.run(

@@ -39,7 +39,7 @@ from negotiations.models import Negotiation, Settlement, Turn
 from parley import devstack
 from parley.models import Membership, Tenant
 from parley.services import api_key_create
-from tests.conftest import database_url, free_port, make_user, stop_processes, wait_web
+from tests.conftest import database_url, free_port, make_user, wait_web
 
 # Redis itself: left out of the embedded default's run.
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
@@ -117,7 +117,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         finally:
             settings.PUBLIC_BASE_URL = previous_base
             processes = [web, *stack.workers, *([stack.beat] if stack.beat else [])]
-            stop_processes(processes)
+            devstack.stop(processes)
             redis.Redis.from_url(BROKER).flushdb()
 
 

@@ -17,7 +17,7 @@ from django.contrib.auth.models import AbstractUser
 
 from parley import devstack
 from parley.models import Membership, Tenant
-from tests.conftest import database_url, free_port, stop_processes, wait_web
+from tests.conftest import database_url, free_port, wait_web
 from tests.parley.tenancy import member
 
 # The deployment's broker and cache: a Redis database of its own.
@@ -77,6 +77,6 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
         yield Deployment(webs=webs, env=env, web_processes=processes[: len(webs)])
     finally:
         settings.PUBLIC_BASE_URL = previous_base
-        stop_processes(processes)
+        devstack.stop(processes)
         log.close()
         redis.Redis.from_url(BROKER).flushdb()
