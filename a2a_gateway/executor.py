@@ -270,7 +270,7 @@ class NegotiationExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Answer the move; -32603 :data:`COULD_NOT_ANSWER` if it cannot (see the module)."""
         agent = call_agent(context.call_context)
-        # The message's claim stays held until its turn ends (a2a_gateway.resends.Claim).
+        # The message's claim stays held until its turn ends (a2a_gateway.claims.Claim).
         async with claim_kept(context.call_context.state), _refusals(agent, context.task_id):
             reference = context.call_context.state.get(agent_exchange.FOR_EXCHANGE)
             if reference is not None:
