@@ -197,7 +197,7 @@ def serve(factory: str, port: int, env: dict[str, str]) -> subprocess.Popen[byte
 def body(*, request_id: int) -> bytes:
     """A JSON-RPC 1.0 SendMessage opening a new task with a ``propose`` move (fresh message, context and
     offer ids): a first message with a ``contextId``, as our own client sends one (negotiations.client), so
-    the gateway answers it under its claim (a2a_gateway.resends.MessageClaims)."""
+    the gateway answers it under its claim (a2a_gateway.claims.MessageClaims)."""
     move = {
         "action": "propose",
         "message": "I can pay €800 a day.",
